@@ -1,1 +1,15 @@
+"""The partition log: segments, indexes, recovery, retention, producer state, checkpoints."""
 
+from log.config import TOPIC_CONFIGS, LogConfig, validate_topic_configs
+from log.log import AppendResult, Log, ReadResult
+from log.manager import LogManager
+
+__all__ = [
+    "TOPIC_CONFIGS",
+    "AppendResult",
+    "Log",
+    "LogConfig",
+    "LogManager",
+    "ReadResult",
+    "validate_topic_configs",
+]

@@ -1,0 +1,28 @@
+"""ApiVersions: the versions this broker serves, with the v0 fallback."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from apis.context import NO_THROTTLE, RequestContext, Services, build, nested
+from wire.schema import response_type
+from wire.versions import API_VERSIONS, SUPPORTED
+
+
+def response(version: int, error: ErrorCode = ErrorCode.none) -> Any:
+    cls = response_type(API_VERSIONS, version)
+    api = nested(cls, "ApiVersion")
+    keys = tuple(api(api_key=k, min_version=lo, max_version=hi)
+                 for k, (lo, hi) in sorted(SUPPORTED.items()))
+    return build(cls, error_code=error, api_keys=keys, throttle_time=NO_THROTTLE)
+
+
+def unsupported_version_response() -> Any:
+    """A client asked for an ApiVersions version we lack: answer in v0 with our range."""
+    return response(0, ErrorCode.unsupported_version)
+
+
+def handle(services: Services, ctx: RequestContext, request: Any) -> Any:
+    return response(ctx.api_version)

@@ -1,0 +1,72 @@
+"""What every handler receives: the request's context and the broker's services."""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from functools import cache
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from controller.embedded import EmbeddedController
+    from controller.metadata import MetadataCache
+    from replica.manager import ReplicaManager
+    from server.config import BrokerConfig
+    from server.purgatory import Purgatory
+
+NO_THROTTLE = timedelta(0)
+
+
+@dataclass(slots=True)
+class RawResponse:
+    """A response body already encoded, possibly with file regions in it."""
+
+    parts: list[Any]
+    size: int
+
+
+class CloseConnection(Exception):
+    """Raised by a handler when the only correct answer is to close the connection."""
+
+
+@dataclass(slots=True, frozen=True)
+class RequestContext:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    listener: str
+    peer: str
+    principal: str = "User:ANONYMOUS"
+
+
+@dataclass(slots=True)
+class Services:
+    config: BrokerConfig
+    metadata: MetadataCache
+    controller: EmbeddedController
+    replicas: ReplicaManager
+    fetch_purgatory: Purgatory
+
+    @staticmethod
+    def now_ms() -> int:
+        return time.time_ns() // 1_000_000
+
+
+@cache
+def _field_names(cls: type) -> frozenset[str]:
+    return frozenset(cls.__dataclass_fields__)
+
+
+def build(cls: type, **values: Any) -> Any:
+    """Instantiate a kio entity, dropping fields this version of the schema lacks."""
+    names = _field_names(cls)
+    return cls(**{k: v for k, v in values.items() if k in names})
+
+
+@cache
+def nested(entity: type, name: str) -> type:
+    """A nested entity class defined next to ``entity`` (same API version)."""
+    return getattr(sys.modules[entity.__module__], name)

@@ -1,0 +1,110 @@
+"""The request dispatcher: frame -> header -> handler -> encoded response.
+
+Runs on a handler task of the socket server. A handler returns a kio response entity,
+a ``RawResponse``, a future of either (the request was parked in the purgatory), or
+None when no answer is due (acks=0).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from apis import api_versions, cluster, configs, fetch, list_offsets, metadata, produce, topics
+from apis.context import CloseConnection, RawResponse, RequestContext, Services
+from wire import versions
+from wire.headers import (
+    MalformedHeaderError,
+    decode_request_header,
+    encode_response_header,
+    peek_api,
+)
+from wire.schema import SchemaDecodeError, decode, encode, is_flexible, request_type
+
+logger = logging.getLogger(__name__)
+
+Handler = Callable[[Services, RequestContext, Any], Any]
+
+HANDLERS: dict[int, Handler] = {
+    versions.PRODUCE: produce.handle,
+    versions.FETCH: fetch.handle,
+    versions.LIST_OFFSETS: list_offsets.handle,
+    versions.METADATA: metadata.handle,
+    versions.API_VERSIONS: api_versions.handle,
+    versions.CREATE_TOPICS: topics.handle_create,
+    versions.DELETE_TOPICS: topics.handle_delete,
+    versions.INIT_PRODUCER_ID: cluster.handle_init_producer_id,
+    versions.DESCRIBE_CONFIGS: configs.handle,
+    versions.DESCRIBE_CLUSTER: cluster.handle_describe_cluster,
+}
+assert HANDLERS.keys() == versions.SUPPORTED.keys()
+
+
+class Channel(Protocol):
+    """The connection a request came in on, as the network layer provides it."""
+
+    peer: str
+    listener: str
+
+    def send(self, parts: Sequence[Any], size: int) -> None: ...
+    def done(self) -> None: ...
+    def close(self) -> None: ...
+
+
+class Dispatcher:
+    def __init__(self, services: Services) -> None:
+        self.services = services
+
+    def __call__(self, conn: Channel, frame: bytes) -> None:
+        try:
+            api_key, version, correlation_id = peek_api(frame)
+        except MalformedHeaderError as e:
+            logger.warning("Closing connection from %s: %s", conn.peer, e)
+            conn.close()
+            return
+        if not versions.is_supported(api_key, version):
+            if api_key == versions.API_VERSIONS:
+                # Answer in v0 with our range so the client can pick a version we serve.
+                self._send(conn, correlation_id, False, api_versions.unsupported_version_response())
+                return
+            logger.warning("Closing connection from %s: unsupported API key %d version %d",
+                           conn.peer, api_key, version)
+            conn.close()
+            return
+        flexible = is_flexible(api_key, version)
+        try:
+            header = decode_request_header(frame, flexible)
+            body = decode(request_type(api_key, version), frame, header.body_offset)
+        except (MalformedHeaderError, SchemaDecodeError) as e:
+            logger.warning("Closing connection from %s: malformed %s v%d request: %s", conn.peer,
+                           request_type(api_key, version).__name__, version, e)
+            conn.close()
+            return
+        ctx = RequestContext(api_key, version, correlation_id, header.client_id, conn.listener,
+                             conn.peer)
+        try:
+            result = HANDLERS[api_key](self.services, ctx, body)
+        except CloseConnection as e:
+            logger.info("Closing connection from %s: %s", conn.peer, e)
+            conn.close()
+            return
+        # ApiVersions responses always use header v0, whatever the request version.
+        flexible_response = flexible and api_key != versions.API_VERSIONS
+        if result is None:
+            conn.done()
+        elif isinstance(result, asyncio.Future):
+            result.add_done_callback(
+                lambda f: self._send(conn, correlation_id, flexible_response, f.result()))
+        else:
+            self._send(conn, correlation_id, flexible_response, result)
+
+    @staticmethod
+    def _send(conn: Channel, correlation_id: int, flexible: bool, response: Any) -> None:
+        head = encode_response_header(correlation_id, flexible)
+        if isinstance(response, RawResponse):
+            conn.send([head, *response.parts], len(head) + response.size)
+        else:
+            body = encode(response)
+            conn.send([head, body], len(head) + len(body))

@@ -1,0 +1,91 @@
+"""Fetch: whole batches up to the high watermark, long-polled through the purgatory."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from apis.context import RawResponse, RequestContext, Services
+from apis.errors import STORAGE_ERRORS, error_code
+from wire.fetch import FetchPartition, FetchTopic, encode_fetch_response
+
+
+def handle(services: Services, ctx: RequestContext, request: Any) -> RawResponse | asyncio.Future:
+    if ctx.api_version >= 7 and request.session_id != 0:  # we never hand out sessions
+        return _answer(ctx, [], ErrorCode.fetch_session_id_not_found)
+    topics, available = _read(services, request)
+    max_wait = int(request.max_wait.total_seconds() * 1000)
+    if max_wait <= 0 or available >= request.min_bytes or available < 0:
+        return _answer(ctx, topics)
+    keys = [(t.topic, p.partition) for t in request.topics for p in t.partitions]
+
+    def try_complete(force: bool) -> RawResponse | None:
+        topics, available = _read(services, request)
+        if force or available >= request.min_bytes or available < 0:
+            return _answer(ctx, topics)
+        return None
+
+    return services.fetch_purgatory.park(keys, max_wait, try_complete)
+
+
+def _answer(ctx: RequestContext, topics: list[FetchTopic],
+            error: ErrorCode = ErrorCode.none) -> RawResponse:
+    parts, size = encode_fetch_response(ctx.api_version, topics, error_code=error)
+    return RawResponse(parts, size)
+
+
+def _read(services: Services, request: Any) -> tuple[list[FetchTopic], int]:
+    """Read every requested partition; return the topics and the bytes found (-1: an error
+    that must be answered at once)."""
+    remaining = request.max_bytes
+    found = 0
+    errors = False
+    first_with_data = True
+    topics = []
+    read_committed = request.isolation_level == 1
+    for topic in request.topics:
+        out = FetchTopic(topic.topic)
+        topics.append(out)
+        for fp in topic.partitions:
+            result = FetchPartition(fp.partition)
+            out.partitions.append(result)
+            partition = services.replicas.get(topic.topic, fp.partition)
+            if partition is None:
+                known = topic.topic in services.metadata.topics
+                result.error_code = (ErrorCode.not_leader_or_follower if known
+                                     else ErrorCode.unknown_topic_or_partition)
+                result.records = b""
+                errors = True
+                continue
+            if not partition.is_leader:
+                result.error_code = ErrorCode.not_leader_or_follower
+            elif fp.current_leader_epoch > partition.leader_epoch:
+                result.error_code = ErrorCode.unknown_leader_epoch
+            elif 0 <= fp.current_leader_epoch < partition.leader_epoch:
+                result.error_code = ErrorCode.fenced_leader_epoch
+            log = partition.log
+            result.high_watermark = partition.high_watermark
+            result.last_stable_offset = partition.high_watermark
+            result.log_start_offset = log.log_start_offset
+            if read_committed:
+                result.aborted = []
+            if result.error_code != ErrorCode.none:
+                result.records = b""
+                errors = True
+                continue
+            try:
+                region = partition.read(fp.fetch_offset, min(fp.partition_max_bytes, remaining),
+                                        min_one_batch=first_with_data)
+            except STORAGE_ERRORS as e:
+                result.error_code = error_code(e)
+                result.records = b""
+                errors = True
+                continue
+            result.records = region
+            if region.size:
+                first_with_data = False
+                remaining = max(remaining - region.size, 0)
+                found += region.size
+    return topics, -1 if errors else found

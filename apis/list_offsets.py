@@ -1,0 +1,73 @@
+"""ListOffsets: earliest, latest, max-timestamp and by-timestamp lookups."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from apis.context import NO_THROTTLE, RequestContext, Services, build, nested
+from apis.errors import STORAGE_ERRORS, error_code
+from wire.schema import response_type
+from wire.versions import LIST_OFFSETS
+
+LATEST = -1
+EARLIEST = -2
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL = -4
+
+
+def handle(services: Services, ctx: RequestContext, request: Any) -> Any:
+    cls = response_type(LIST_OFFSETS, ctx.api_version)
+    topic_cls = nested(cls, "ListOffsetsTopicResponse")
+    partition_cls = nested(cls, "ListOffsetsPartitionResponse")
+    topics = []
+    for topic in request.topics:
+        partitions = []
+        for p in topic.partitions:
+            fields = _lookup(services, topic.name, p.partition_index, p.timestamp,
+                             getattr(p, "current_leader_epoch", -1))
+            partitions.append(build(partition_cls, partition_index=p.partition_index, **fields))
+        topics.append(topic_cls(name=topic.name, partitions=tuple(partitions)))
+    return build(cls, throttle_time=NO_THROTTLE, topics=tuple(topics))
+
+
+def _lookup(services: Services, topic: str, index: int, timestamp: int,
+            leader_epoch: int) -> dict[str, Any]:
+    fields: dict[str, Any] = {"error_code": ErrorCode.none, "timestamp": -1, "offset": -1,
+                              "leader_epoch": -1}
+    partition = services.replicas.get(topic, index)
+    if partition is None:
+        known = topic in services.metadata.topics
+        fields["error_code"] = (ErrorCode.not_leader_or_follower if known
+                                else ErrorCode.unknown_topic_or_partition)
+        return fields
+    if not partition.is_leader:
+        fields["error_code"] = ErrorCode.not_leader_or_follower
+        return fields
+    if leader_epoch > partition.leader_epoch:
+        fields["error_code"] = ErrorCode.unknown_leader_epoch
+        return fields
+    if 0 <= leader_epoch < partition.leader_epoch:
+        fields["error_code"] = ErrorCode.fenced_leader_epoch
+        return fields
+    log = partition.log
+    fields["leader_epoch"] = partition.leader_epoch
+    try:
+        if timestamp == LATEST:
+            fields["offset"] = partition.high_watermark
+        elif timestamp in (EARLIEST, EARLIEST_LOCAL):
+            fields["offset"] = log.log_start_offset
+        elif timestamp == MAX_TIMESTAMP:
+            found_ts, found_offset = log.max_timestamp()
+            if 0 <= found_offset < partition.high_watermark:
+                fields["timestamp"], fields["offset"] = found_ts, found_offset
+        elif timestamp >= 0:
+            found = log.offset_for_timestamp(timestamp)
+            if found is not None and found[0] < partition.high_watermark:
+                fields["offset"], fields["timestamp"] = found
+        else:
+            fields["error_code"] = ErrorCode.invalid_request
+    except STORAGE_ERRORS as e:
+        fields["error_code"] = error_code(e)
+    return fields

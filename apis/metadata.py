@@ -1,0 +1,86 @@
+"""Metadata: brokers, controller and topic partitions, with auto topic creation."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from apis.context import NO_THROTTLE, RequestContext, Services, build, nested
+from apis.topics import create_topic
+from controller.metadata import TopicInfo
+from controller.topics import TopicError, check_topic_name
+from wire.schema import response_type
+from wire.versions import METADATA
+
+logger = logging.getLogger(__name__)
+NO_AUTHORIZED_OPERATIONS = -(2**31)
+
+
+def handle(services: Services, ctx: RequestContext, request: Any) -> Any:
+    cls = response_type(METADATA, ctx.api_version)
+    broker_cls = nested(cls, "MetadataResponseBroker")
+    topic_cls = nested(cls, "MetadataResponseTopic")
+    partition_cls = nested(cls, "MetadataResponsePartition")
+    cache = services.metadata
+
+    brokers = []
+    for broker in cache.brokers.values():
+        endpoint = broker.endpoint(ctx.listener)
+        if endpoint is not None:
+            brokers.append(build(broker_cls, node_id=broker.node_id, host=endpoint[0],
+                                 port=endpoint[1], rack=broker.rack))
+
+    def topic_entry(topic: TopicInfo) -> Any:
+        partitions = tuple(
+            build(partition_cls, error_code=ErrorCode.none, partition_index=p.index,
+                  leader_id=p.leader, leader_epoch=p.leader_epoch, replica_nodes=tuple(p.replicas),
+                  isr_nodes=tuple(p.isr), offline_replicas=())
+            for p in sorted(topic.partitions.values(), key=lambda p: p.index))
+        return build(topic_cls, error_code=ErrorCode.none, name=topic.name,
+                     topic_id=topic.topic_id, is_internal=topic.internal, partitions=partitions,
+                     topic_authorized_operations=NO_AUTHORIZED_OPERATIONS)
+
+    def error_entry(code: ErrorCode, name: str | None, topic_id: Any = None) -> Any:
+        return build(topic_cls, error_code=code, name=name, topic_id=topic_id, is_internal=False,
+                     partitions=(), topic_authorized_operations=NO_AUTHORIZED_OPERATIONS)
+
+    wanted = request.topics
+    if wanted is None or (ctx.api_version == 0 and not wanted):
+        topics = [topic_entry(t) for t in cache.topics.values()]
+    else:
+        auto_create = (getattr(request, "allow_auto_topic_creation", True)
+                       and services.config["auto.create.topics.enable"])
+        topics = []
+        for entry in wanted:
+            name = entry.name
+            topic_id = getattr(entry, "topic_id", None)
+            if name is None and topic_id is not None:
+                name = cache.topic_name(topic_id)
+                if name is None:
+                    topics.append(error_entry(ErrorCode.unknown_topic_id, None, topic_id))
+                    continue
+            topic = cache.topics.get(name)
+            if topic is None:
+                try:
+                    check_topic_name(name)
+                except TopicError as e:
+                    topics.append(error_entry(e.code, name))
+                    continue
+                if not auto_create:
+                    topics.append(error_entry(ErrorCode.unknown_topic_or_partition, name))
+                    continue
+                try:
+                    topic = create_topic(services, name, -1, -1, {})
+                except TopicError as e:
+                    if e.code != ErrorCode.topic_already_exists:
+                        logger.info("Auto-creation of topic %s failed: %s", name, e.message)
+                        topics.append(error_entry(e.code, name))
+                        continue
+                    topic = cache.topics[name]
+            topics.append(topic_entry(topic))
+
+    return build(cls, throttle_time=NO_THROTTLE, brokers=tuple(brokers),
+                 cluster_id=cache.cluster_id, controller_id=cache.controller_id,
+                 topics=tuple(topics), cluster_authorized_operations=NO_AUTHORIZED_OPERATIONS)

@@ -1,0 +1,402 @@
+// Compatibility driver: plain kafka-clients calls behind a small command line.
+//
+// Usage: GregorClient <command> --bootstrap HOST:PORT --topic T [options]
+//   create-topic  --partitions N --replication-factor R [--topic-config k=v]...
+//   delete-topic
+//   produce       [--config k=v]...      stdin: one JSON record per line
+//                 {"key": b64|null, "value": b64|null, "headers": [[name, b64|null]...],
+//                  "partition": int|null, "timestamp": int|null}
+//                 stdout: {"partition", "offset", "timestamp"} per record, in input order
+//   consume       --count N [--timeout-ms M] [--config k=v]...
+//                 assigns every partition from the beginning; stdout: one JSON record per line
+//   list-offsets  --spec earliest|latest|<timestamp ms>... [--via consumer|admin]
+//                 stdout: {"spec", "partition", "offset", "timestamp"} per spec and partition
+//                 (offset null if no record is that late)
+// Binary fields are base64. A failure prints {"error": "..."} and exits 1.
+
+import java.io.BufferedReader;
+import java.io.InputStreamReader;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Base64;
+import java.util.HashMap;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Optional;
+import java.util.Properties;
+import java.util.concurrent.Future;
+import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.ListOffsetsResult;
+import org.apache.kafka.clients.admin.NewTopic;
+import org.apache.kafka.clients.admin.OffsetSpec;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.consumer.OffsetAndTimestamp;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.clients.producer.RecordMetadata;
+import org.apache.kafka.common.PartitionInfo;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.header.Header;
+import org.apache.kafka.common.header.internals.RecordHeader;
+import org.apache.kafka.common.serialization.ByteArrayDeserializer;
+import org.apache.kafka.common.serialization.ByteArraySerializer;
+
+public final class GregorClient {
+    private static final Base64.Encoder B64E = Base64.getEncoder();
+    private static final Base64.Decoder B64D = Base64.getDecoder();
+
+    private final Map<String, List<String>> opts = new HashMap<>();
+
+    private GregorClient(String[] args, int from) {
+        for (int i = from; i < args.length; i += 2) {
+            if (!args[i].startsWith("--") || i + 1 >= args.length) {
+                throw new IllegalArgumentException("expected --option value at " + args[i]);
+            }
+            opts.computeIfAbsent(args[i].substring(2), k -> new ArrayList<>()).add(args[i + 1]);
+        }
+    }
+
+    public static void main(String[] args) {
+        int code = 0;
+        try {
+            if (args.length == 0) {
+                throw new IllegalArgumentException("missing command");
+            }
+            GregorClient c = new GregorClient(args, 1);
+            code = switch (args[0]) {
+                case "create-topic" -> c.createTopic();
+                case "delete-topic" -> c.deleteTopic();
+                case "produce" -> c.produce();
+                case "consume" -> c.consume();
+                case "list-offsets" -> c.listOffsets();
+                default -> throw new IllegalArgumentException("unknown command " + args[0]);
+            };
+        } catch (Exception e) {
+            Throwable root = e.getCause() != null ? e.getCause() : e;
+            System.out.println(
+                    "{\"error\": " + str(root.getClass().getName() + ": " + root.getMessage()) + "}");
+            code = 1;
+        }
+        System.out.flush();
+        System.exit(code);
+    }
+
+    private String opt(String name, String dflt) {
+        List<String> v = opts.get(name);
+        if (v == null) {
+            if (dflt == null) {
+                throw new IllegalArgumentException("missing --" + name);
+            }
+            return dflt;
+        }
+        return v.get(v.size() - 1);
+    }
+
+    private Map<String, String> pairs(String name) {
+        Map<String, String> out = new LinkedHashMap<>();
+        for (String kv : opts.getOrDefault(name, List.of())) {
+            int eq = kv.indexOf('=');
+            out.put(kv.substring(0, eq), kv.substring(eq + 1));
+        }
+        return out;
+    }
+
+    private Properties props() {
+        Properties p = new Properties();
+        p.put("bootstrap.servers", opt("bootstrap", null));
+        p.putAll(pairs("config"));
+        return p;
+    }
+
+    private int createTopic() throws Exception {
+        NewTopic t = new NewTopic(
+                opt("topic", null),
+                Optional.of(Integer.parseInt(opt("partitions", "1"))),
+                Optional.of(Short.parseShort(opt("replication-factor", "1"))));
+        t.configs(pairs("topic-config"));
+        try (Admin admin = Admin.create(props())) {
+            admin.createTopics(List.of(t)).all().get();
+        }
+        System.out.println("{\"created\": " + str(t.name()) + "}");
+        return 0;
+    }
+
+    private int deleteTopic() throws Exception {
+        String topic = opt("topic", null);
+        try (Admin admin = Admin.create(props())) {
+            admin.deleteTopics(List.of(topic)).all().get();
+        }
+        System.out.println("{\"deleted\": " + str(topic) + "}");
+        return 0;
+    }
+
+    @SuppressWarnings("unchecked")
+    private int produce() throws Exception {
+        String topic = opt("topic", null);
+        Properties p = props();
+        p.put("key.serializer", ByteArraySerializer.class.getName());
+        p.put("value.serializer", ByteArraySerializer.class.getName());
+        List<Future<RecordMetadata>> sent = new ArrayList<>();
+        try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(p);
+                BufferedReader in = new BufferedReader(
+                        new InputStreamReader(System.in, StandardCharsets.UTF_8))) {
+            String line;
+            while ((line = in.readLine()) != null) {
+                if (line.isBlank()) {
+                    continue;
+                }
+                Map<String, Object> r = (Map<String, Object>) new Json(line).value();
+                List<Header> headers = new ArrayList<>();
+                for (Object h : (List<Object>) r.getOrDefault("headers", List.of())) {
+                    List<Object> kv = (List<Object>) h;
+                    headers.add(new RecordHeader((String) kv.get(0), bytes(kv.get(1))));
+                }
+                Long partition = (Long) r.get("partition");
+                sent.add(producer.send(new ProducerRecord<>(
+                        topic,
+                        partition == null ? null : partition.intValue(),
+                        (Long) r.get("timestamp"),
+                        bytes(r.get("key")),
+                        bytes(r.get("value")),
+                        headers)));
+            }
+            producer.flush();
+            int code = 0;
+            for (Future<RecordMetadata> f : sent) {
+                try {
+                    RecordMetadata m = f.get();
+                    System.out.println("{\"partition\": " + m.partition() + ", \"offset\": "
+                            + m.offset() + ", \"timestamp\": " + m.timestamp() + "}");
+                } catch (Exception e) {
+                    Throwable root = e.getCause() != null ? e.getCause() : e;
+                    System.out.println("{\"error\": " + str(root.toString()) + "}");
+                    code = 1;
+                }
+            }
+            return code;
+        }
+    }
+
+    private List<TopicPartition> partitions(KafkaConsumer<byte[], byte[]> consumer, String topic) {
+        List<TopicPartition> out = new ArrayList<>();
+        for (PartitionInfo pi : consumer.partitionsFor(topic, Duration.ofSeconds(30))) {
+            out.add(new TopicPartition(topic, pi.partition()));
+        }
+        if (out.isEmpty()) {
+            throw new IllegalStateException("no partitions for " + topic);
+        }
+        return out;
+    }
+
+    private KafkaConsumer<byte[], byte[]> consumer() {
+        Properties p = props();
+        p.put("key.deserializer", ByteArrayDeserializer.class.getName());
+        p.put("value.deserializer", ByteArrayDeserializer.class.getName());
+        p.putIfAbsent("enable.auto.commit", "false");
+        return new KafkaConsumer<>(p);
+    }
+
+    private int consume() {
+        String topic = opt("topic", null);
+        long want = Long.parseLong(opt("count", null));
+        long deadline = System.currentTimeMillis() + Long.parseLong(opt("timeout-ms", "30000"));
+        long seen = 0;
+        try (KafkaConsumer<byte[], byte[]> consumer = consumer()) {
+            List<TopicPartition> tps = partitions(consumer, topic);
+            consumer.assign(tps);
+            consumer.seekToBeginning(tps);
+            while (seen < want && System.currentTimeMillis() < deadline) {
+                for (ConsumerRecord<byte[], byte[]> r : consumer.poll(Duration.ofMillis(200))) {
+                    StringBuilder hs = new StringBuilder("[");
+                    for (Header h : r.headers()) {
+                        hs.append(hs.length() > 1 ? ", [" : "[").append(str(h.key())).append(", ")
+                                .append(b64(h.value())).append(']');
+                    }
+                    System.out.println("{\"partition\": " + r.partition() + ", \"offset\": "
+                            + r.offset() + ", \"timestamp\": " + r.timestamp()
+                            + ", \"timestamp_type\": " + str(r.timestampType().name)
+                            + ", \"key\": " + b64(r.key()) + ", \"value\": " + b64(r.value())
+                            + ", \"headers\": " + hs + "]}");
+                    seen++;
+                }
+            }
+        }
+        return 0;
+    }
+
+    private int listOffsets() throws Exception {
+        String topic = opt("topic", null);
+        boolean viaAdmin = opt("via", "consumer").equals("admin");
+        try (KafkaConsumer<byte[], byte[]> consumer = consumer();
+                Admin admin = viaAdmin ? Admin.create(props()) : null) {
+            List<TopicPartition> tps = partitions(consumer, topic);
+            for (String spec : opts.getOrDefault("spec", List.of())) {
+                Map<TopicPartition, Long> offsets = new HashMap<>();
+                Map<TopicPartition, Long> stamps = new HashMap<>();
+                if (viaAdmin) {
+                    OffsetSpec os = switch (spec) {
+                        case "earliest" -> OffsetSpec.earliest();
+                        case "latest" -> OffsetSpec.latest();
+                        default -> OffsetSpec.forTimestamp(Long.parseLong(spec));
+                    };
+                    Map<TopicPartition, OffsetSpec> req = new HashMap<>();
+                    tps.forEach(tp -> req.put(tp, os));
+                    Map<TopicPartition, ListOffsetsResult.ListOffsetsResultInfo> res =
+                            admin.listOffsets(req).all().get();
+                    for (TopicPartition tp : tps) {
+                        ListOffsetsResult.ListOffsetsResultInfo info = res.get(tp);
+                        // The admin API reports "no such timestamp" as offset -1.
+                        offsets.put(tp, info.offset() < 0 ? null : info.offset());
+                        stamps.put(tp, info.timestamp() < 0 ? null : info.timestamp());
+                    }
+                } else if (spec.equals("earliest")) {
+                    offsets.putAll(consumer.beginningOffsets(tps));
+                } else if (spec.equals("latest")) {
+                    offsets.putAll(consumer.endOffsets(tps));
+                } else {
+                    Map<TopicPartition, Long> query = new HashMap<>();
+                    tps.forEach(tp -> query.put(tp, Long.parseLong(spec)));
+                    Map<TopicPartition, OffsetAndTimestamp> res = consumer.offsetsForTimes(query);
+                    for (TopicPartition tp : tps) {
+                        OffsetAndTimestamp ot = res.get(tp);
+                        offsets.put(tp, ot == null ? null : ot.offset());
+                        stamps.put(tp, ot == null ? null : ot.timestamp());
+                    }
+                }
+                for (TopicPartition tp : tps) {
+                    System.out.println("{\"spec\": " + str(spec) + ", \"partition\": "
+                            + tp.partition() + ", \"offset\": " + offsets.get(tp)
+                            + ", \"timestamp\": " + stamps.get(tp) + "}");
+                }
+            }
+        }
+        return 0;
+    }
+
+    private static byte[] bytes(Object b64) {
+        return b64 == null ? null : B64D.decode((String) b64);
+    }
+
+    private static String b64(byte[] b) {
+        return b == null ? "null" : "\"" + B64E.encodeToString(b) + "\"";
+    }
+
+    private static String str(String s) {
+        if (s == null) {
+            return "null";
+        }
+        StringBuilder sb = new StringBuilder("\"");
+        for (char ch : s.toCharArray()) {
+            switch (ch) {
+                case '"' -> sb.append("\\\"");
+                case '\\' -> sb.append("\\\\");
+                default -> {
+                    if (ch < 0x20) {
+                        sb.append(String.format("\\u%04x", (int) ch));
+                    } else {
+                        sb.append(ch);
+                    }
+                }
+            }
+        }
+        return sb.append('"').toString();
+    }
+
+    /** Just enough JSON for the driver's input: objects, arrays, strings, integers, literals. */
+    private static final class Json {
+        private final String s;
+        private int i;
+
+        Json(String s) {
+            this.s = s;
+        }
+
+        Object value() {
+            skip();
+            char c = s.charAt(i);
+            if (c == '{') {
+                Map<String, Object> m = new LinkedHashMap<>();
+                i++;
+                while (peek() != '}') {
+                    String k = (String) value();
+                    expect(':');
+                    m.put(k, value());
+                    if (peek() == ',') {
+                        i++;
+                    }
+                }
+                i++;
+                return m;
+            }
+            if (c == '[') {
+                List<Object> l = new ArrayList<>();
+                i++;
+                while (peek() != ']') {
+                    l.add(value());
+                    if (peek() == ',') {
+                        i++;
+                    }
+                }
+                i++;
+                return l;
+            }
+            if (c == '"') {
+                StringBuilder sb = new StringBuilder();
+                for (i++; s.charAt(i) != '"'; i++) {
+                    char ch = s.charAt(i);
+                    if (ch == '\\') {
+                        char e = s.charAt(++i);
+                        switch (e) {
+                            case 'n' -> sb.append('\n');
+                            case 't' -> sb.append('\t');
+                            case 'r' -> sb.append('\r');
+                            case 'b' -> sb.append('\b');
+                            case 'f' -> sb.append('\f');
+                            case 'u' -> {
+                                sb.append((char) Integer.parseInt(s.substring(i + 1, i + 5), 16));
+                                i += 4;
+                            }
+                            default -> sb.append(e);
+                        }
+                    } else {
+                        sb.append(ch);
+                    }
+                }
+                i++;
+                return sb.toString();
+            }
+            int start = i;
+            while (i < s.length() && ",}] \t".indexOf(s.charAt(i)) < 0) {
+                i++;
+            }
+            String tok = s.substring(start, i);
+            return switch (tok) {
+                case "null" -> null;
+                case "true" -> Boolean.TRUE;
+                case "false" -> Boolean.FALSE;
+                default -> Long.parseLong(tok);
+            };
+        }
+
+        private char peek() {
+            skip();
+            return s.charAt(i);
+        }
+
+        private void expect(char c) {
+            if (peek() != c) {
+                throw new IllegalArgumentException("bad JSON at " + i + ": " + s);
+            }
+            i++;
+        }
+
+        private void skip() {
+            while (i < s.length() && Character.isWhitespace(s.charAt(i))) {
+                i++;
+            }
+        }
+    }
+}

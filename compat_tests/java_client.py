@@ -1,0 +1,126 @@
+"""Runs compat_tests/java/GregorClient.java (compiled once into .cache/) on kafka-clients 4.3."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from compat_tests.broker import REPO_ROOT
+from compat_tests.records import Rec
+
+SOURCE = Path(__file__).resolve().parent / "java" / "GregorClient.java"
+JAR_DIR = REPO_ROOT / ".cache" / "jars"
+CLASS_CACHE = REPO_ROOT / ".cache" / "java"
+# Fast JVM start matters more than peak speed for short-lived driver runs.
+JVM_FLAGS = ["-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xss512k"]
+
+
+class JavaClientError(RuntimeError):
+    pass
+
+
+def classpath() -> str:
+    """Compile the driver if its source changed; return the runtime classpath."""
+    jars = sorted(JAR_DIR.glob("*.jar"))
+    if not any(j.name.startswith("kafka-clients-") for j in jars):
+        raise JavaClientError(
+            f"kafka-clients jar missing in {JAR_DIR}: run scripts/setup-test-deps"
+        )
+    jar_cp = os.pathsep.join(str(j) for j in jars)
+    digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:16]
+    out = CLASS_CACHE / digest
+    if not (out / "GregorClient.class").exists():
+        CLASS_CACHE.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(dir=CLASS_CACHE))
+        done = subprocess.run(
+            ["javac", "-nowarn", "-cp", jar_cp, "-d", str(staging), str(SOURCE)],
+            capture_output=True,
+            text=True,
+        )
+        if done.returncode != 0:
+            shutil.rmtree(staging)
+            raise JavaClientError(f"javac failed:\n{done.stderr}")
+        try:
+            staging.rename(out)
+        except OSError:  # another process compiled it first
+            shutil.rmtree(staging)
+    return f"{out}{os.pathsep}{jar_cp}"
+
+
+def run(
+    command: str,
+    bootstrap: str,
+    topic: str,
+    *,
+    options: dict[str, str | list[str]] | None = None,
+    configs: dict[str, str] | None = None,
+    topic_configs: dict[str, str] | None = None,
+    stdin: str = "",
+    timeout: float = 120,
+) -> list[dict]:
+    """Run one driver command; return its JSON output lines, raise on a non-zero exit."""
+    args = [command, "--bootstrap", bootstrap, "--topic", topic]
+    for key, value in (options or {}).items():
+        for item in [value] if isinstance(value, str) else value:
+            args += [f"--{key}", item]
+    for key, value in (configs or {}).items():
+        args += ["--config", f"{key}={value}"]
+    for key, value in (topic_configs or {}).items():
+        args += ["--topic-config", f"{key}={value}"]
+    done = subprocess.run(
+        ["java", *JVM_FLAGS, "-cp", classpath(), "GregorClient", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0:
+        stderr_tail = "\n".join(done.stderr.splitlines()[-30:])
+        raise JavaClientError(f"{command} failed: {lines[-5:]}\nstderr:\n{stderr_tail}")
+    return lines
+
+
+def _b64(data: bytes | None) -> str | None:
+    return None if data is None else base64.b64encode(data).decode()
+
+
+def _unb64(text: str | None) -> bytes | None:
+    return None if text is None else base64.b64decode(text)
+
+
+def produce_input(records: list[Rec]) -> str:
+    """The produce command's stdin for these records (explicit partition and timestamp)."""
+    return "".join(
+        json.dumps(
+            {
+                "key": _b64(r.key),
+                "value": _b64(r.value),
+                "headers": [[k, _b64(v)] for k, v in r.headers],
+                "partition": r.partition,
+                "timestamp": r.timestamp,
+            }
+        )
+        + "\n"
+        for r in records
+    )
+
+
+def parse_consumed(lines: list[dict]) -> list[Rec]:
+    return [
+        Rec(
+            partition=d["partition"],
+            key=_unb64(d["key"]),
+            value=_unb64(d["value"]),
+            headers=tuple((k, _unb64(v)) for k, v in d["headers"]),
+            timestamp=d["timestamp"],
+            offset=d["offset"],
+        )
+        for d in lines
+    ]

@@ -1,0 +1,93 @@
+"""kill -9 of the broker in the middle of an acks=all stream, then restart on the same data:
+every acknowledged record is still there, at the offset it was acknowledged with."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    Message,
+    Producer,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from compat_tests.broker import BrokerProcess
+
+TOTAL = 300
+KILL_AFTER_ACKS = 100
+
+
+def wait_until(condition: Callable[[], bool], poll: Callable[[], object], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        poll()
+
+
+def test_acked_records_survive_kill_9(
+    broker: BrokerProcess, new_topic: Callable[[str], str]
+) -> None:
+    topic = new_topic("crash")
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(topic, num_partitions=1)])[topic].result(60)
+
+    acked: dict[int, bytes] = {}  # offset -> value
+    failed: list[KafkaError] = []
+
+    def on_delivery(err: KafkaError | None, msg: Message) -> None:
+        if err is None:
+            acked[msg.offset()] = msg.value()
+        else:
+            failed.append(err)
+
+    producer = Producer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "acks": "all",
+            "linger.ms": 0,
+            "message.timeout.ms": 60_000,
+            "reconnect.backoff.max.ms": 200,
+        }
+    )
+    for i in range(TOTAL // 2):
+        producer.produce(topic, key=f"k{i}".encode(), value=f"v{i}".encode() * 20, partition=0)
+        producer.poll(0)
+    wait_until(lambda: len(acked) >= KILL_AFTER_ACKS, lambda: producer.poll(0.05), 30)
+    acked_before_kill = dict(acked)
+
+    broker.kill()
+    for i in range(TOTAL // 2, TOTAL):
+        producer.produce(topic, key=f"k{i}".encode(), value=f"v{i}".encode() * 20, partition=0)
+        producer.poll(0)
+    broker.restart()
+    assert producer.flush(60) == 0
+
+    assert acked_before_kill.items() <= acked.items()
+    assert len(acked) + len(failed) == TOTAL
+    assert len(acked) >= KILL_AFTER_ACKS
+
+    consumer = Consumer(
+        {"bootstrap.servers": broker.bootstrap, "group.id": "unused", "enable.auto.commit": False}
+    )
+    try:
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)
+        assert low == 0
+        assert high >= max(acked) + 1
+        consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        stored: dict[int, bytes] = {}
+        deadline = time.monotonic() + 60
+        while len(stored) < high and time.monotonic() < deadline:
+            for msg in consumer.consume(num_messages=500, timeout=0.5):
+                assert msg.error() is None, msg.error()
+                stored[msg.offset()] = msg.value()
+    finally:
+        consumer.close()
+
+    assert sorted(stored) == list(range(high))
+    for offset, value in acked.items():
+        assert stored[offset] == value, f"acknowledged offset {offset} lost or changed"

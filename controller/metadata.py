@@ -1,0 +1,64 @@
+"""The metadata cache every broker answers Metadata from.
+
+It is written only by the controller side (embedded or, later, the ZooKeeper
+controller's UpdateMetadata) and read by the API handlers.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+
+
+@dataclass(slots=True)
+class BrokerInfo:
+    node_id: int
+    endpoints: dict[str, tuple[str, int]]  # listener name -> advertised (host, port)
+    rack: str | None = None
+
+    def endpoint(self, listener: str) -> tuple[str, int] | None:
+        return self.endpoints.get(listener)
+
+
+@dataclass(slots=True)
+class PartitionInfo:
+    index: int
+    leader: int
+    leader_epoch: int
+    replicas: list[int]
+    isr: list[int]
+
+
+@dataclass(slots=True)
+class TopicInfo:
+    name: str
+    topic_id: uuid.UUID
+    partitions: dict[int, PartitionInfo]
+    configs: dict[str, str] = field(default_factory=dict)
+    internal: bool = False
+
+
+class MetadataCache:
+    def __init__(self, cluster_id: str, controller_id: int) -> None:
+        self.cluster_id = cluster_id
+        self.controller_id = controller_id
+        self.brokers: dict[int, BrokerInfo] = {}
+        self.topics: dict[str, TopicInfo] = {}
+        self._ids: dict[uuid.UUID, str] = {}
+
+    def put_topic(self, topic: TopicInfo) -> None:
+        self.topics[topic.name] = topic
+        self._ids[topic.topic_id] = topic.name
+
+    def remove_topic(self, name: str) -> TopicInfo | None:
+        topic = self.topics.pop(name, None)
+        if topic is not None:
+            self._ids.pop(topic.topic_id, None)
+        return topic
+
+    def topic_name(self, topic_id: uuid.UUID) -> str | None:
+        return self._ids.get(topic_id)
+
+    def partition(self, topic: str, index: int) -> PartitionInfo | None:
+        info = self.topics.get(topic)
+        return None if info is None else info.partitions.get(index)

@@ -1,0 +1,37 @@
+"""Topic-level rules shared by every controller: legal names and request errors."""
+
+from __future__ import annotations
+
+import re
+
+from kio.schema.errors import ErrorCode
+
+MAX_NAME_LENGTH = 249
+_LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+
+
+class TopicError(Exception):
+    """A topic operation that fails with a Kafka error code."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def check_topic_name(name: str) -> None:
+    if not name:
+        raise TopicError(ErrorCode.invalid_topic_exception,
+                         "Topic name is illegal, it can't be empty")
+    if name in (".", ".."):
+        raise TopicError(ErrorCode.invalid_topic_exception,
+                         "Topic name cannot be \".\" or \"..\"")
+    if len(name) > MAX_NAME_LENGTH:
+        raise TopicError(ErrorCode.invalid_topic_exception,
+                         f"Topic name is illegal, it can't be longer than {MAX_NAME_LENGTH} "
+                         "characters")
+    if not _LEGAL.fullmatch(name):
+        raise TopicError(ErrorCode.invalid_topic_exception,
+                         f"Topic name {name!r} is illegal, it contains a character other than "
+                         "ASCII alphanumerics, '.', '_' and '-'")

@@ -1,0 +1,348 @@
+"""Idempotent-producer state of one partition: per producer id, its epoch and the metadata of
+the last five batches, used to drop duplicates and reject out-of-order or fenced writes.
+
+Snapshots use Kafka's `<offset>.snapshot` format: version int16 (1), crc32c uint32 over the
+rest, then an int32-counted array of entries (producer id int64, epoch int16, last sequence
+int32, last offset int64, offset delta int32, timestamp int64, coordinator epoch int32,
+current transaction first offset int64).
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import crc32c
+
+from log.errors import InvalidProducerEpochError, OutOfOrderSequenceError
+
+NUM_BATCHES_TO_RETAIN = 5
+NO_PRODUCER_EPOCH = -1
+NO_SEQUENCE = -1
+INT_MAX = (1 << 31) - 1
+SNAPSHOT_SUFFIX = ".snapshot"
+
+_SNAPSHOT_VERSION = 1
+_HEADER = struct.Struct(">hI")
+_COUNT = struct.Struct(">i")
+_ENTRY = struct.Struct(">qhiqiqiq")
+
+
+class CorruptSnapshotError(Exception):
+    pass
+
+
+@dataclass(slots=True)
+class BatchMetadata:
+    last_seq: int
+    last_offset: int
+    offset_delta: int
+    timestamp: int
+
+    @property
+    def first_seq(self) -> int:
+        first = self.last_seq - self.offset_delta
+        return first + INT_MAX + 1 if first < 0 else first
+
+    @property
+    def first_offset(self) -> int:
+        return self.last_offset - self.offset_delta
+
+
+@dataclass(slots=True)
+class ProducerStateEntry:
+    producer_id: int
+    producer_epoch: int = NO_PRODUCER_EPOCH
+    batches: deque[BatchMetadata] = field(
+        default_factory=lambda: deque(maxlen=NUM_BATCHES_TO_RETAIN)
+    )
+    last_timestamp: int = -1
+    coordinator_epoch: int = -1
+    # Room for transactions: first offset of the ongoing transaction, -1 when none.
+    current_txn_first_offset: int = -1
+
+    @property
+    def last_seq(self) -> int:
+        return self.batches[-1].last_seq if self.batches else NO_SEQUENCE
+
+    @property
+    def last_offset(self) -> int:
+        return self.batches[-1].last_offset if self.batches else -1
+
+    def find_duplicate(self, epoch: int, first_seq: int, last_seq: int) -> BatchMetadata | None:
+        if epoch != self.producer_epoch:
+            return None
+        for meta in self.batches:
+            if meta.first_seq == first_seq and meta.last_seq == last_seq:
+                return meta
+        return None
+
+    def copy(self) -> ProducerStateEntry:
+        return ProducerStateEntry(
+            self.producer_id,
+            self.producer_epoch,
+            deque(self.batches, maxlen=NUM_BATCHES_TO_RETAIN),
+            self.last_timestamp,
+            self.coordinator_epoch,
+            self.current_txn_first_offset,
+        )
+
+    def _set_epoch(self, epoch: int) -> None:
+        if epoch != self.producer_epoch:
+            self.batches.clear()
+            self.producer_epoch = epoch
+
+    def add_batch(
+        self, epoch: int, last_seq: int, last_offset: int, offset_delta: int, timestamp: int
+    ) -> None:
+        self._set_epoch(epoch)
+        self.batches.append(BatchMetadata(last_seq, last_offset, offset_delta, timestamp))
+        self.last_timestamp = timestamp
+
+
+def _in_sequence(last_seq: int, next_seq: int) -> bool:
+    return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == INT_MAX)
+
+
+class ProducerAppendInfo:
+    """Staged changes for one producer within one append; committed only if the write happens."""
+
+    __slots__ = ("current", "updated", "validate")
+
+    def __init__(self, current: ProducerStateEntry | None, producer_id: int, validate: bool):
+        self.current = current
+        self.updated = current.copy() if current else ProducerStateEntry(producer_id)
+        self.validate = validate
+
+    def _check(self, epoch: int, first_seq: int) -> None:
+        updated = self.updated
+        if epoch < updated.producer_epoch:
+            raise InvalidProducerEpochError(
+                f"producer {updated.producer_id} epoch {epoch} is older than the current "
+                f"epoch {updated.producer_epoch}"
+            )
+        current_epoch = self.current.producer_epoch if self.current else NO_PRODUCER_EPOCH
+        if epoch != updated.producer_epoch:
+            if first_seq != 0 and updated.producer_epoch != NO_PRODUCER_EPOCH:
+                raise OutOfOrderSequenceError(
+                    f"producer {updated.producer_id}: new epoch {epoch} must start at sequence 0,"
+                    f" got {first_seq}"
+                )
+            return
+        if updated.batches:
+            last_seq = updated.last_seq
+        elif self.current is not None and epoch == current_epoch:
+            last_seq = self.current.last_seq
+        else:
+            last_seq = NO_SEQUENCE
+        # A producer whose state is unknown (expired or deleted) may continue at any sequence.
+        if current_epoch != NO_PRODUCER_EPOCH and not _in_sequence(last_seq, first_seq):
+            raise OutOfOrderSequenceError(
+                f"producer {updated.producer_id} epoch {epoch}: sequence {first_seq} does not "
+                f"follow {last_seq}"
+            )
+
+    def append_data(
+        self,
+        epoch: int,
+        first_seq: int,
+        last_seq: int,
+        first_offset: int,
+        last_offset: int,
+        max_timestamp: int,
+        is_transactional: bool,
+    ) -> None:
+        if self.validate:
+            self._check(epoch, first_seq)
+        self.updated.add_batch(
+            epoch, last_seq, last_offset, last_offset - first_offset, max_timestamp
+        )
+        if is_transactional and self.updated.current_txn_first_offset < 0:
+            self.updated.current_txn_first_offset = first_offset
+
+    def append_control(self, epoch: int, max_timestamp: int) -> None:
+        # A transaction marker ends the ongoing transaction (the txn index is future work).
+        if self.validate and epoch < self.updated.producer_epoch:
+            raise InvalidProducerEpochError(
+                f"marker epoch {epoch} is older than {self.updated.producer_epoch}"
+            )
+        self.updated._set_epoch(epoch)
+        self.updated.current_txn_first_offset = -1
+        self.updated.last_timestamp = max_timestamp
+
+
+class ProducerStateManager:
+    """Producer entries of one partition plus the snapshot files in its directory."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.producers: dict[int, ProducerStateEntry] = {}
+        self.map_end_offset = 0  # the log offset up to which the map reflects the log
+
+    # -- appends ---------------------------------------------------------------------------
+    def find_duplicate(
+        self, producer_id: int, epoch: int, first_seq: int, last_seq: int
+    ) -> BatchMetadata | None:
+        entry = self.producers.get(producer_id)
+        return entry.find_duplicate(epoch, first_seq, last_seq) if entry else None
+
+    def prepare(self, producer_id: int, *, validate: bool) -> ProducerAppendInfo:
+        return ProducerAppendInfo(self.producers.get(producer_id), producer_id, validate)
+
+    def commit(self, infos: dict[int, ProducerAppendInfo], end_offset: int) -> None:
+        for producer_id, info in infos.items():
+            self.producers[producer_id] = info.updated
+        self.map_end_offset = end_offset
+
+    def apply_batch(
+        self,
+        producer_id: int,
+        epoch: int,
+        first_seq: int,
+        last_seq: int,
+        first_offset: int,
+        last_offset: int,
+        max_timestamp: int,
+        is_transactional: bool,
+        is_control: bool,
+    ) -> None:
+        """Replay one batch header without validation (log recovery)."""
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            entry = self.producers[producer_id] = ProducerStateEntry(producer_id)
+        if is_control:
+            entry._set_epoch(epoch)
+            entry.current_txn_first_offset = -1
+            entry.last_timestamp = max_timestamp
+            return
+        entry.add_batch(epoch, last_seq, last_offset, last_offset - first_offset, max_timestamp)
+        if is_transactional and entry.current_txn_first_offset < 0:
+            entry.current_txn_first_offset = first_offset
+
+    # -- housekeeping ----------------------------------------------------------------------
+    def truncate_head(self, log_start_offset: int) -> None:
+        """Forget producers whose last write is below the new log start offset."""
+        gone = [
+            pid
+            for pid, e in self.producers.items()
+            if e.last_offset < log_start_offset and e.current_txn_first_offset < 0
+        ]
+        for pid in gone:
+            del self.producers[pid]
+        self.delete_snapshots_below(log_start_offset)
+
+    def remove_expired(self, now_ms: int, expiration_ms: int) -> None:
+        gone = [
+            pid
+            for pid, e in self.producers.items()
+            if e.current_txn_first_offset < 0 and now_ms - e.last_timestamp >= expiration_ms
+        ]
+        for pid in gone:
+            del self.producers[pid]
+
+    def clear(self) -> None:
+        self.producers.clear()
+
+    # -- snapshots -------------------------------------------------------------------------
+    def snapshot_path(self, offset: int) -> Path:
+        return self.directory / f"{offset:020d}{SNAPSHOT_SUFFIX}"
+
+    def snapshot_offsets(self) -> list[int]:
+        offsets = []
+        for path in self.directory.glob(f"*{SNAPSHOT_SUFFIX}"):
+            stem = path.name[: -len(SNAPSHOT_SUFFIX)]
+            if stem.isdigit():
+                offsets.append(int(stem))
+        return sorted(offsets)
+
+    def take_snapshot(self, *, sync: bool) -> Path:
+        """Write the map as `<map_end_offset>.snapshot`; fsync only when `sync` (close)."""
+        path = self.snapshot_path(self.map_end_offset)
+        body = bytearray(_COUNT.pack(len(self.producers)))
+        for e in self.producers.values():
+            meta = e.batches[-1] if e.batches else None
+            body += _ENTRY.pack(
+                e.producer_id,
+                e.producer_epoch,
+                meta.last_seq if meta else NO_SEQUENCE,
+                meta.last_offset if meta else -1,
+                meta.offset_delta if meta else 0,
+                e.last_timestamp,
+                e.coordinator_epoch,
+                e.current_txn_first_offset,
+            )
+        data = _HEADER.pack(_SNAPSHOT_VERSION, crc32c.crc32c(body)) + body
+        tmp = path.with_name(path.name + ".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, data)
+            if sync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        return path
+
+    @staticmethod
+    def read_snapshot(path: Path) -> list[ProducerStateEntry]:
+        data = path.read_bytes()
+        if len(data) < _HEADER.size + _COUNT.size:
+            raise CorruptSnapshotError(f"{path}: too short")
+        version, crc = _HEADER.unpack_from(data)
+        if version != _SNAPSHOT_VERSION:
+            raise CorruptSnapshotError(f"{path}: unknown version {version}")
+        body = memoryview(data)[_HEADER.size :]
+        if crc32c.crc32c(body) != crc:
+            raise CorruptSnapshotError(f"{path}: crc mismatch")
+        (count,) = _COUNT.unpack_from(body)
+        if count < 0 or len(body) != _COUNT.size + count * _ENTRY.size:
+            raise CorruptSnapshotError(f"{path}: bad entry count {count}")
+        entries = []
+        for (
+            pid,
+            epoch,
+            last_seq,
+            last_offset,
+            delta,
+            ts,
+            coord_epoch,
+            txn_first,
+        ) in _ENTRY.iter_unpack(body[_COUNT.size :]):
+            entry = ProducerStateEntry(pid, epoch, last_timestamp=ts)
+            entry.coordinator_epoch = coord_epoch
+            entry.current_txn_first_offset = txn_first
+            if last_offset >= 0:
+                entry.batches.append(BatchMetadata(last_seq, last_offset, delta, ts))
+            entries.append(entry)
+        return entries
+
+    def load_latest_snapshot(self, max_offset: int) -> int | None:
+        """Load the newest readable snapshot at or below `max_offset`, deleting corrupt ones;
+        return its offset (the log must be replayed from there), or None if there is none."""
+        for offset in reversed(self.snapshot_offsets()):
+            if offset > max_offset:
+                continue
+            path = self.snapshot_path(offset)
+            try:
+                entries = self.read_snapshot(path)
+            except (CorruptSnapshotError, OSError):
+                path.unlink(missing_ok=True)
+                continue
+            self.producers = {e.producer_id: e for e in entries}
+            self.map_end_offset = offset
+            return offset
+        self.producers = {}
+        return None
+
+    def delete_snapshots_above(self, offset: int) -> None:
+        for snap in self.snapshot_offsets():
+            if snap > offset:
+                self.snapshot_path(snap).unlink(missing_ok=True)
+
+    def delete_snapshots_below(self, offset: int) -> None:
+        for snap in self.snapshot_offsets():
+            if snap < offset:
+                self.snapshot_path(snap).unlink(missing_ok=True)

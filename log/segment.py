@@ -1,0 +1,329 @@
+"""One log segment: `<base>.log` plus its `.index` and `.timeindex`.
+
+The segment owns a file descriptor for its `.log`; reads hand out (fd, position, size) so the
+network layer can sendfile() the bytes without them entering Python.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from log.index import CorruptIndexError, OffsetIndex, TimeIndex
+from wire.records import (
+    BATCH_HEADER_SIZE,
+    BatchHeader,
+    CorruptRecordError,
+    InvalidRecordError,
+    UnsupportedCompressionError,
+    parse_header,
+    validate_batch,
+)
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+TXN_INDEX_SUFFIX = ".txnindex"
+DELETED_SUFFIX = ".deleted"
+SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
+
+_SCAN_CHUNK = 4096  # read-ahead when walking a few headers on the fetch path
+_REPLAY_CHUNK = 1 << 16  # read-ahead when walking a whole segment
+
+
+def file_stem(offset: int) -> str:
+    return f"{offset:020d}"
+
+
+class LogSegment:
+    def __init__(
+        self,
+        directory: Path,
+        base_offset: int,
+        *,
+        index_interval_bytes: int,
+        max_index_bytes: int,
+        now_ms: int,
+        active: bool,
+    ) -> None:
+        stem = directory / file_stem(base_offset)
+        self.base_offset = base_offset
+        self.log_path = stem.with_suffix(LOG_SUFFIX)
+        self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
+        self.size = os.fstat(self.fd).st_size
+        self.index_interval_bytes = index_interval_bytes
+        self.max_index_bytes = max_index_bytes
+        self.offset_index = OffsetIndex(
+            stem.with_suffix(INDEX_SUFFIX), base_offset, max_index_bytes, writable=active
+        )
+        self.time_index = TimeIndex(
+            stem.with_suffix(TIME_INDEX_SUFFIX), base_offset, max_index_bytes, writable=active
+        )
+        self.bytes_since_last_index_entry = 0
+        self.max_timestamp = -1
+        self.offset_of_max_timestamp = -1  # last offset of the batch holding max_timestamp
+        self.next_offset = base_offset
+        self.created_ms = now_ms
+        self._first_batch_timestamp: int | None = None
+        self.unflushed = False
+
+    # -- loading and recovery --------------------------------------------------------------
+    def load(self) -> bool:
+        """Check the indexes and find the segment's end; False if a recovery is needed."""
+        try:
+            self.offset_index.sanity_check(self.size)
+        except CorruptIndexError:
+            return False
+        last_offset, position = self.offset_index.last_entry()
+        if self.time_index.entries:
+            self.max_timestamp, self.offset_of_max_timestamp = self.time_index.last_entry()
+        end = position
+        for header in self.iter_headers(position):
+            self._track_timestamp(header)
+            self.next_offset = header.next_offset
+            end = header.position + header.size
+        if end != self.size or (self.offset_index.entries and self.next_offset <= last_offset):
+            return False
+        try:
+            self.time_index.sanity_check(self.next_offset)
+        except CorruptIndexError:
+            return False
+        return True
+
+    def recover(self, max_message_bytes: int | None = None) -> int:
+        """Validate every batch, truncate at the first bad one, rebuild both indexes.
+        Returns the number of bytes truncated."""
+        active = self.offset_index.writable
+        for index in (self.offset_index, self.time_index):
+            index.make_writable()
+            index.reset()
+        self.bytes_since_last_index_entry = 0
+        self.max_timestamp = self.offset_of_max_timestamp = -1
+        self.next_offset = self.base_offset
+        self._first_batch_timestamp = None
+        valid = 0
+        if self.size:
+            with mmap.mmap(self.fd, self.size, prot=mmap.PROT_READ) as mm:
+                valid = self._rebuild_from(mm, max_message_bytes)
+        truncated = self.size - valid
+        if truncated:
+            os.ftruncate(self.fd, valid)
+            self.size = valid
+            self.unflushed = True
+        if not active:
+            self.offset_index.make_read_only()
+            self.time_index.make_read_only()
+        return truncated
+
+    def _rebuild_from(self, mm: mmap.mmap, max_message_bytes: int | None) -> int:
+        pos = 0
+        prev_next = self.base_offset
+        with memoryview(mm) as view:
+            while pos < self.size:
+                try:
+                    header = parse_header(view, pos)
+                    if header.size > self.size - pos:
+                        break
+                    if max_message_bytes is not None and header.size > max_message_bytes:
+                        break
+                    validate_batch(view, header)
+                except InvalidRecordError:
+                    pass  # compacted batches legitimately break the produce-side count rule
+                except (CorruptRecordError, UnsupportedCompressionError):
+                    break
+                if header.base_offset < prev_next:
+                    break  # offsets must increase within a segment
+                self._index_batch(header.position, header)
+                prev_next = self.next_offset = header.next_offset
+                pos += header.size
+        return pos
+
+    # -- appends ---------------------------------------------------------------------------
+    def _track_timestamp(self, header: BatchHeader) -> None:
+        if header.max_timestamp > self.max_timestamp:
+            self.max_timestamp = header.max_timestamp
+            self.offset_of_max_timestamp = header.last_offset
+
+    def _index_batch(self, position: int, header: BatchHeader) -> None:
+        """Kafka's indexing rule: an entry once more than index.interval.bytes accumulated."""
+        self._track_timestamp(header)
+        if self._first_batch_timestamp is None and position == 0:
+            self._first_batch_timestamp = header.max_timestamp
+        if self.bytes_since_last_index_entry > self.index_interval_bytes:
+            self.offset_index.append(header.last_offset, position)
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+            self.bytes_since_last_index_entry = 0
+        self.bytes_since_last_index_entry += header.size
+
+    def append(self, data: bytes | bytearray | memoryview, headers: list[BatchHeader]) -> None:
+        """Write `data` (whole batches, described by `headers` positioned within it) at the
+        end in one system call, then index it. No fsync."""
+        start = self.size
+        view = memoryview(data)
+        written = 0
+        while written < len(view):
+            written += os.pwrite(self.fd, view[written:], start + written)
+        self.size += written
+        for header in headers:
+            self._index_batch(start + header.position, header)
+        self.next_offset = headers[-1].next_offset
+        self.unflushed = True
+
+    @property
+    def indexes_full(self) -> bool:
+        return self.offset_index.is_full or self.time_index.is_full
+
+    def first_batch_timestamp(self) -> int:
+        """Max timestamp of the first batch (Kafka's base for time-based rolling); -1 if empty."""
+        if self._first_batch_timestamp is None:
+            header = self.read_header(0)
+            self._first_batch_timestamp = header.max_timestamp if header else -1
+        return self._first_batch_timestamp
+
+    def time_waited_for_roll(self, now_ms: int, message_timestamp: int) -> int:
+        first = self.first_batch_timestamp() if self.size else -1
+        if first >= 0:
+            return message_timestamp - first
+        return now_ms - self.created_ms
+
+    # -- reads -----------------------------------------------------------------------------
+    def read_header(self, position: int) -> BatchHeader | None:
+        if position + BATCH_HEADER_SIZE > self.size:
+            return None
+        header = parse_header(os.pread(self.fd, BATCH_HEADER_SIZE, position))
+        header.position = position
+        return header
+
+    def iter_headers(self, position: int = 0, chunk: int = _SCAN_CHUNK) -> Iterator[BatchHeader]:
+        """Headers of the batches from `position` (a batch start) to the end of the segment,
+        reading ahead `chunk` bytes at a time. Stops quietly at a torn tail."""
+        buf = b""
+        buf_start = 0
+        while position + BATCH_HEADER_SIZE <= self.size:
+            if not buf_start <= position <= buf_start + len(buf) - BATCH_HEADER_SIZE:
+                buf = os.pread(self.fd, max(chunk, BATCH_HEADER_SIZE), position)
+                buf_start = position
+            try:
+                header = parse_header(buf, position - buf_start)
+            except CorruptRecordError:
+                return
+            header.position = position
+            if position + header.size > self.size:
+                return
+            yield header
+            position += header.size
+
+    def find_batch(self, offset: int) -> BatchHeader | None:
+        """The first batch whose last offset is >= `offset`, or None if past this segment."""
+        _, position = self.offset_index.lookup(offset)
+        for header in self.iter_headers(position):
+            if header.last_offset >= offset:
+                return header
+        return None
+
+    def region_end(
+        self, first: BatchHeader, *, max_offset: int, max_bytes: int, min_one_batch: bool
+    ) -> int:
+        """End position of the run of whole batches from `first` that start below
+        `max_offset` and fit in `max_bytes` (the first alone if min_one_batch and too big)."""
+        start = first.position
+        if first.base_offset >= max_offset:
+            return start
+        limit = start + max_bytes
+        first_end = start + first.size
+        if first_end > limit:
+            return first_end if min_one_batch else start
+        # Every batch before an index entry within both limits qualifies: jump there.
+        position = max(first_end, self.offset_index.last_position_within(limit, max_offset))
+        end = position
+        for header in self.iter_headers(position):
+            header_end = header.position + header.size
+            if header.base_offset >= max_offset or header_end > limit:
+                break
+            end = header_end
+        return end
+
+    # -- maintenance -----------------------------------------------------------------------
+    def truncate_to(self, offset: int) -> int:
+        """Drop the batch containing `offset` and everything after; returns bytes removed."""
+        header = self.find_batch(offset)
+        if header is None:
+            return 0
+        removed = self.size - header.position
+        os.ftruncate(self.fd, header.position)
+        self.size = header.position
+        self.offset_index.truncate_to(offset)
+        self.time_index.truncate_to(offset)
+        self._restore_tail_state()
+        self.bytes_since_last_index_entry = 0
+        if self.size == 0:
+            self._first_batch_timestamp = None
+        self.unflushed = True
+        return removed
+
+    def _restore_tail_state(self) -> None:
+        """Max timestamp and next offset from the last index entries plus a short scan."""
+        if self.time_index.entries:
+            self.max_timestamp, self.offset_of_max_timestamp = self.time_index.last_entry()
+        else:
+            self.max_timestamp = self.offset_of_max_timestamp = -1
+        _, position = self.offset_index.last_entry()
+        self.next_offset = self.base_offset
+        for header in self.iter_headers(position):
+            self._track_timestamp(header)
+            self.next_offset = header.next_offset
+
+    def on_become_inactive(self) -> None:
+        """Record the final max timestamp and trim the indexes (on roll)."""
+        if self.max_timestamp >= 0:
+            self.time_index.maybe_append(
+                self.max_timestamp, self.offset_of_max_timestamp, skip_full_check=True
+            )
+        self.offset_index.make_read_only()
+        self.time_index.make_read_only()
+
+    def make_active(self) -> None:
+        self.offset_index.make_writable()
+        self.time_index.make_writable()
+
+    def flush(self) -> None:
+        if self.unflushed:
+            os.fsync(self.fd)
+            self.offset_index.fsync()
+            self.time_index.fsync()
+            self.unflushed = False
+
+    def close(self) -> None:
+        if self.max_timestamp >= 0 and self.time_index.writable:
+            self.time_index.maybe_append(
+                self.max_timestamp, self.offset_of_max_timestamp, skip_full_check=True
+            )
+        self.offset_index.close()
+        self.time_index.close()
+        self.close_fd()
+
+    def rename_for_delete(self) -> None:
+        """Rename every file to `*.deleted`; the fd stays valid for in-flight reads."""
+        self.offset_index.release()
+        self.time_index.release()
+        renamed = []
+        for path in (self.log_path, self.offset_index.path, self.time_index.path):
+            target = path.with_name(path.name + DELETED_SUFFIX)
+            if path.exists():
+                os.rename(path, target)
+            renamed.append(target)
+        self.log_path, self.offset_index.path, self.time_index.path = renamed
+
+    def close_fd(self) -> None:
+        self.offset_index.release()
+        self.time_index.release()
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def delete_files(self) -> None:
+        self.close_fd()
+        for path in (self.log_path, self.offset_index.path, self.time_index.path):
+            path.unlink(missing_ok=True)

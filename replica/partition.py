@@ -1,0 +1,47 @@
+"""One partition as seen by this broker: its log, leadership, ISR and high watermark."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from log.log import AppendResult, Log, ReadResult
+
+
+@dataclass(eq=False)
+class Partition:
+    topic: str
+    index: int
+    log: Log
+    leader: int
+    leader_epoch: int
+    replicas: list[int]
+    isr: list[int]
+    broker_id: int
+    high_watermark: int = 0
+    # Offsets of the followers' logs, as reported by their fetches (for ISR and HW).
+    follower_ends: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def is_leader(self) -> bool:
+        return self.leader == self.broker_id
+
+    def append_as_leader(self, records: bytes, now_ms: int) -> AppendResult:
+        result = self.log.append_as_leader(records, leader_epoch=self.leader_epoch, now_ms=now_ms)
+        self.maybe_advance_high_watermark()
+        return result
+
+    def maybe_advance_high_watermark(self) -> bool:
+        """The HW is the smallest log end offset across the ISR; it never moves back."""
+        end = self.log.log_end_offset
+        for replica in self.isr:
+            if replica != self.broker_id:
+                end = min(end, self.follower_ends.get(replica, 0))
+        if end > self.high_watermark:
+            self.high_watermark = end
+            return True
+        return False
+
+    def read(self, offset: int, max_bytes: int, min_one_batch: bool) -> ReadResult:
+        """Committed data only: nothing at or above the high watermark."""
+        return self.log.read(offset, max_bytes=max_bytes, max_offset=self.high_watermark,
+                             min_one_batch=min_one_batch)

@@ -1,0 +1,144 @@
+"""Command line of scripts/bench: run the scenarios on each broker, print the table."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import NoReturn
+
+from .artifacts import REPO, ensure_java_driver, ensure_tansu
+from .brokers import KINDS, Broker, BrokerError
+from .drivers import MIB, DriverError, JavaDriver
+from .report import NOTE, markdown_table
+from .scenarios import BY_NAME, PARTITIONS, SCENARIOS, SIZES, Context, Scenario, ScenarioError
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="scripts/bench",
+        description="Gregor and Tansu side by side on this machine, with the same clients.",
+    )
+    parser.add_argument(
+        "--size",
+        choices=sorted(SIZES),
+        default="small",
+        help="small: smoke run, seconds per scenario; full: README numbers (2 GiB produce)",
+    )
+    parser.add_argument("--only", choices=sorted(KINDS), help="run a single broker")
+    parser.add_argument(
+        "--scenarios",
+        help="comma-separated subset of: " + ", ".join(s.name for s in SCENARIOS),
+    )
+    parser.add_argument("--json", type=Path, help="also write all measurements here")
+    args = parser.parse_args(argv)
+    if args.scenarios:
+        unknown = set(args.scenarios.split(",")) - set(BY_NAME)
+        if unknown:
+            parser.error(f"unknown scenarios: {', '.join(sorted(unknown))}")
+    return args
+
+
+def _terminate(signum: int, _frame: object) -> NoReturn:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _git_commit() -> str:
+    out = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    )
+    return out.stdout.strip()
+
+
+def _cpu_model() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.machine()
+
+
+def _log(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def _run_one(scenario: Scenario, broker_name: str, ctx_args: dict, work: Path) -> dict:
+    kind = KINDS[broker_name]
+    started = time.monotonic()
+    try:
+        with Broker(kind, work / f"{broker_name}-{scenario.name}") as broker:
+            try:
+                result: dict = scenario.run(Context(broker, **ctx_args))
+            except (BrokerError, DriverError, ScenarioError) as e:
+                tail = broker.log_tail(10)
+                raise ScenarioError(f"{e}\n--- {kind.label} log tail ---\n{tail}") from e
+    except (BrokerError, ScenarioError) as e:
+        _log(f"  {kind.label}: FAILED after {time.monotonic() - started:.0f}s: {e}")
+        return {"error": str(e)}
+    shown = ", ".join(f"{k}={v:.4g}" for k, v in result.items())
+    _log(f"  {kind.label}: {time.monotonic() - started:.0f}s: {shown}")
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse(argv)
+    signal.signal(signal.SIGTERM, _terminate)
+    signal.signal(signal.SIGHUP, _terminate)
+    sizes = SIZES[args.size]
+    chosen = [BY_NAME[n] for n in args.scenarios.split(",")] if args.scenarios else SCENARIOS
+    brokers = [args.only] if args.only else ["gregor", "tansu"]
+    big = f"{sizes.big_bytes / (1 << 30):g} GiB" if sizes.big_bytes >= 1 << 30 else None
+    big = big or f"{sizes.big_bytes // MIB} MiB"
+
+    java = JavaDriver(ensure_java_driver()) if any(s.uses_java for s in chosen) else None
+    if "tansu" in brokers:
+        ensure_tansu()
+    results: dict[str, dict[str, dict]] = {b: {} for b in brokers}
+    started = time.monotonic()
+    try:
+        with tempfile.TemporaryDirectory(prefix="gregor-bench-") as tmp:
+            # Scenario-major order: both brokers see the same machine state, drift hits both.
+            for scenario in chosen:
+                _log(f"{scenario.name}: {scenario.title.format(big=big)}")
+                for name in brokers:
+                    ctx_args = {"sizes": sizes, "java": java}
+                    results[name][scenario.name] = _run_one(scenario, name, ctx_args, Path(tmp))
+    except KeyboardInterrupt:
+        _log("interrupted; brokers stopped and temporary files removed")
+        return 130
+    _log(f"total {time.monotonic() - started:.0f}s")
+
+    labels = {b: KINDS[b].label for b in brokers}
+    rows = [(s.name, s.title.format(big=big), s.kind) for s in chosen]
+    print(markdown_table(rows, results, labels))
+    print()
+    storage = "; ".join(f"{KINDS[b].label} storage: {KINDS[b].storage}" for b in brokers)
+    print(
+        f"{NOTE} Topics: {PARTITIONS} partition, replication factor 1; "
+        f"clients and broker share one machine ({_cpu_model()}). {storage}. "
+        f"Size: {args.size}."
+    )
+    if args.json:
+        meta = {
+            "size": args.size,
+            "sizes": vars(sizes),
+            "partitions": PARTITIONS,
+            "commit": _git_commit(),
+            "cpu": _cpu_model(),
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+        args.json.write_text(json.dumps({"meta": meta, "results": results}, indent=2) + "\n")
+    failures = [
+        f"{KINDS[b].label} {name}: {r['error'].splitlines()[0]}"
+        for b, per in results.items()
+        for name, r in per.items()
+        if "error" in r
+    ]
+    if failures:
+        _log("failed runs (details above):\n  " + "\n  ".join(failures))
+    return 1 if failures else 0

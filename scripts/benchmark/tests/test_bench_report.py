@@ -1,0 +1,39 @@
+from benchmark.report import markdown_table
+
+SCENARIOS = [("t", "Java tuned", "throughput"), ("lat", "Latency", "latency")]
+GOOD = {
+    "produce_mib_s": 50.0,
+    "produce_rec_s": 524288.0,
+    "consume_mib_s": 100.0,
+    "consume_rec_s": 1.5e6,
+    "cpu_s_per_gib": 4.0,
+}
+
+
+def test_two_brokers_show_ratio_of_the_row_metric() -> None:
+    results = {
+        "gregor": {"t": GOOD, "lat": {"p50_ms": 3.0, "p99_ms": 9.0}},
+        "tansu": {"t": {**GOOD, "produce_mib_s": 100.0, "cpu_s_per_gib": 2.0}},
+    }
+    lines = markdown_table(SCENARIOS, results, {"gregor": "Gregor", "tansu": "Tansu"}).splitlines()
+    assert lines[0] == "| scenario | metric | Gregor | Tansu | Gregor/Tansu |"
+    assert lines[1] == "|---|---|---:|---:|---:|"
+    assert lines[2] == (
+        "| Java tuned | produce | 50.0 MiB/s (524 k rec/s) | 100.0 MiB/s (524 k rec/s) | 0.50× |"
+    )
+    assert lines[3].endswith("| 1.00× |")
+    assert lines[4] == "|  | broker CPU s per GiB moved | 4.00 | 2.00 | 2.00× |"
+    # Tansu has no latency result: the cell says so and there is no ratio.
+    assert lines[5] == "| Latency | p50 ms | 3.00 | not run | – |"
+
+
+def test_failed_run_shows_failed_and_no_ratio() -> None:
+    results = {"gregor": {"t": {"error": "boom"}}, "tansu": {"t": GOOD}}
+    table = markdown_table(SCENARIOS[:1], results, {"gregor": "Gregor", "tansu": "Tansu"})
+    assert "| Java tuned | produce | failed | 50.0 MiB/s (524 k rec/s) | – |" in table
+
+
+def test_single_broker_has_no_ratio_column() -> None:
+    table = markdown_table(SCENARIOS[:1], {"tansu": {"t": GOOD}}, {"tansu": "Tansu"})
+    assert table.splitlines()[0] == "| scenario | metric | Tansu |"
+    assert "1.50 M rec/s" in table

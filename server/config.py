@@ -1,0 +1,225 @@
+"""Broker configuration: Kafka's ``server.properties`` key names, types and defaults.
+
+Values are kept as the strings the operator wrote (so log-level keys can be handed to
+``log.config`` unchanged) and parsed once through the table below when loaded.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from log.config import TOPIC_CONFIGS, LogConfig
+
+logger = logging.getLogger(__name__)
+
+LONG_MAX = 2**63 - 1
+INT_MAX = 2**31 - 1
+
+
+class ConfigError(ValueError):
+    """An invalid configuration value; the message names the key."""
+
+
+def _parse_bool(raw: str) -> bool:
+    lowered = raw.strip().lower()
+    if lowered not in ("true", "false"):
+        raise ValueError("expected true or false")
+    return lowered == "true"
+
+
+def _parse_list(raw: str) -> list[str]:
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+_PARSERS: dict[str, Callable[[str], Any]] = {
+    "int": int,
+    "long": int,
+    "double": float,
+    "bool": _parse_bool,
+    "string": str,
+    "list": _parse_list,
+    "password": str,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigKey:
+    name: str
+    type: str
+    default: str | None
+    minimum: int | None = None
+    choices: tuple[str, ...] | None = None
+
+    def parse(self, raw: str) -> Any:
+        try:
+            value = _PARSERS[self.type](raw)
+        except ValueError as e:
+            raise ConfigError(f"Invalid value {raw!r} for configuration {self.name}: {e}") from e
+        if self.minimum is not None and value < self.minimum:
+            raise ConfigError(
+                f"Invalid value {raw!r} for configuration {self.name}: "
+                f"value must be at least {self.minimum}"
+            )
+        if self.choices is not None and value not in self.choices:
+            raise ConfigError(
+                f"Invalid value {raw!r} for configuration {self.name}: "
+                f"must be one of {', '.join(self.choices)}"
+            )
+        if self.type in ("int",) and not -(2**31) <= value <= INT_MAX:
+            raise ConfigError(f"Invalid value {raw!r} for configuration {self.name}: out of range")
+        return value
+
+
+def _k(name: str, type_: str, default: str | None, minimum: int | None = None,
+       choices: tuple[str, ...] | None = None) -> ConfigKey:
+    return ConfigKey(name, type_, default, minimum, choices)
+
+
+KEYS: dict[str, ConfigKey] = {k.name: k for k in (
+    # identity and listeners
+    _k("broker.id", "int", "0", -1),
+    _k("node.id", "int", None, -1),
+    _k("listeners", "list", "PLAINTEXT://:9092"),
+    _k("advertised.listeners", "list", None),
+    _k("listener.security.protocol.map", "list",
+       "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL"),
+    _k("broker.rack", "string", None),
+    _k("log.dirs", "list", None),
+    _k("log.dir", "list", "/tmp/kafka-logs"),
+    _k("zookeeper.connect", "string", None),
+    _k("zookeeper.session.timeout.ms", "int", "18000", 1),
+    # network and request handling
+    _k("num.network.threads", "int", "3", 1),
+    _k("num.io.threads", "int", "8", 1),
+    _k("queued.max.requests", "int", "500", 1),
+    _k("socket.request.max.bytes", "int", "104857600", 1),
+    _k("socket.send.buffer.bytes", "int", "102400", -1),
+    _k("socket.receive.buffer.bytes", "int", "102400", -1),
+    _k("connections.max.idle.ms", "long", "600000"),
+    _k("fetch.max.bytes", "int", "57671680", 1024),
+    _k("replica.lag.time.max.ms", "long", "30000", 0),
+    _k("request.timeout.ms", "int", "30000", 0),
+    # topics
+    _k("num.partitions", "int", "1", 1),
+    _k("default.replication.factor", "int", "1", 1),
+    _k("auto.create.topics.enable", "bool", "true"),
+    _k("delete.topic.enable", "bool", "true"),
+    # log
+    _k("log.retention.check.interval.ms", "long", "300000", 1),
+    _k("log.flush.scheduler.interval.ms", "long", str(LONG_MAX)),
+    _k("log.flush.offset.checkpoint.interval.ms", "int", "60000", 0),
+    _k("log.flush.start.offset.checkpoint.interval.ms", "int", "60000", 0),
+    # groups and offsets
+    _k("offsets.topic.num.partitions", "int", "50", 1),
+    _k("offsets.topic.replication.factor", "int", "3", 1),
+    _k("offsets.topic.segment.bytes", "int", "104857600", 1),
+    _k("offsets.retention.minutes", "int", "10080", 1),
+    _k("offsets.retention.check.interval.ms", "long", "600000", 1),
+    _k("group.initial.rebalance.delay.ms", "int", "3000", 0),
+    _k("group.min.session.timeout.ms", "int", "6000"),
+    _k("group.max.session.timeout.ms", "int", "1800000"),
+    _k("group.max.size", "int", str(INT_MAX), 1),
+    # producers
+    _k("producer.id.expiration.ms", "int", "86400000", 1),
+    _k("transactional.id.expiration.ms", "int", "604800000", 1),
+    _k("transaction.max.timeout.ms", "int", "900000", 1),
+)}
+
+
+class BrokerConfig:
+    """Validated broker configuration; ``raw`` keeps the explicitly set strings."""
+
+    def __init__(self, raw: Mapping[str, str]) -> None:
+        self.raw: dict[str, str] = dict(raw)
+        self._values: dict[str, Any] = {}
+        for name, key in KEYS.items():
+            text = self.raw.get(name, key.default)
+            self._values[name] = None if text is None else key.parse(text)
+        log_keys = {key for d in TOPIC_CONFIGS.values() for key, _ in d.synonyms}
+        for name in self.raw:
+            if name not in KEYS and name not in log_keys:
+                logger.warning("Unknown configuration %r was supplied but isn't a known config",
+                               name)
+        try:
+            self.log_config = LogConfig.from_properties(self.raw, {})
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+        self._check()
+
+    def __getitem__(self, name: str) -> Any:
+        return self._values[name]
+
+    @staticmethod
+    def key_types() -> dict[str, str]:
+        """Every broker-level key this table defines, with its type."""
+        return {name: key.type for name, key in KEYS.items()}
+
+    def is_default(self, name: str) -> bool:
+        return name not in self.raw
+
+    def _check(self) -> None:
+        if not self.listeners:
+            raise ConfigError("listeners must name at least one listener")
+        for listener in self.listeners + self.advertised_listeners:
+            parse_listener(listener)
+        if self["node.id"] is not None and self["node.id"] != self["broker.id"]:
+            if "broker.id" in self.raw:
+                raise ConfigError("broker.id and node.id must match when both are set")
+
+    @property
+    def broker_id(self) -> int:
+        node_id = self["node.id"]
+        return node_id if node_id is not None else self["broker.id"]
+
+    @property
+    def log_dirs(self) -> list[Path]:
+        return [Path(d) for d in (self["log.dirs"] or self["log.dir"])]
+
+    @property
+    def listeners(self) -> list[str]:
+        return self["listeners"]
+
+    @property
+    def advertised_listeners(self) -> list[str]:
+        return self["advertised.listeners"] or []
+
+
+def parse_listener(listener: str) -> tuple[str, str, int]:
+    """``NAME://host:port`` -> (name, host, port); host may be empty (all interfaces)."""
+    name, sep, address = listener.partition("://")
+    host, colon, port = address.rpartition(":")
+    if not sep or not colon or not name:
+        raise ConfigError(f"Invalid value {listener!r} for configuration listeners: "
+                          "expected NAME://host:port")
+    try:
+        port_number = int(port)
+    except ValueError:
+        raise ConfigError(f"Invalid port in listener {listener!r}") from None
+    if not 0 <= port_number <= 65535:
+        raise ConfigError(f"Invalid port in listener {listener!r}")
+    return name.upper(), host.strip("[]"), port_number
+
+
+def read_properties(path: Path) -> dict[str, str]:
+    """Parse a Java-style ``.properties`` file (``key=value`` or ``key: value``, # comments)."""
+    props: dict[str, str] = {}
+    pending = ""
+    for line in path.read_text().splitlines():
+        line = pending + line.strip()
+        pending = ""
+        if not line or line[0] in "#!":
+            continue
+        if line.endswith("\\"):
+            pending = line[:-1]
+            continue
+        for i, ch in enumerate(line):
+            if ch in "=:":
+                props[line[:i].strip()] = line[i + 1:].strip()
+                break
+        else:
+            props[line] = ""
+    return props

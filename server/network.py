@@ -1,0 +1,250 @@
+"""The socket server: connections, framing, the request channel and the handler pool.
+
+Each connection hands at most one request at a time to the request channel and reads
+the next frame only after the previous one was answered (Kafka mutes the channel the
+same way), so requests are handled and answered in order while clients may pipeline.
+A bounded channel feeds ``num.io.threads`` handler tasks; a handler answers at once or
+parks the request in the purgatory and moves on to the next one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import os
+import socket
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+logger = logging.getLogger(__name__)
+
+_SIZE = 4
+# A connection stops reading from its socket once this much is buffered unread.
+_READ_BUFFER_LIMIT = 1 << 20
+
+
+class FileRegion(Protocol):
+    fd: int
+    position: int
+    size: int
+
+
+Part = bytes | FileRegion
+
+
+@dataclass(slots=True)
+class Request:
+    connection: Connection
+    frame: bytes
+    received_ns: int
+
+
+class RequestChannel:
+    """Bounded FIFO between the connections and the handler pool."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._queue: collections.deque[Request] = collections.deque()
+        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        self._blocked: list[Connection] = []
+
+    def submit(self, request: Request) -> None:
+        self._queue.append(request)
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                break
+
+    @property
+    def full(self) -> bool:
+        return len(self._queue) >= self.capacity
+
+    def wait_for_room(self, connection: Connection) -> None:
+        self._blocked.append(connection)
+
+    async def take(self) -> Request:
+        while not self._queue:
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            await waiter
+        request = self._queue.popleft()
+        if self._blocked and not self.full:
+            blocked, self._blocked = self._blocked, []
+            for connection in blocked:
+                connection.next_request()
+        return request
+
+
+class Connection(asyncio.Protocol):
+    """One client connection: frames in, responses out, one request in flight."""
+
+    def __init__(self, server: SocketServer, listener: str) -> None:
+        self.server = server
+        self.listener = listener
+        self.transport: asyncio.Transport | None = None
+        self.peer = "?"
+        self._buffer = bytearray()
+        self._in_flight = False
+        self._reading = True
+        self._closed = False
+
+    # -- asyncio.Protocol -------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.server.connections.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closed = True
+        self.server.connections.discard(self)
+
+    def data_received(self, data: bytes) -> None:
+        self._buffer += data
+        self.next_request()
+
+    # -- framing ----------------------------------------------------------------------
+    def next_request(self) -> None:
+        """Submit the next complete frame, if any and if no request is in flight."""
+        if self._in_flight or self._closed:
+            return
+        channel = self.server.channel
+        buffer = self._buffer
+        if len(buffer) >= _SIZE:
+            size = int.from_bytes(buffer[:_SIZE], "big", signed=True)
+            if size < 0 or size > self.server.max_request_size:
+                logger.warning("Closing connection from %s: request size %d is outside 0..%d "
+                            "(socket.request.max.bytes)", self.peer, size,
+                            self.server.max_request_size)
+                self.close()
+                return
+            end = _SIZE + size
+            if len(buffer) >= end:
+                if channel.full:
+                    channel.wait_for_room(self)
+                    self._set_reading(False)
+                    return
+                frame = bytes(buffer[_SIZE:end])
+                del buffer[:end]
+                self._in_flight = True
+                channel.submit(Request(self, frame, time.monotonic_ns()))
+        # Bound what one connection may hold in memory: stop reading while a request is
+        # in flight and plenty is already buffered.
+        self._set_reading(not (self._in_flight and len(buffer) >= _READ_BUFFER_LIMIT))
+
+    def _set_reading(self, reading: bool) -> None:
+        if self.transport is None or reading == self._reading or self._closed:
+            return
+        self._reading = reading
+        if reading:
+            self.transport.resume_reading()
+        else:
+            self.transport.pause_reading()
+
+    # -- responses --------------------------------------------------------------------
+    def send(self, parts: Sequence[Part], size: int) -> None:
+        """Write one response (already headed, without the size prefix) and move on."""
+        if self._closed or self.transport is None:
+            return
+        if all(isinstance(p, bytes) for p in parts):
+            self.transport.writelines([size.to_bytes(4, "big"), *parts])  # type: ignore[list-item]
+            self.done()
+        else:
+            self.server.spawn(self._send_regions(parts, size))
+
+    def done(self) -> None:
+        """The in-flight request is finished (answered, or needs no answer)."""
+        self._in_flight = False
+        self.next_request()
+
+    async def _send_regions(self, parts: Sequence[Part], size: int) -> None:
+        assert self.transport is not None
+        loop = asyncio.get_running_loop()
+        pending: list[bytes] = [size.to_bytes(4, "big")]
+        try:
+            for part in parts:
+                if isinstance(part, bytes):
+                    pending.append(part)
+                    continue
+                if pending:
+                    self.transport.writelines(pending)
+                    pending = []
+                with os.fdopen(part.fd, "rb", buffering=0, closefd=False) as file:
+                    await loop.sendfile(self.transport, file, part.position, part.size)
+            if pending:
+                self.transport.writelines(pending)
+        except (ConnectionError, OSError, RuntimeError) as e:
+            logger.info("Closing connection from %s while sending a response: %s", self.peer, e)
+            self.close()
+            return
+        self.done()
+
+    def close(self) -> None:
+        self._closed = True
+        if self.transport is not None:
+            self.transport.close()
+
+
+class SocketServer:
+    """Listens on the configured listeners and runs the handler pool."""
+
+    def __init__(self, handler: Callable[[Connection, bytes], None], *,
+                 io_threads: int, queued_max_requests: int, max_request_size: int) -> None:
+        self.handler = handler
+        self.channel = RequestChannel(queued_max_requests)
+        self.max_request_size = max_request_size
+        self.connections: set[Connection] = set()
+        self._io_threads = io_threads
+        self._servers: list[asyncio.Server] = []
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._workers: list[asyncio.Task[None]] = []
+
+    async def listen(self, name: str, host: str, port: int) -> int:
+        """Start a listener; return the bound port (useful when ``port`` is 0)."""
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(lambda: Connection(self, name), host or None, port,
+                                          reuse_address=True, backlog=512)
+        self._servers.append(server)
+        return server.sockets[0].getsockname()[1]
+
+    def start_handlers(self) -> None:
+        self._workers = [asyncio.create_task(self._work()) for _ in range(self._io_threads)]
+
+    def spawn(self, coro: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _work(self) -> None:
+        while True:
+            request = await self.channel.take()
+            try:
+                self.handler(request.connection, request.frame)
+            except Exception:
+                logger.exception("Unexpected error handling a request from %s; closing it",
+                              request.connection.peer)
+                request.connection.close()
+
+    async def stop_accepting(self) -> None:
+        for server in self._servers:
+            server.close()
+        for server in self._servers:
+            await server.wait_closed()
+
+    async def drain(self, timeout: float) -> None:
+        """Let in-flight work finish (bounded by ``timeout``), then close everything."""
+        deadline = time.monotonic() + timeout
+        while self._tasks and time.monotonic() < deadline:
+            await asyncio.wait(list(self._tasks), timeout=deadline - time.monotonic())
+        for worker in self._workers:
+            worker.cancel()
+        for connection in list(self.connections):
+            connection.close()

@@ -1,0 +1,66 @@
+"""A tiny raw-socket Kafka client for protocol-level tests (bytes on a real socket)."""
+
+from __future__ import annotations
+
+import socket
+import struct
+from typing import Any
+
+from wire.headers import skip_tagged_fields
+from wire.schema import decode, encode, is_flexible, response_type
+from wire.versions import is_supported
+
+
+def request_frame(api_key: int, version: int, correlation_id: int, body: Any,
+                  client_id: str = "wire-test") -> bytes:
+    cid = client_id.encode()
+    header = struct.pack(">hhih", api_key, version, correlation_id, len(cid)) + cid
+    if is_supported(api_key, version) and is_flexible(api_key, version):
+        header += b"\x00"
+    payload = header + (body if isinstance(body, bytes) else encode(body))
+    return struct.pack(">i", len(payload)) + payload
+
+
+class WireClient:
+    def __init__(self, port: int, timeout: float = 10.0) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        self._next = 0
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def send(self, frame: bytes) -> None:
+        self.sock.sendall(frame)
+
+    def read_frame(self) -> bytes:
+        size = struct.unpack(">i", self._recv(4))[0]
+        return self._recv(size)
+
+    def call(self, api_key: int, version: int, body: Any) -> Any:
+        self._next += 1
+        self.send(request_frame(api_key, version, self._next, body))
+        return self.read_response(api_key, version, self._next)
+
+    def read_response(self, api_key: int, version: int, correlation_id: int) -> Any:
+        frame = self.read_frame()
+        assert struct.unpack_from(">i", frame)[0] == correlation_id
+        pos = 4
+        if is_flexible(api_key, version) and api_key != 18:
+            pos = skip_tagged_fields(frame, pos)
+        return decode(response_type(api_key, version), frame, pos)
+
+    def is_closed_by_peer(self) -> bool:
+        """True once the broker has closed the connection (EOF or reset)."""
+        try:
+            return self.sock.recv(1) == b""
+        except ConnectionResetError:
+            return True
+
+    def _recv(self, n: int) -> bytes:
+        buf = bytearray()
+        while len(buf) < n:
+            chunk = self.sock.recv(n - len(buf))
+            if not chunk:
+                raise ConnectionError("connection closed by broker")
+            buf += chunk
+        return bytes(buf)

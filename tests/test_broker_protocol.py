@@ -1,0 +1,166 @@
+"""Protocol-level behaviour of a real broker process, driven over raw sockets."""
+
+from __future__ import annotations
+
+import random
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from compat_tests.broker import BrokerProcess
+from tests.kafka_wire import WireClient, request_frame
+from wire.schema import request_type
+from wire.versions import SUPPORTED
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    with BrokerProcess(tmp_path_factory.mktemp("proto"),
+                       {"socket.request.max.bytes": "1048576"}) as b:
+        yield b
+
+
+@pytest.fixture
+def client(broker: BrokerProcess) -> Iterator[WireClient]:
+    c = WireClient(broker.port)
+    yield c
+    c.close()
+
+
+def api_versions_request(version: int) -> object:
+    cls = request_type(18, version)
+    if version >= 3:
+        return cls(client_software_name="wire-test", client_software_version="1.0")
+    return cls()
+
+
+def metadata_request(version: int, topics: list[str] | None) -> object:
+    cls = request_type(3, version)
+    topic_cls = getattr(__import__(cls.__module__, fromlist=["x"]), "MetadataRequestTopic")
+    entries = None if topics is None else tuple(
+        topic_cls(name=t, **({"topic_id": None} if version >= 10 else {})) for t in topics)
+    fields = {"topics": entries}
+    if version >= 4:
+        fields["allow_auto_topic_creation"] = True
+    if version >= 8:
+        fields["include_topic_authorized_operations"] = False
+    if version in (8, 9, 10):
+        fields["include_cluster_authorized_operations"] = False
+    return cls(**fields)
+
+
+@pytest.mark.parametrize("version", [0, 1, 2, 3])
+def test_api_versions_lists_what_we_serve(client: WireClient, version: int) -> None:
+    response = client.call(18, version, api_versions_request(version))
+    assert response.error_code == ErrorCode.none
+    assert {k.api_key: (k.min_version, k.max_version) for k in response.api_keys} == SUPPORTED
+
+
+def test_api_versions_fallback_to_v0_for_unknown_version(client: WireClient) -> None:
+    # A v9 request body is unknown to us; the answer must be v0 with UNSUPPORTED_VERSION.
+    client.send(request_frame(18, 9, 77, b"\x00\x00\x00"))
+    frame = client.read_frame()
+    correlation_id, error, count = struct.unpack_from(">ihi", frame)
+    assert correlation_id == 77
+    assert error == ErrorCode.unsupported_version
+    assert count == len(SUPPORTED)
+    api_key, lo, hi = struct.unpack_from(">hhh", frame, 10)
+    assert (lo, hi) == SUPPORTED[api_key]
+
+
+def test_pipelined_requests_are_answered_in_order(client: WireClient) -> None:
+    versions = [0, 1, 2, 3] * 10
+    client.send(b"".join(
+        request_frame(18, v, i, api_versions_request(v)) for i, v in enumerate(versions)))
+    for i, v in enumerate(versions):
+        assert client.read_response(18, v, i).error_code == ErrorCode.none
+
+
+@pytest.mark.parametrize("version", [0, 4, 9, 12])
+def test_metadata_auto_creates_topics(client: WireClient, broker: BrokerProcess,
+                                      version: int) -> None:
+    name = f"auto-{version}"
+    response = client.call(3, version, metadata_request(version, [name]))
+    [topic] = response.topics
+    assert topic.error_code == ErrorCode.none and topic.name == name
+    assert [p.partition_index for p in topic.partitions] == [0]
+    assert topic.partitions[0].leader_id == 0
+    assert [(b.node_id, b.host, b.port) for b in response.brokers] == [(0, "127.0.0.1",
+                                                                        broker.port)]
+
+
+def test_metadata_rejects_illegal_topic_names(client: WireClient) -> None:
+    response = client.call(3, 12, metadata_request(12, ["bad name!"]))
+    assert response.topics[0].error_code == ErrorCode.invalid_topic_exception
+
+
+@pytest.mark.parametrize("frame", [
+    struct.pack(">i", -5),                         # negative size
+    struct.pack(">i", 2_000_000),                  # above socket.request.max.bytes
+    request_frame(3, 12, 1, b"\x02\x03"),          # truncated body
+    request_frame(999, 0, 1, b""),                 # unknown API key
+    request_frame(3, 99, 1, b""),                  # unknown version
+    struct.pack(">i", 3) + b"\x00\x03\x00",        # header shorter than its fixed part
+])
+def test_hostile_frames_close_the_connection(broker: BrokerProcess, frame: bytes) -> None:
+    bad = WireClient(broker.port)
+    bad.send(frame)
+    assert bad.is_closed_by_peer()
+    bad.close()
+    good = WireClient(broker.port)
+    assert good.call(18, 3, api_versions_request(3)).error_code == ErrorCode.none
+    good.close()
+
+
+def test_random_garbage_never_takes_the_broker_down(broker: BrokerProcess) -> None:
+    rng = random.Random(1234)
+    valid = request_frame(3, 12, 1, metadata_request(12, ["garbage-topic"]))
+    for i in range(200):
+        mutated = bytearray(valid)
+        for _ in range(rng.randint(1, 8)):
+            mutated[rng.randrange(4, len(mutated))] = rng.randrange(256)
+        if i % 3 == 0:
+            mutated = bytearray(valid[:4]) + bytes(rng.randrange(256) for _ in range(len(valid) - 4))
+        c = WireClient(broker.port, timeout=5)
+        c.send(bytes(mutated))
+        c.sock.shutdown(1)  # no more requests: the broker answers or closes, then EOF
+        try:
+            while c.sock.recv(65536):
+                pass
+        except ConnectionResetError:
+            pass
+        c.close()
+    good = WireClient(broker.port)
+    assert good.call(18, 3, api_versions_request(3)).error_code == ErrorCode.none
+    good.close()
+    assert "Unexpected error" not in broker.log_tail(100_000)
+
+
+def test_invalid_config_stops_startup_naming_the_key(tmp_path: Path) -> None:
+    b = BrokerProcess(tmp_path, {"num.io.threads": "zero"})
+    with pytest.raises(Exception, match="exited with code 1"):
+        b.start()
+    assert "num.io.threads" in b.log_tail()
+
+
+def test_unknown_config_is_a_warning(tmp_path: Path) -> None:
+    with BrokerProcess(tmp_path, {"no.such.setting": "1"}) as b:
+        c = WireClient(b.port)
+        assert c.call(18, 3, api_versions_request(3)).error_code == ErrorCode.none
+        c.close()
+    assert "WARNING Unknown configuration 'no.such.setting'" in b.log_tail()
+
+
+def test_sigterm_shuts_down_cleanly(tmp_path: Path) -> None:
+    b = BrokerProcess(tmp_path)
+    b.start()
+    c = WireClient(b.port)
+    c.call(3, 12, metadata_request(12, ["clean"]))
+    c.close()
+    b.stop()
+    assert b._proc is not None and b._proc.returncode == 0
+    assert (b.data_dir / ".kafka_cleanshutdown").exists()
+    assert "shut down completed" in b.log_tail()

@@ -1,0 +1,247 @@
+"""Record batch compression codecs, byte-compatible with what Kafka clients write and read.
+
+Every decoder takes an optional output limit so a hostile batch cannot make the broker
+allocate more than it allows (decompression bombs); codec failures surface as
+CorruptRecordError and unknown codec ids as UnsupportedCompressionError.
+"""
+
+import gzip
+import struct
+import zlib
+
+import lz4.frame
+import snappy
+import zstandard
+
+NONE = 0
+GZIP = 1
+SNAPPY = 2
+LZ4 = 3
+ZSTD = 4
+
+CODEC_NAMES = {NONE: "none", GZIP: "gzip", SNAPPY: "snappy", LZ4: "lz4", ZSTD: "zstd"}
+
+
+class CorruptRecordError(ValueError):
+    """Batch bytes are damaged or malformed (Kafka error CORRUPT_MESSAGE)."""
+
+
+class UnsupportedCompressionError(ValueError):
+    """Codec id outside 0-4 (Kafka error UNSUPPORTED_COMPRESSION_TYPE)."""
+
+
+# snappy-java's SnappyOutputStream framing, which the Java client writes: magic, then
+# int32 version and int32 minimum-compatible version, then [int32 length, raw block]*.
+_XERIAL_MAGIC = b"\x82SNAPPY\x00"
+_XERIAL_HEADER = _XERIAL_MAGIC + struct.pack(">ii", 1, 1)
+_XERIAL_BLOCK = 32 * 1024  # snappy-java's default block size
+_INT32 = struct.Struct(">i")
+
+_ZSTD_MAGIC = 0xFD2FB528
+_ZSTD_SKIPPABLE_MASK = 0xFFFFFFF0
+_ZSTD_SKIPPABLE_MAGIC = 0x184D2A50
+_ZSTD_DICT_ID_SIZES = (0, 1, 2, 4)
+_ZSTD_FCS_SIZES = (0, 2, 4, 8)  # for flag 0 the size is 1 when single-segment, else 0
+_UINT32_LE = struct.Struct("<I")
+
+_READ_CHUNK = 1 << 20
+
+
+def compress(codec: int, data: bytes | bytearray | memoryview) -> bytes:
+    """Compress a records section the way the Java producer does for `codec`."""
+    if codec == NONE:
+        return bytes(data)
+    if codec == GZIP:
+        return gzip.compress(data, compresslevel=6, mtime=0)
+    if codec == SNAPPY:
+        return _xerial_compress(data)
+    if codec == LZ4:
+        # Kafka's LZ4 stream: 64 KiB independent blocks, no content size or checksum
+        # (its reader rejects linked blocks).
+        return lz4.frame.compress(
+            data,
+            block_size=lz4.frame.BLOCKSIZE_MAX64KB,
+            block_linked=False,
+            content_checksum=False,
+            store_size=False,
+        )
+    if codec == ZSTD:
+        return zstandard.ZstdCompressor(level=3).compress(data)
+    raise UnsupportedCompressionError(f"unknown compression codec {codec}")
+
+
+def decompress(
+    codec: int, data: bytes | bytearray | memoryview, max_size: int | None = None
+) -> bytes:
+    """Decompress a records section; CorruptRecordError if it is damaged or exceeds max_size."""
+    if codec == NONE:
+        out = bytes(data)
+        _check_limit(len(out), max_size)
+        return out
+    try:
+        if codec == GZIP:
+            return _gunzip(data, max_size)
+        if codec == SNAPPY:
+            return _unsnappy(memoryview(data), max_size)
+        if codec == LZ4:
+            return _unlz4(data, max_size)
+        if codec == ZSTD:
+            return _unzstd(memoryview(data), max_size)
+    except (zlib.error, snappy.UncompressError, RuntimeError, zstandard.ZstdError) as exc:
+        raise CorruptRecordError(f"{CODEC_NAMES[codec]} payload is corrupt: {exc}") from exc
+    raise UnsupportedCompressionError(f"unknown compression codec {codec}")
+
+
+def _check_limit(size: int, max_size: int | None) -> None:
+    if max_size is not None and size > max_size:
+        raise CorruptRecordError(f"decompressed size exceeds the limit of {max_size} bytes")
+
+
+def _budget(total: int, max_size: int | None) -> int:
+    """Bytes to ask a streaming decoder for: one past the remaining budget reveals overflow."""
+    return -1 if max_size is None else max_size - total + 1
+
+
+def _gunzip(data: bytes | bytearray | memoryview, max_size: int | None) -> bytes:
+    # Java's GZIPInputStream reads concatenated members, so we do too.
+    parts = []
+    total = 0
+    while True:
+        member = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        # zlib's max_length of 0 means unlimited
+        chunk = member.decompress(data, max(_budget(total, max_size), 0))
+        total += len(chunk)
+        _check_limit(total, max_size)
+        if not member.eof:
+            raise CorruptRecordError("gzip payload is truncated")
+        parts.append(chunk)
+        data = member.unused_data
+        if not data:
+            return b"".join(parts)
+
+
+def _xerial_compress(data: bytes | bytearray | memoryview) -> bytes:
+    view = memoryview(data)
+    out = [_XERIAL_HEADER]
+    for start in range(0, len(view), _XERIAL_BLOCK):
+        block = snappy.compress(view[start : start + _XERIAL_BLOCK])
+        out.append(_INT32.pack(len(block)))
+        out.append(block)
+    return b"".join(out)
+
+
+def _snappy_length(block: memoryview) -> int:
+    """Uncompressed length from a raw snappy block's preamble (little-endian base-128 uint32)."""
+    result = 0
+    for i in range(min(5, len(block))):
+        byte = block[i]
+        result |= (byte & 0x7F) << (7 * i)
+        if byte < 0x80:
+            return result
+    raise CorruptRecordError("snappy block has a malformed length preamble")
+
+
+def _unsnappy(view: memoryview, max_size: int | None) -> bytes:
+    # librdkafka may send a bare snappy block; the Java client sends xerial framing.
+    if view[:8] != _XERIAL_MAGIC:
+        _check_limit(_snappy_length(view), max_size)
+        return snappy.uncompress(view)
+    parts = []
+    total = 0
+    pos = 0
+    end = len(view)
+    while pos < end:
+        if view[pos : pos + 8] == _XERIAL_MAGIC:
+            # snappy-java accepts concatenated streams, each with its own header.
+            if end - pos < len(_XERIAL_HEADER):
+                raise CorruptRecordError("snappy stream header is truncated")
+            pos += len(_XERIAL_HEADER)
+            continue
+        if end - pos < 4:
+            raise CorruptRecordError("snappy block length is truncated")
+        (length,) = _INT32.unpack_from(view, pos)
+        pos += 4
+        if length < 0 or length > end - pos:
+            raise CorruptRecordError("snappy block length out of range")
+        block = view[pos : pos + length]
+        pos += length
+        total += _snappy_length(block)
+        _check_limit(total, max_size)
+        parts.append(snappy.uncompress(block))
+    return b"".join(parts)
+
+
+def _unlz4(data: bytes | bytearray | memoryview, max_size: int | None) -> bytes:
+    parts = []
+    total = 0
+    while True:
+        frame = lz4.frame.LZ4FrameDecompressor()
+        chunk = frame.decompress(data, max_length=_budget(total, max_size))
+        total += len(chunk)
+        _check_limit(total, max_size)
+        if not frame.eof:
+            raise CorruptRecordError("lz4 payload is truncated")
+        parts.append(chunk)
+        data = frame.unused_data
+        if not data:
+            return b"".join(parts)
+
+
+def _check_zstd_frames(view: memoryview) -> None:
+    """Walk zstd frame and block headers so a truncated payload is rejected.
+
+    zstandard's streaming reader silently stops at the end of input, so completeness
+    has to be established from the frame structure (RFC 8878) before decoding.
+    """
+    end = len(view)
+    if end == 0:
+        raise CorruptRecordError("zstd payload is empty")
+    pos = 0
+    while pos < end:
+        if end - pos < 5:
+            raise CorruptRecordError("zstd frame header is truncated")
+        (magic,) = _UINT32_LE.unpack_from(view, pos)
+        if magic & _ZSTD_SKIPPABLE_MASK == _ZSTD_SKIPPABLE_MAGIC:
+            if end - pos < 8:
+                raise CorruptRecordError("zstd skippable frame is truncated")
+            pos += 8 + _UINT32_LE.unpack_from(view, pos + 4)[0]
+            continue
+        if magic != _ZSTD_MAGIC:
+            raise CorruptRecordError("zstd frame magic is wrong")
+        descriptor = view[pos + 4]
+        single_segment = (descriptor >> 5) & 1
+        fcs_flag = descriptor >> 6
+        fcs_size = _ZSTD_FCS_SIZES[fcs_flag] or single_segment
+        pos += 5 + (1 - single_segment) + _ZSTD_DICT_ID_SIZES[descriptor & 3] + fcs_size
+        while True:
+            if end - pos < 3:
+                raise CorruptRecordError("zstd block header is truncated")
+            block = view[pos] | view[pos + 1] << 8 | view[pos + 2] << 16
+            block_type = (block >> 1) & 3
+            if block_type == 3:
+                raise CorruptRecordError("zstd block type is reserved")
+            pos += 3 + (1 if block_type == 1 else block >> 3)
+            if block & 1:
+                break
+        if (descriptor >> 2) & 1:
+            pos += 4
+    if pos > end:
+        raise CorruptRecordError("zstd payload is truncated")
+
+
+def _unzstd(view: memoryview, max_size: int | None) -> bytes:
+    # Producers stream-compress, so frames often lack a content size: decode in
+    # bounded chunks rather than trusting (or needing) the header.
+    _check_zstd_frames(view)
+    parts = []
+    total = 0
+    reader = zstandard.ZstdDecompressor().stream_reader(view, read_across_frames=True)
+    with reader:
+        while True:
+            budget = _budget(total, max_size)
+            chunk = reader.read(_READ_CHUNK if budget < 0 else min(_READ_CHUNK, budget))
+            if not chunk:
+                return b"".join(parts)
+            total += len(chunk)
+            _check_limit(total, max_size)
+            parts.append(chunk)

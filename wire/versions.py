@@ -1,0 +1,45 @@
+"""The API versions this broker serves: api key -> (min, max).
+
+Bounded by what our handlers implement, not by what kio can parse. Fetch stops at v12
+and Produce at v11 because later versions address topics by id only.
+"""
+
+from __future__ import annotations
+
+PRODUCE = 0
+FETCH = 1
+LIST_OFFSETS = 2
+METADATA = 3
+OFFSET_COMMIT = 8
+OFFSET_FETCH = 9
+FIND_COORDINATOR = 10
+JOIN_GROUP = 11
+HEARTBEAT = 12
+LEAVE_GROUP = 13
+SYNC_GROUP = 14
+DESCRIBE_GROUPS = 15
+LIST_GROUPS = 16
+API_VERSIONS = 18
+CREATE_TOPICS = 19
+DELETE_TOPICS = 20
+INIT_PRODUCER_ID = 22
+DESCRIBE_CONFIGS = 32
+DESCRIBE_CLUSTER = 60
+
+SUPPORTED: dict[int, tuple[int, int]] = {
+    PRODUCE: (3, 11),
+    FETCH: (4, 12),
+    LIST_OFFSETS: (1, 8),
+    METADATA: (0, 12),
+    API_VERSIONS: (0, 3),
+    CREATE_TOPICS: (2, 7),
+    DELETE_TOPICS: (1, 6),
+    INIT_PRODUCER_ID: (0, 4),
+    DESCRIBE_CONFIGS: (1, 4),
+    DESCRIBE_CLUSTER: (0, 1),
+}
+
+
+def is_supported(api_key: int, version: int) -> bool:
+    span = SUPPORTED.get(api_key)
+    return span is not None and span[0] <= version <= span[1]

@@ -16,19 +16,22 @@ LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 _VERSION = 0
 
 
-def write_atomically(path: Path, data: bytes) -> None:
-    """Write via `<path>.tmp`, fsync, rename over `path`, fsync the directory."""
+def write_atomically(path: Path, data: bytes, *, sync: bool = True) -> None:
+    """Write via `<path>.tmp` and rename over `path`; with `sync`, fsync the file before the
+    rename and the directory after it."""
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
-        os.fsync(fd)
+        if sync:
+            os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    fsync_dir(path.parent)
+    if sync:
+        fsync_dir(path.parent)
 
 
 def fsync_dir(directory: Path) -> None:

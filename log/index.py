@@ -30,6 +30,7 @@ class _Index:
         self.base_offset = base_offset
         self._entry_size = self.ENTRY.size
         self._max_entries = max(max_index_bytes // self._entry_size, 1)
+        self.was_missing = not path.exists()
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             length = os.fstat(fd).st_size

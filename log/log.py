@@ -348,7 +348,7 @@ class Log:
         segment = self.active_segment
         config = self.config
         if segment.size == 0:
-            if last_offset - segment.base_offset > INT_MAX or first_offset < segment.base_offset:
+            if last_offset - segment.base_offset > INT_MAX:
                 self._replace_empty_active(first_offset)
             return
         if (
@@ -510,6 +510,7 @@ class Log:
             )
         self.log_start_offset = offset
         self._delete_segments(self._deletable(self._below_start, self.log_end_offset), None)
+        self.producer_state.truncate_head(offset)
 
     def _below_start(self, segment: LogSegment, nxt: LogSegment | None) -> bool:
         return nxt is not None and nxt.base_offset <= self.log_start_offset

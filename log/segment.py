@@ -6,11 +6,13 @@ network layer can sendfile() the bytes without them entering Python.
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from log.errors import KafkaStorageError
 from log.index import CorruptIndexError, OffsetIndex, TimeIndex
 from wire.records import (
     BATCH_HEADER_SIZE,
@@ -72,6 +74,8 @@ class LogSegment:
     # -- loading and recovery --------------------------------------------------------------
     def load(self) -> bool:
         """Check the indexes and find the segment's end; False if a recovery is needed."""
+        if self.size and (self.offset_index.was_missing or self.time_index.was_missing):
+            return False
         try:
             self.offset_index.sanity_check(self.size)
         except CorruptIndexError:
@@ -92,7 +96,7 @@ class LogSegment:
             return False
         return True
 
-    def recover(self, max_message_bytes: int | None = None) -> int:
+    def recover(self) -> int:
         """Validate every batch, truncate at the first bad one, rebuild both indexes.
         Returns the number of bytes truncated."""
         active = self.offset_index.writable
@@ -106,7 +110,7 @@ class LogSegment:
         valid = 0
         if self.size:
             with mmap.mmap(self.fd, self.size, prot=mmap.PROT_READ) as mm:
-                valid = self._rebuild_from(mm, max_message_bytes)
+                valid = self._rebuild_from(mm)
         truncated = self.size - valid
         if truncated:
             os.ftruncate(self.fd, valid)
@@ -117,7 +121,7 @@ class LogSegment:
             self.time_index.make_read_only()
         return truncated
 
-    def _rebuild_from(self, mm: mmap.mmap, max_message_bytes: int | None) -> int:
+    def _rebuild_from(self, mm: mmap.mmap) -> int:
         pos = 0
         prev_next = self.base_offset
         with memoryview(mm) as view:
@@ -125,8 +129,6 @@ class LogSegment:
                 try:
                     header = parse_header(view, pos)
                     if header.size > self.size - pos:
-                        break
-                    if max_message_bytes is not None and header.size > max_message_bytes:
                         break
                     validate_batch(view, header)
                 except InvalidRecordError:
@@ -151,7 +153,8 @@ class LogSegment:
         self._track_timestamp(header)
         if self._first_batch_timestamp is None and position == 0:
             self._first_batch_timestamp = header.max_timestamp
-        if self.bytes_since_last_index_entry > self.index_interval_bytes:
+        # A full index only skips entries: the next append rolls the segment.
+        if self.bytes_since_last_index_entry > self.index_interval_bytes and not self.indexes_full:
             self.offset_index.append(header.last_offset, position)
             self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
             self.bytes_since_last_index_entry = 0
@@ -163,8 +166,14 @@ class LogSegment:
         start = self.size
         view = memoryview(data)
         written = 0
-        while written < len(view):
-            written += os.pwrite(self.fd, view[written:], start + written)
+        try:
+            while written < len(view):
+                written += os.pwrite(self.fd, view[written:], start + written)
+        except OSError as exc:
+            # Leave no partial batch behind (best effort), and report a storage failure.
+            with contextlib.suppress(OSError):
+                os.ftruncate(self.fd, start)
+            raise KafkaStorageError(f"write to {self.log_path} failed: {exc}") from exc
         self.size += written
         for header in headers:
             self._index_batch(start + header.position, header)

@@ -104,6 +104,7 @@ def test_metadata_rejects_illegal_topic_names(client: WireClient) -> None:
     request_frame(999, 0, 1, b""),                 # unknown API key
     request_frame(3, 99, 1, b""),                  # unknown version
     struct.pack(">i", 3) + b"\x00\x03\x00",        # header shorter than its fixed part
+    request_frame(32, 4, 1, b"\xff\xff\xff\xff\x0f\x00\x00\x00"),  # 2**32-element array
 ])
 def test_hostile_frames_close_the_connection(broker: BrokerProcess, frame: bytes) -> None:
     bad = WireClient(broker.port)

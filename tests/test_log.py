@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from log import Log, LogConfig
+from log import Log, LogConfig, ReadResult
 from log.errors import (
     CorruptRecordError,
     InvalidTimestampError,
@@ -23,11 +23,11 @@ def batch(n: int = 1, ts: int = NOW, value: bytes = b"v", **kw: object) -> bytes
     return build_batch([(b"k", value, [], ts + i) for i in range(n)], **kw)
 
 
-def region(result) -> bytes:  # noqa: ANN001
+def region(result: ReadResult) -> bytes:
     return os.pread(result.fd, result.size, result.position)
 
 
-def offsets_in(result) -> list[tuple[int, int]]:  # noqa: ANN001
+def offsets_in(result: ReadResult) -> list[tuple[int, int]]:
     data = region(result)
     return [(h.base_offset, h.last_offset) for h in split_batches(data)]
 
@@ -162,7 +162,9 @@ def test_offset_index_lookup_and_sparse_entries(tmp_path: Path) -> None:
 
 def test_index_file_is_preallocated_and_trimmed_on_roll(tmp_path: Path) -> None:
     size = len(batch(1))
-    log = open_log(tmp_path, segment_bytes=size * 10, index_interval_bytes=0, segment_index_bytes=4096)
+    log = open_log(
+        tmp_path, segment_bytes=size * 10, index_interval_bytes=0, segment_index_bytes=4096
+    )
     for _ in range(12):
         log.append_as_leader(batch(1), leader_epoch=0, now_ms=NOW)
     first, active = log.segments
@@ -252,8 +254,13 @@ def test_offset_for_timestamp_and_max_timestamp(tmp_path: Path) -> None:
     # timestamps: batch k holds NOW + 10k, +10k+1, +10k+2 ; batch 2 has an out-of-order max
     log.append_as_leader(batch(3, ts=NOW), leader_epoch=0, now_ms=NOW)
     log.append_as_leader(batch(3, ts=NOW + 10), leader_epoch=0, now_ms=NOW)
-    log.append_as_leader(build_batch([(None, b"a", [], NOW + 20), (None, b"b", [], NOW + 99),
-                                      (None, b"c", [], NOW + 21)]), leader_epoch=0, now_ms=NOW)
+    log.append_as_leader(
+        build_batch(
+            [(None, b"a", [], NOW + 20), (None, b"b", [], NOW + 99), (None, b"c", [], NOW + 21)]
+        ),
+        leader_epoch=0,
+        now_ms=NOW,
+    )
     log.append_as_leader(batch(3, ts=NOW + 30), leader_epoch=0, now_ms=NOW)
     assert len(log.segments) == 2
     assert log.offset_for_timestamp(NOW) == (0, NOW)

@@ -27,7 +27,7 @@ from kio.serial._introspect import (
     is_optional,
 )
 from kio.serial._serialize import get_field_writer
-from kio.serial.errors import BufferUnderflow, SerialError
+from kio.serial.errors import BufferUnderflow, DecodeError, SerialError
 from kio.serial.writers import (
     write_compact_array_length,
     write_int8,
@@ -344,3 +344,15 @@ def test_time_values_match_native_at_the_edges(millis: int) -> None:
                 decode_tolerant(entity_type, data)
         else:
             assert decode_tolerant(entity_type, data) == expected
+
+
+def test_caller_buffer_is_released_even_after_an_error() -> None:
+    from kio.schema.metadata.v12.request import MetadataRequest
+
+    buffer = bytearray(b"\x02")  # one topic announced, none present
+    with pytest.raises(DecodeError) as caught:
+        decode_tolerant(MetadataRequest, buffer)
+    buffer.extend(b"more")  # fails with BufferError while a view is still exported
+    assert caught.value is not None and len(buffer) == 5
+    with pytest.raises(MalformedData):
+        decode_tolerant(MetadataRequest, buffer, -1)

@@ -1,7 +1,8 @@
 """Kafka message schemas, from the generated ``kio`` classes.
 
-kio's native reader is fast but rejects tagged fields it does not know, which Kafka
-ignores; those requests are decoded again by the tolerant reader in ``wire.tagged``.
+Requests are decoded by the bounds-checked reader in ``wire.tagged``, not kio's native
+reader: the native one rejects unknown tagged fields (Kafka ignores them) and aborts the
+whole process when a hostile array length makes its up-front allocation fail.
 """
 
 from __future__ import annotations
@@ -11,8 +12,10 @@ from functools import cache
 from typing import Any
 
 from kio.index import load_request_schema, load_response_schema
-from kio.serial import entity_reader, entity_writer
-from kio.serial.errors import DecodeError
+from kio.serial import entity_writer
+from kio.serial.errors import SerialError
+
+from wire.tagged import decode_tolerant
 
 
 class SchemaDecodeError(ValueError):
@@ -30,11 +33,6 @@ def response_type(api_key: int, version: int) -> type:
 
 
 @cache
-def _reader(entity_type: type) -> Any:
-    return entity_reader(entity_type)
-
-
-@cache
 def _writer(entity_type: type) -> Any:
     return entity_writer(entity_type)
 
@@ -46,15 +44,8 @@ def is_flexible(api_key: int, version: int) -> bool:
 def decode(entity_type: type, buf: bytes | memoryview, offset: int = 0) -> Any:
     """Decode one entity starting at ``offset``; trailing bytes are ignored, as Kafka does."""
     try:
-        entity, _size = _reader(entity_type)(buf, offset)
-    except KeyError:
-        from wire.tagged import decode_tolerant  # unknown tagged field: the slow, lenient path
-
-        try:
-            entity, _size = decode_tolerant(entity_type, buf, offset)
-        except (DecodeError, ValueError) as e:
-            raise SchemaDecodeError(str(e)) from e
-    except (DecodeError, ValueError, OverflowError, UnicodeDecodeError) as e:
+        entity, _size = decode_tolerant(entity_type, buf, offset)
+    except (SerialError, ValueError) as e:
         raise SchemaDecodeError(f"{type(e).__name__}: {e}") from e
     return entity
 

@@ -4,12 +4,13 @@ kio's native reader raises ``KeyError`` on a tagged field its schema does not
 know, while Kafka ignores such fields (KIP-482): newer clients may send tags
 this broker has never heard of. This module walks the same kio dataclass
 schemas in Python and decodes exactly what the native reader decodes, except
-that unknown tags are skipped. It is the fallback path, so it favours clarity;
-one reader per entity type is built once and cached.
+that unknown tags are skipped. It favours clarity over speed (roughly ten times
+slower than native); one reader per entity type is built once and cached.
 
 Malformed input raises only ``kio.serial.errors.DecodeError`` subclasses
 (``MalformedData`` is also a ``ValueError``). Every length prefix is checked
-against the bytes that remain before anything is allocated or looped over.
+against the bytes that remain before anything is allocated or looped over,
+which the native reader does not do for arrays (see ``ArrayLengthOverrun``).
 """
 
 from __future__ import annotations
@@ -96,7 +97,7 @@ _read_int64 = _fixed(">q")
 
 
 def _read_uvarint(data: memoryview, pos: int) -> tuple[int, int]:
-    # kio accepts up to five 7-bit groups (values < 2**35), like Kafka's readUnsignedVarint.
+    # Up to five 7-bit groups, so values below 2**35, exactly the range kio accepts.
     result = 0
     for shift in range(0, 7 * _MAX_VARINT_BYTES, 7):
         if pos >= len(data):
@@ -168,12 +169,12 @@ def _read_nullable_datetime(data: memoryview, pos: int) -> tuple[datetime.dateti
     return _datetime_from_millis(millis), end
 
 
-def _blob(length_reader: _Reader, null_length: int, text: bool, nullable: bool) -> _Reader:
-    """Strings and bytes: a length prefix (``null_length`` means null) then the payload."""
+def _blob(length_reader: _Reader, text: bool, nullable: bool) -> _Reader:
+    """Strings and bytes: a length prefix (-1 means null) then the payload."""
 
     def read(data: memoryview, pos: int) -> tuple[Any, int]:
         length, pos = length_reader(data, pos)
-        if length == null_length:
+        if length == -1:
             if nullable:
                 return None, pos
             raise UnexpectedNull(f"null where a non-nullable {'string' if text else 'bytes'}")
@@ -224,10 +225,10 @@ def _primitive(kafka_type: str, flexible: bool, nullable: bool) -> tuple[_Reader
     if kafka_type in ("string", "bytes", "records"):
         text = kafka_type == "string"
         if flexible:
-            return _blob(_read_compact_length, -1, text, nullable), 1
+            return _blob(_read_compact_length, text, nullable), 1
         if text:
-            return _blob(_read_int16, -1, text, nullable), 2
-        return _blob(_read_int32, -1, text, nullable), 4
+            return _blob(_read_int16, text, nullable), 2
+        return _blob(_read_int32, text, nullable), 4
     raise SchemaError(f"no reader for kafka_type {kafka_type!r}")
 
 
@@ -354,7 +355,9 @@ def decode_tolerant(
     """
     if offset < 0:
         raise MalformedData(f"negative offset {offset}")
-    data = memoryview(buf).cast("B")
     read, _ = _entity(entity_type)
-    entity, end = read(data, offset)
+    # Release the views on return, even via an exception whose traceback would
+    # otherwise pin them (and keep a caller's bytearray from being resized).
+    with memoryview(buf) as view, view.cast("B") as data:
+        entity, end = read(data, offset)
     return entity, end - offset

@@ -51,14 +51,8 @@ def _gregor_command(port: int, data_dir: Path) -> list[str]:
 
 def _tansu_command(port: int, data_dir: Path) -> list[str]:
     url = f"tcp://127.0.0.1:{port}"
-    return [
-        str(ensure_tansu()),
-        "broker",
-        "--listener-url",
-        url,
-        "--advertised-listener-url",
-        url,
-    ] + ["--storage-engine", "memory://tansu/"]
+    listeners = ["--listener-url", url, "--advertised-listener-url", url]
+    return [str(ensure_tansu()), "broker", *listeners, "--storage-engine", "memory://tansu/"]
 
 
 GREGOR = BrokerKind("gregor", "Gregor", "disk (log.dirs in a fresh tmp dir)", _gregor_command)

@@ -48,6 +48,7 @@ ROWS: dict[str, tuple[Row, ...]] = {
         Row("produce", "produce_mib_s", _rate("produce")),
         Row("broker CPU s per GiB", "cpu_s_per_gib_produce", _number("cpu_s_per_gib_produce", 2)),
         Row("broker peak RSS MiB (VmHWM)", "peak_rss_mib", _number("peak_rss_mib", 0)),
+        Row("broker RSS MiB at the end (VmRSS)", "rss_mib", _number("rss_mib", 0)),
     ),
     "latency": (
         Row("p50 ms", "p50_ms", _number("p50_ms", 2)),

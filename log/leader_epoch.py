@@ -1,0 +1,122 @@
+"""Leader epoch cache of one partition: the start offset of every leader epoch present in the
+log (KIP-101), kept in `leader-epoch-checkpoint` (version line `0`, count line, then
+`epoch start_offset` lines). Followers use it to truncate to the right point after a leader
+change (OffsetsForLeaderEpoch)."""
+
+from __future__ import annotations
+
+import bisect
+import os
+from pathlib import Path
+
+from log.checkpoint import write_atomically
+from log.errors import KafkaStorageError
+
+LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
+UNDEFINED_EPOCH = -1
+UNDEFINED_EPOCH_OFFSET = -1
+
+
+class LeaderEpochCache:
+    def __init__(self, directory: Path) -> None:
+        self.path = directory / LEADER_EPOCH_CHECKPOINT
+        self._epochs: list[int] = []
+        self._starts: list[int] = []
+        self._dirty = False  # written but not yet fsynced
+        self._read()
+
+    def _read(self) -> None:
+        try:
+            lines = self.path.read_text().splitlines()
+        except FileNotFoundError:
+            return
+        try:
+            if int(lines[0]) != 0 or int(lines[1]) != len(lines) - 2:
+                raise ValueError("bad header")
+            for line in lines[2:]:
+                epoch, start = line.split(" ")
+                self._epochs.append(int(epoch))
+                self._starts.append(int(start))
+        except (ValueError, IndexError) as exc:
+            raise KafkaStorageError(
+                f"malformed leader epoch checkpoint {self.path}: {exc}"
+            ) from None
+
+    def _write(self) -> None:
+        lines = ["0", str(len(self._epochs))]
+        lines += [f"{e} {s}" for e, s in zip(self._epochs, self._starts, strict=True)]
+        write_atomically(self.path, ("\n".join(lines) + "\n").encode(), sync=False)
+        self._dirty = True
+
+    def entries(self) -> list[tuple[int, int]]:
+        return list(zip(self._epochs, self._starts, strict=True))
+
+    @property
+    def latest_epoch(self) -> int:
+        return self._epochs[-1] if self._epochs else UNDEFINED_EPOCH
+
+    def assign(self, epoch: int, start_offset: int) -> None:
+        """Record that `epoch` starts at `start_offset`; a newer entry replaces any that
+        conflict with it (an equal or higher epoch, or a start at or after it)."""
+        if epoch < 0 or start_offset < 0:
+            return
+        if self._epochs and epoch == self._epochs[-1] and start_offset >= self._starts[-1]:
+            return
+        while self._epochs and (self._epochs[-1] >= epoch or self._starts[-1] >= start_offset):
+            self._epochs.pop()
+            self._starts.pop()
+        self._epochs.append(epoch)
+        self._starts.append(start_offset)
+        self._write()
+
+    def end_offset_for(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
+        """(largest epoch <= `epoch`, end offset of that epoch), as OffsetsForLeaderEpoch
+        answers: the next epoch's start, or the log end for the latest epoch."""
+        if epoch == UNDEFINED_EPOCH or not self._epochs:
+            return UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+        if epoch == self._epochs[-1]:
+            return epoch, log_end_offset
+        higher = bisect.bisect_right(self._epochs, epoch)
+        if higher == len(self._epochs):
+            return UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+        if higher == 0:
+            return epoch, self._starts[0]
+        return self._epochs[higher - 1], self._starts[higher]
+
+    def epoch_for_offset(self, offset: int) -> int:
+        """The epoch whose range contains `offset` (UNDEFINED_EPOCH if before the first)."""
+        n = bisect.bisect_right(self._starts, offset)
+        return self._epochs[n - 1] if n else UNDEFINED_EPOCH
+
+    def truncate_from_end(self, end_offset: int) -> None:
+        """Remove entries starting at or after `end_offset` (log truncation)."""
+        keep = bisect.bisect_left(self._starts, end_offset)
+        if keep < len(self._starts):
+            del self._epochs[keep:], self._starts[keep:]
+            self._write()
+
+    def truncate_from_start(self, start_offset: int) -> None:
+        """Drop entries wholly below `start_offset`; the epoch covering it now starts there."""
+        n = bisect.bisect_right(self._starts, start_offset)
+        if n == 0 or (n == 1 and self._starts[0] == start_offset):
+            return
+        epoch = self._epochs[n - 1]
+        del self._epochs[:n], self._starts[:n]
+        self._epochs.insert(0, epoch)
+        self._starts.insert(0, start_offset)
+        self._write()
+
+    def clear(self) -> None:
+        if self._epochs:
+            self._epochs.clear()
+            self._starts.clear()
+            self._write()
+
+    def fsync(self) -> None:
+        if self._dirty and self.path.exists():
+            fd = os.open(self.path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        self._dirty = False

@@ -1,0 +1,161 @@
+"""Checkpoint files and the LogManager lifecycle."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+from log import LogConfig, LogManager
+from log.checkpoint import read_checkpoint, write_checkpoint
+from log.errors import KafkaStorageError
+from log.manager import CLEAN_SHUTDOWN_FILE, parse_partition_dir
+from wire.records import build_batch
+
+NOW = 1_700_000_000_000
+
+
+def batch(n: int = 1) -> bytes:
+    return build_batch([(b"k", b"v", [], NOW)] * n)
+
+
+def test_checkpoint_format_round_trip(tmp_path: Path) -> None:
+    path = tmp_path / "replication-offset-checkpoint"
+    offsets = {("orders", 0): 42, ("my-topic.v2", 11): 7}
+    write_checkpoint(path, offsets)
+    assert path.read_text() == "0\n2\norders 0 42\nmy-topic.v2 11 7\n"
+    assert read_checkpoint(path) == offsets
+    assert not (tmp_path / "replication-offset-checkpoint.tmp").exists()
+    assert read_checkpoint(tmp_path / "missing") == {}
+    write_checkpoint(path, {})
+    assert path.read_text() == "0\n0\n"
+
+
+@pytest.mark.parametrize("text", ["1\n0\n", "0\n2\nt 0 1\n", "0\n1\nt zero 1\n", ""])
+def test_malformed_checkpoint_is_storage_error(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "cp"
+    path.write_text(text)
+    with pytest.raises(KafkaStorageError):
+        read_checkpoint(path)
+
+
+def test_partition_dir_names_split_on_last_dash() -> None:
+    assert parse_partition_dir("my-topic.with-dashes-12") == ("my-topic.with-dashes", 12)
+    assert parse_partition_dir("__consumer_offsets-0") == ("__consumer_offsets", 0)
+    assert parse_partition_dir("nodash") is None
+    assert parse_partition_dir("topic-x") is None
+
+
+def manager(dirs: list[Path], **props: str) -> LogManager:
+    m = LogManager(dirs, props)
+    m.startup(NOW)
+    return m
+
+
+def test_get_or_create_spreads_partitions_over_dirs(tmp_path: Path) -> None:
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    m = manager(dirs)
+    for p in range(4):
+        m.get_or_create("t", p, LogConfig())
+    assert m.get("t", 9) is None
+    assert [m.log_dir_of("t", p) for p in range(4)] == [dirs[0], dirs[1], dirs[0], dirs[1]]
+    assert m.get_or_create("t", 0, LogConfig()) is m.get("t", 0)
+    assert (dirs[1] / "t-1" / "00000000000000000000.log").exists()
+    assert sorted(tp for tp, _ in m.all_logs()) == [("t", 0), ("t", 1), ("t", 2), ("t", 3)]
+
+
+def test_shutdown_and_restart_with_clean_marker(tmp_path: Path) -> None:
+    d = tmp_path / "logs"
+    m = manager([d])
+    log = m.get_or_create("my-topic.v1-x", 3, LogConfig())
+    log.append_as_leader(batch(5), leader_epoch=0, now_ms=NOW)
+    other = m.get_or_create("plain", 0, LogConfig())
+    other.append_as_leader(batch(2), leader_epoch=0, now_ms=NOW)
+    m.shutdown({("my-topic.v1-x", 3): 4, ("plain", 0): 2})
+    assert (d / CLEAN_SHUTDOWN_FILE).exists()
+    assert read_checkpoint(d / "recovery-point-offset-checkpoint") == {
+        ("my-topic.v1-x", 3): 5,
+        ("plain", 0): 2,
+    }
+    assert read_checkpoint(d / "log-start-offset-checkpoint") == {
+        ("my-topic.v1-x", 3): 0,
+        ("plain", 0): 0,
+    }
+
+    m2 = manager([d])
+    assert not (d / CLEAN_SHUTDOWN_FILE).exists()
+    reopened = m2.get("my-topic.v1-x", 3)
+    assert reopened is not None and reopened.log_end_offset == 5
+    assert reopened.recovery_point == 5
+    assert m2.read_high_watermarks() == {("my-topic.v1-x", 3): 4, ("plain", 0): 2}
+    assert m2.get("plain", 0).log_end_offset == 2
+
+
+def test_restart_after_crash_recovers_from_checkpoint(tmp_path: Path) -> None:
+    d = tmp_path / "logs"
+    m = manager([d])
+    log = m.get_or_create("t", 0, LogConfig())
+    log.append_as_leader(batch(3), leader_epoch=0, now_ms=NOW)
+    log.flush()
+    m.checkpoint({("t", 0): 3})
+    log.append_as_leader(batch(2), leader_epoch=0, now_ms=NOW)
+    seg = log.active_segment
+    with open(seg.log_path, "ab") as f:
+        f.write(b"\x00" * 30)  # torn write
+    for s in log.segments:
+        s.close_fd()
+    for fd in m._lock_fds:  # the crashed process's locks die with it
+        os.close(fd)
+    m2 = manager([d])
+    recovered = m2.get("t", 0)
+    assert recovered.log_end_offset == 5
+    assert recovered.recovery_point == 3
+
+
+def test_directory_lock_prevents_second_manager(tmp_path: Path) -> None:
+    d = tmp_path / "logs"
+    manager([d])
+    with pytest.raises(KafkaStorageError):
+        manager([d])
+
+
+def test_delete_renames_then_removes_after_delay(tmp_path: Path) -> None:
+    d = tmp_path / "logs"
+    m = manager([d], **{"log.segment.delete.delay.ms": "1000"})
+    log = m.get_or_create("t-1", 0, LogConfig(file_delete_delay_ms=1000))
+    log.append_as_leader(batch(), leader_epoch=0, now_ms=NOW)
+    m.delete("t-1", 0)
+    assert m.get("t-1", 0) is None
+    (marked,) = [p for p in d.iterdir() if p.is_dir()]
+    assert marked.name.startswith("t-1-0.") and marked.name.endswith("-delete")
+    m.run_flush(NOW)
+    assert marked.exists()
+    m.run_flush(NOW + 1000)
+    assert not marked.exists()
+
+
+def test_startup_removes_dirs_marked_for_deletion_and_skips_others(tmp_path: Path) -> None:
+    d = tmp_path / "logs"
+    (d / "gone-0.0123abcd-delete").mkdir(parents=True)
+    (d / "moving-0.0123abcd-future").mkdir()
+    (d / "not a partition").mkdir()
+    m = manager([d])
+    assert not (d / "gone-0.0123abcd-delete").exists()
+    assert (d / "moving-0.0123abcd-future").exists()
+    assert list(m.all_logs()) == []
+
+
+def test_run_retention_and_flush(tmp_path: Path) -> None:
+    d = tmp_path / "logs"
+    m = manager([d])
+    size = len(batch())
+    cfg = LogConfig(
+        segment_bytes=size, retention_ms=1000, file_delete_delay_ms=0, flush_interval_ms=10
+    )
+    log = m.get_or_create("t", 0, cfg)
+    for _ in range(3):
+        log.append_as_leader(batch(), leader_epoch=0, now_ms=NOW)
+    assert m.run_retention(NOW + 5000, {("t", 0): 1}) == 1
+    assert log.log_start_offset == 1
+    m.run_flush(NOW + 5000)
+    assert log.recovery_point == 3
+    assert not list(d.glob("t-0/*.deleted"))

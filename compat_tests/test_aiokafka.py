@@ -101,6 +101,12 @@ async def scenario(bootstrap: str, topic: str, codec: str) -> None:
         await produce(bootstrap, topic, sent, codec)
         await consume_and_list(bootstrap, topic, sent)
         await admin.delete_topics([topic])
+
+        async def gone() -> None:
+            while topic in await admin.list_topics():
+                await asyncio.sleep(0.1)
+
+        await asyncio.wait_for(gone(), 30)
     finally:
         await admin.close()
 

@@ -19,9 +19,10 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
+from confluent_kafka.admin import OffsetSpec
 
 from compat_tests.broker import BrokerProcess
+from compat_tests.confluent_admin import admin, create_topic, delete_topic
 from compat_tests.records import (
     CODECS,
     Rec,
@@ -34,23 +35,6 @@ from compat_tests.records import (
 BIG = 1024 * 1024
 BROKER_OVERRIDES = {"message.max.bytes": str(2 * BIG), "replica.fetch.max.bytes": str(2 * BIG)}
 PARTITIONS = 2
-
-
-def admin(broker: BrokerProcess) -> AdminClient:
-    return AdminClient({"bootstrap.servers": broker.bootstrap})
-
-
-def create_topic(broker: BrokerProcess, topic: str, partitions: int) -> None:
-    client = admin(broker)  # must outlive its futures
-    futures = client.create_topics(
-        [NewTopic(topic, num_partitions=partitions, replication_factor=1)], operation_timeout=30
-    )
-    futures[topic].result(timeout=60)
-
-
-def delete_topic(broker: BrokerProcess, topic: str) -> None:
-    client = admin(broker)
-    client.delete_topics([topic], operation_timeout=30)[topic].result(timeout=60)
 
 
 def produce(
@@ -144,7 +128,7 @@ def test_round_trip(broker: BrokerProcess, new_topic: Callable[[str], str], code
     finally:
         c.close()
 
-    ts = probe_times(sent)[2]
+    ts = sent[len(sent) // 2].timestamp
     spec = {TopicPartition(topic, p): OffsetSpec.for_timestamp(ts) for p in range(PARTITIONS)}
     client = admin(broker)
     listed = client.list_offsets(spec, request_timeout=10)
@@ -158,7 +142,8 @@ def test_one_megabyte_records(broker: BrokerProcess, new_topic: Callable[[str], 
     topic = new_topic("confluent-big")
     create_topic(broker, topic, 1)
     payloads = [bytes([i]) * BIG for i in range(3)]
-    sent = [Rec(0, f"k{i}".encode(), v, (), 1_700_000_000_000 + i) for i, v in enumerate(payloads)]
+    now = int(time.time() * 1000)
+    sent = [Rec(0, f"k{i}".encode(), v, (), now + i) for i, v in enumerate(payloads)]
     produce(broker, topic, sent, **{"message.max.bytes": 2 * BIG, "acks": "all"})
     assert_round_trip(sent, consume(broker, topic, 1, len(sent)))
 
@@ -167,6 +152,7 @@ def test_thousand_partitions(broker: BrokerProcess, new_topic: Callable[[str], s
     topic = new_topic("confluent-wide")
     n = 1000
     create_topic(broker, topic, n)
-    sent = [Rec(p, b"k", f"p{p}".encode(), (), 1_700_000_000_000 + p) for p in range(n)]
+    now = int(time.time() * 1000)
+    sent = [Rec(p, b"k", f"p{p}".encode(), (), now) for p in range(n)]
     produce(broker, topic, sent, acks="all")
     assert_round_trip(sent, consume(broker, topic, n, n))

@@ -14,9 +14,9 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, NewTopic
 
 from compat_tests.broker import BrokerProcess
+from compat_tests.confluent_admin import create_topic
 
 TOTAL = 300
 KILL_AFTER_ACKS = 100
@@ -33,8 +33,7 @@ def test_acked_records_survive_kill_9(
     broker: BrokerProcess, new_topic: Callable[[str], str]
 ) -> None:
     topic = new_topic("crash")
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-    admin.create_topics([NewTopic(topic, num_partitions=1)])[topic].result(60)
+    create_topic(broker, topic, 1)
 
     acked: list[tuple[int, bytes]] = []  # (offset, value) in delivery order
     failed: list[KafkaError] = []

@@ -94,5 +94,9 @@ def test_round_trip(broker: BrokerProcess, new_topic: Callable[[str], str], code
             c.close()
 
         admin.delete_topics([topic])
+        deadline = time.monotonic() + 30
+        while topic in admin.list_topics():
+            assert time.monotonic() < deadline, f"{topic} still listed after deletion"
+            time.sleep(0.1)
     finally:
         admin.close()

@@ -15,8 +15,8 @@ import time
 from collections.abc import Callable
 
 import pytest
-from confluent_kafka.admin import AdminClient, NewTopic
 
+from compat_tests import confluent_admin
 from compat_tests.broker import BrokerProcess
 from compat_tests.records import CODECS, Rec, assert_round_trip, offset_for_time
 
@@ -92,8 +92,7 @@ def query_offsets(broker: BrokerProcess, topic: str, ts: int) -> dict[int, int]:
 @pytest.mark.parametrize("codec", CODECS)
 def test_round_trip(broker: BrokerProcess, new_topic: Callable[[str], str], codec: str) -> None:
     topic = new_topic(f"kcat-{codec}")
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-    admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS)])[topic].result(60)
+    confluent_admin.create_topic(broker, topic, PARTITIONS)
 
     before = int(time.time() * 1000)
     sent = produce_runs(broker, topic, codec)
@@ -109,4 +108,4 @@ def test_round_trip(broker: BrokerProcess, new_topic: Callable[[str], str], code
             want = offset_for_time(got, p, ts)
             assert offset == (-1 if want is None else want), (p, ts)
 
-    admin.delete_topics([topic])[topic].result(60)
+    confluent_admin.delete_topic(broker, topic)

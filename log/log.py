@@ -19,8 +19,10 @@ from log.errors import (
     RecordTooLargeError,
     UnexpectedAppendOffsetError,
 )
+from log.leader_epoch import LeaderEpochCache
 from log.producer_state import ProducerAppendInfo, ProducerStateManager
 from log.segment import DELETED_SUFFIX, LOG_SUFFIX, SEGMENT_SUFFIXES, LogSegment
+from log.validator import check_keys_present, needs_recompression, recompress
 from wire.records import (
     BatchHeader,
     assign_offsets,
@@ -78,6 +80,7 @@ class Log:
         self.log_end_offset = 0
         self.recovery_point = 0
         self.producer_state = ProducerStateManager(directory)
+        self.leader_epochs = LeaderEpochCache(directory)
         self.pending_deletes: list[_PendingDelete] = []
         self._last_flush_ms = now_ms
         self._roll_flush_offset = 0  # flush owed up to here since a roll (done by flush_if_due)
@@ -173,8 +176,11 @@ class Log:
         self._rebuild_producer_state(snapshot_limit)
 
     def _rebuild_producer_state(self, snapshot_limit: int) -> None:
-        """Newest snapshot at or below `snapshot_limit`, then replay batch headers to the end."""
+        """Newest snapshot at or below `snapshot_limit`, then replay batch headers to the end
+        (which also restores leader epochs the checkpoint file may have missed)."""
         state = self.producer_state
+        epochs = self.leader_epochs
+        epochs.truncate_from_end(self.log_end_offset)
         state.delete_snapshots_above(self.log_end_offset)
         start = state.load_latest_snapshot(snapshot_limit)
         if start is None:
@@ -182,7 +188,10 @@ class Log:
         for segment in self.segments[max(bisect.bisect_right(self._bases, start) - 1, 0) :]:
             _, position = segment.offset_index.lookup(start)
             for h in segment.iter_headers(position, _REPLAY_CHUNK):
-                if h.producer_id >= 0 and h.last_offset >= start:
+                if h.last_offset < start:
+                    continue
+                epochs.assign(h.partition_leader_epoch, h.base_offset)
+                if h.producer_id >= 0:
                     state.apply_batch(
                         h.producer_id,
                         h.producer_epoch,
@@ -196,6 +205,7 @@ class Log:
                     )
         state.map_end_offset = self.log_end_offset
         state.truncate_head(self.log_start_offset)
+        epochs.truncate_from_start(self.log_start_offset)
 
     # -- properties ------------------------------------------------------------------------
     @property
@@ -218,15 +228,18 @@ class Log:
         if not headers:
             return AppendResult(-1, -1, -1, self.log_start_offset, 0)
         for h in headers:
-            if h.size > config.max_message_bytes:
-                raise RecordTooLargeError(
-                    f"batch of {h.size} bytes exceeds max.message.bytes {config.max_message_bytes}"
-                )
+            self._check_size(h)
             validate_batch(data, h)
             if h.is_control:
                 raise InvalidRecordError("clients may not produce control batches")
             if not config.log_append_time:
                 self._check_timestamps(h, now_ms)
+        if config.compact:
+            check_keys_present(data, headers)
+        if needs_recompression(config.compression_type, headers):
+            data, headers = recompress(data, headers, config.compression_type)
+            for h in headers:
+                self._check_size(h)
         append_time = now_ms if config.log_append_time else None
         state = self.producer_state
         infos: dict[int, ProducerAppendInfo] = {}
@@ -263,6 +276,7 @@ class Log:
             next_offset = h.next_offset
             record_count += h.record_count
         first_offset = self.log_end_offset
+        self.leader_epochs.assign(leader_epoch, first_offset)
         self._write(data, headers, now_ms)
         state.commit(infos, self.log_end_offset)
         self._flush_if_too_many_messages()
@@ -273,6 +287,12 @@ class Log:
             self.log_start_offset,
             record_count,
         )
+
+    def _check_size(self, h: BatchHeader) -> None:
+        if h.size > self.config.max_message_bytes:
+            raise RecordTooLargeError(
+                f"batch of {h.size} bytes exceeds max.message.bytes {self.config.max_message_bytes}"
+            )
 
     def _check_timestamps(self, h: BatchHeader, now_ms: int) -> None:
         # Per batch: the first and the largest timestamp stand in for every record's.
@@ -304,6 +324,7 @@ class Log:
         state = self.producer_state
         infos: dict[int, ProducerAppendInfo] = {}
         for h in headers:
+            self.leader_epochs.assign(h.partition_leader_epoch, h.base_offset)
             if h.producer_id < 0:
                 continue
             info = infos.get(h.producer_id)
@@ -357,10 +378,18 @@ class Log:
             or last_offset - segment.base_offset > INT_MAX
             or (
                 now_ms is not None
-                and segment.time_waited_for_roll(now_ms, max_ts) > config.segment_ms
+                and segment.time_waited_for_roll(now_ms, max_ts) > self._roll_ms(segment)
             )
         ):
             self._roll(first_offset, now_ms if now_ms is not None else segment.created_ms)
+
+    def _roll_ms(self, segment: LogSegment) -> int:
+        """segment.ms less the segment's jitter. Kafka draws the jitter at random; hashing the
+        base offset spreads rolls across partitions the same way, deterministically."""
+        jitter = min(self.config.segment_jitter_ms, self.config.segment_ms)
+        if jitter <= 0:
+            return self.config.segment_ms
+        return self.config.segment_ms - (segment.base_offset * 2654435761) % jitter
 
     def _replace_empty_active(self, base_offset: int) -> None:
         old = self.segments[-1]
@@ -382,12 +411,7 @@ class Log:
     def maybe_roll(self, now_ms: int) -> None:
         """Time-based roll (segment.ms) of a non-empty active segment."""
         segment = self.active_segment
-        if segment.size and segment.time_waited_for_roll(now_ms, now_ms) > self.config.segment_ms:
-            self._roll(self.log_end_offset, now_ms)
-
-    def roll(self, now_ms: int) -> None:
-        """Roll unconditionally (if the active segment holds data)."""
-        if self.active_segment.size:
+        if segment.size and segment.time_waited_for_roll(now_ms, now_ms) > self._roll_ms(segment):
             self._roll(self.log_end_offset, now_ms)
 
     # -- reads -----------------------------------------------------------------------------
@@ -499,6 +523,7 @@ class Log:
         self.producer_state.clear()
         self.producer_state.delete_snapshots_above(-1)
         self.producer_state.map_end_offset = offset
+        self.leader_epochs.clear()
 
     def advance_log_start_offset(self, offset: int) -> None:
         """DeleteRecords: move the log start forward and delete the segments wholly below it."""
@@ -511,6 +536,7 @@ class Log:
         self.log_start_offset = offset
         self._delete_segments(self._deletable(self._below_start, self.log_end_offset), None)
         self.producer_state.truncate_head(offset)
+        self.leader_epochs.truncate_from_start(offset)
 
     def _below_start(self, segment: LogSegment, nxt: LogSegment | None) -> bool:
         return nxt is not None and nxt.base_offset <= self.log_start_offset
@@ -573,6 +599,7 @@ class Log:
         self._set_segments(self.segments[len(doomed) :])
         self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
         self.producer_state.truncate_head(self.log_start_offset)
+        self.leader_epochs.truncate_from_start(self.log_start_offset)
         return len(doomed)
 
     def _schedule_delete(self, segment: LogSegment, due_ms: int | None) -> None:
@@ -595,6 +622,10 @@ class Log:
         self.pending_deletes = remaining
         return removed
 
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """OffsetsForLeaderEpoch: (largest known epoch <= `epoch`, its end offset)."""
+        return self.leader_epochs.end_offset_for(epoch, self.log_end_offset)
+
     def remove_expired_producers(self, now_ms: int, expiration_ms: int) -> None:
         self.producer_state.remove_expired(now_ms, expiration_ms)
 
@@ -606,6 +637,7 @@ class Log:
         for segment in self.segments:
             if segment.base_offset < target:
                 segment.flush()
+        self.leader_epochs.fsync()
         if self._dir_dirty:
             fsync_dir(self.directory)
             self._dir_dirty = False
@@ -635,6 +667,7 @@ class Log:
         """Snapshot the producer state (fsynced), trim indexes, release every file."""
         self.producer_state.map_end_offset = self.log_end_offset
         self.producer_state.take_snapshot(sync=True)
+        self.leader_epochs.fsync()
         for segment in self.segments:
             segment.close()
         for pending in self.pending_deletes:

@@ -90,7 +90,7 @@ class ProducerStateEntry:
             self.current_txn_first_offset,
         )
 
-    def _set_epoch(self, epoch: int) -> None:
+    def set_epoch(self, epoch: int) -> None:
         if epoch != self.producer_epoch:
             self.batches.clear()
             self.producer_epoch = epoch
@@ -98,7 +98,7 @@ class ProducerStateEntry:
     def add_batch(
         self, epoch: int, last_seq: int, last_offset: int, offset_delta: int, timestamp: int
     ) -> None:
-        self._set_epoch(epoch)
+        self.set_epoch(epoch)
         self.batches.append(BatchMetadata(last_seq, last_offset, offset_delta, timestamp))
         self.last_timestamp = timestamp
 
@@ -169,7 +169,7 @@ class ProducerAppendInfo:
             raise InvalidProducerEpochError(
                 f"marker epoch {epoch} is older than {self.updated.producer_epoch}"
             )
-        self.updated._set_epoch(epoch)
+        self.updated.set_epoch(epoch)
         self.updated.current_txn_first_offset = -1
         self.updated.last_timestamp = max_timestamp
 
@@ -214,7 +214,7 @@ class ProducerStateManager:
         if entry is None:
             entry = self.producers[producer_id] = ProducerStateEntry(producer_id)
         if is_control:
-            entry._set_epoch(epoch)
+            entry.set_epoch(epoch)
             entry.current_txn_first_offset = -1
             entry.last_timestamp = max_timestamp
             return

@@ -31,8 +31,8 @@ TXN_INDEX_SUFFIX = ".txnindex"
 DELETED_SUFFIX = ".deleted"
 SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 
+_INT_MAX = (1 << 31) - 1
 _SCAN_CHUNK = 4096  # read-ahead when walking a few headers on the fetch path
-_REPLAY_CHUNK = 1 << 16  # read-ahead when walking a whole segment
 
 
 def file_stem(offset: int) -> str:
@@ -56,7 +56,6 @@ class LogSegment:
         self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
         self.size = os.fstat(self.fd).st_size
         self.index_interval_bytes = index_interval_bytes
-        self.max_index_bytes = max_index_bytes
         self.offset_index = OffsetIndex(
             stem.with_suffix(INDEX_SUFFIX), base_offset, max_index_bytes, writable=active
         )
@@ -135,8 +134,11 @@ class LogSegment:
                     pass  # compacted batches legitimately break the produce-side count rule
                 except (CorruptRecordError, UnsupportedCompressionError):
                     break
-                if header.base_offset < prev_next:
-                    break  # offsets must increase within a segment
+                if (
+                    header.base_offset < prev_next
+                    or header.last_offset - self.base_offset > _INT_MAX
+                ):
+                    break  # offsets must increase and stay within the segment's range
                 self._index_batch(header.position, header)
                 prev_next = self.next_offset = header.next_offset
                 pos += header.size

@@ -9,11 +9,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator, Mapping
 
-from log.manager import LogManager
-
 from controller.metadata import PartitionInfo
 from log.config import LogConfig
 from log.log import AppendResult
+from log.manager import LogManager
 from replica.partition import Partition
 
 logger = logging.getLogger(__name__)

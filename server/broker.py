@@ -10,12 +10,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import anyio
-from log.manager import LogManager
 
 from apis.context import Services
 from apis.dispatch import Dispatcher
 from controller.embedded import EmbeddedController
 from controller.metadata import BrokerInfo, TopicInfo
+from log.manager import LogManager
 from replica.manager import ReplicaManager
 from server.config import LONG_MAX, BrokerConfig, ConfigError, parse_listener
 from server.network import Connection, SocketServer
@@ -117,7 +117,7 @@ class Broker:
         flush_ms = config["log.flush.scheduler.interval.ms"]
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._every, config["log.retention.check.interval.ms"],
-                          self.logs.run_retention)
+                          lambda now: self.logs.run_retention(now, self.replicas.high_watermarks()))
             tg.start_soon(self._every,
                           DEFAULT_FLUSH_CHECK_MS if flush_ms == LONG_MAX else flush_ms,
                           self.logs.run_flush)

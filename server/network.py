@@ -166,8 +166,10 @@ class Connection(asyncio.Protocol):
         self.next_request()
 
     async def _send_regions(self, parts: Sequence[Part], size: int) -> None:
-        assert self.transport is not None
+        transport = self.transport
+        assert transport is not None
         loop = asyncio.get_running_loop()
+        sock = transport.get_extra_info("socket")
         pending: list[bytes] = [size.to_bytes(4, "big")]
         try:
             for part in parts:
@@ -175,12 +177,26 @@ class Connection(asyncio.Protocol):
                     pending.append(part)
                     continue
                 if pending:
-                    self.transport.writelines(pending)
+                    transport.writelines(pending)
                     pending = []
-                with os.fdopen(part.fd, "rb", buffering=0, closefd=False) as file:
-                    await loop.sendfile(self.transport, file, part.position, part.size)
+                position, remaining = part.position, part.size
+                if not transport.get_write_buffer_size():
+                    # Fast path: the socket has room, so no need to hand over to the loop.
+                    try:
+                        sent = os.sendfile(sock.fileno(), part.fd, position, remaining)
+                        if sent == 0:
+                            raise OSError("the file region ends early (log truncated?)")
+                    except BlockingIOError:
+                        sent = 0
+                    position += sent
+                    remaining -= sent
+                if remaining:
+                    with os.fdopen(part.fd, "rb", buffering=0, closefd=False) as file:
+                        sent = await loop.sendfile(transport, file, position, remaining)
+                    if sent < remaining:
+                        raise OSError("the file region ends early (log truncated?)")
             if pending:
-                self.transport.writelines(pending)
+                transport.writelines(pending)
         except (ConnectionError, OSError, RuntimeError) as e:
             logger.info("Closing connection from %s while sending a response: %s", self.peer, e)
             self.close()

@@ -39,7 +39,7 @@ def api_versions_request(version: int) -> object:
 
 def metadata_request(version: int, topics: list[str] | None) -> object:
     cls = request_type(3, version)
-    topic_cls = getattr(__import__(cls.__module__, fromlist=["x"]), "MetadataRequestTopic")
+    topic_cls = __import__(cls.__module__, fromlist=["x"]).MetadataRequestTopic
     entries = None if topics is None else tuple(
         topic_cls(name=t, **({"topic_id": None} if version >= 10 else {})) for t in topics)
     fields = {"topics": entries}

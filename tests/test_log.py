@@ -5,10 +5,13 @@ import struct
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from log import Log, LogConfig, ReadResult
 from log.errors import (
     CorruptRecordError,
+    InvalidRecordError,
     InvalidTimestampError,
     OffsetOutOfRangeError,
     RecordTooLargeError,
@@ -329,3 +332,101 @@ def test_flush_advances_recovery_point_and_flush_messages(tmp_path: Path) -> Non
     assert log2.recovery_point == 0
     log2.flush_if_due(NOW + 1000)
     assert log2.recovery_point == 2
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    counts=st.lists(st.integers(1, 6), min_size=1, max_size=25),
+    value_size=st.integers(0, 300),
+    interval=st.sampled_from([0, 100, 700, 4096]),
+    segment_batches=st.integers(2, 30),
+    data=st.data(),
+)
+def test_read_region_matches_a_naive_scan(
+    tmp_path_factory: pytest.TempPathFactory,
+    counts: list[int],
+    value_size: int,
+    interval: int,
+    segment_batches: int,
+    data: st.DataObject,
+) -> None:
+    path = tmp_path_factory.mktemp("prop")
+    batches = [batch(n, value=b"x" * value_size) for n in counts]
+    log = Log.open(
+        path / "t-0",
+        LogConfig(index_interval_bytes=interval, segment_bytes=len(batches[0]) * segment_batches),
+        now_ms=NOW,
+    )
+    for b in batches:
+        log.append_as_leader(b, leader_epoch=0, now_ms=NOW)
+    # naive model: (base, last, size, segment base) per batch
+    model = []
+    for segment in log.segments:
+        model += [
+            (h.base_offset, h.last_offset, h.size, segment.base_offset)
+            for h in segment.iter_headers()
+        ]
+    end = log.log_end_offset
+    offset = data.draw(st.integers(0, end))
+    max_offset = data.draw(st.integers(0, end + 2))
+    max_bytes = data.draw(st.integers(0, 3 * len(batches[0])))
+    min_one = data.draw(st.booleans())
+    result = log.read(offset, max_bytes=max_bytes, max_offset=max_offset, min_one_batch=min_one)
+    expected = []
+    if offset < min(max_offset, end):
+        first = next(i for i, m in enumerate(model) if m[1] >= offset)
+        total = 0
+        for base, last, size, seg in model[first:]:
+            if seg != model[first][3] or base >= max_offset:
+                break
+            if total + size > max_bytes and not (min_one and not expected):
+                break
+            expected.append((base, last))
+            total += size
+            if total > max_bytes:
+                break
+    assert offsets_in(result) == expected
+
+
+def test_segment_jitter_shortens_roll_time(tmp_path: Path) -> None:
+    log = open_log(tmp_path, segment_ms=1000, segment_jitter_ms=1000)
+    log.truncate_fully_and_start_at(7)
+    log.append_as_leader(batch(1, ts=NOW), leader_epoch=0, now_ms=NOW)
+    roll_ms = log._roll_ms(log.active_segment)
+    assert 0 < roll_ms < 1000
+    log.maybe_roll(NOW + roll_ms)
+    assert len(log.segments) == 1
+    log.maybe_roll(NOW + roll_ms + 1)
+    assert len(log.segments) == 2
+
+
+def test_topic_compression_type_recompresses_keeping_producer_fields(tmp_path: Path) -> None:
+    log = open_log(tmp_path, compression_type="gzip")
+    sent = build_batch(
+        [(b"a", b"1", [("h", b"x")], NOW), (None, b"2", [], NOW + 5)],
+        producer_id=9,
+        producer_epoch=2,
+        base_sequence=0,
+    )
+    result = log.append_as_leader(sent, leader_epoch=4, now_ms=NOW)
+    assert (result.first_offset, result.last_offset) == (0, 1)
+    data = region(log.read(0, max_bytes=1 << 20, max_offset=10, min_one_batch=True))
+    (h,) = split_batches(data)
+    assert (h.compression, h.producer_id, h.producer_epoch, h.base_sequence) == (1, 9, 2, 0)
+    assert h.partition_leader_epoch == 4
+    records = decode_records(data, h)
+    assert [(r.offset, r.key, r.value, r.timestamp) for r in records] == [
+        (0, b"a", b"1", NOW),
+        (1, None, b"2", NOW + 5),
+    ]
+    assert records[0].headers == [("h", b"x")]
+    assert log.append_as_leader(sent, leader_epoch=4, now_ms=NOW).duplicate
+
+
+def test_compacted_topic_requires_keys(tmp_path: Path) -> None:
+    log = open_log(tmp_path, cleanup_policy="compact")
+    with pytest.raises(InvalidRecordError):
+        log.append_as_leader(build_batch([(None, b"v", [], NOW)]), leader_epoch=0, now_ms=NOW)
+    assert log.append_as_leader(batch(2), leader_epoch=0, now_ms=NOW).last_offset == 1

@@ -2,7 +2,11 @@
 leftover files."""
 
 import os
+import tempfile
 from pathlib import Path
+
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from log import Log, LogConfig
 from wire.records import build_batch, split_batches
@@ -186,3 +190,41 @@ def test_empty_directory_opens_at_log_start_offset(tmp_path: Path) -> None:
     log = Log.open(tmp_path / "x-3", LogConfig(), log_start_offset=7, now_ms=NOW)
     assert (log.log_start_offset, log.log_end_offset) == (7, 7)
     assert (tmp_path / "x-3" / "00000000000000000007.log").exists()
+
+
+@settings(max_examples=60, deadline=None)
+@given(cut=st.integers(0, 10_000), flip=st.one_of(st.none(), st.integers(0, 10_000)))
+def test_any_torn_or_flipped_tail_recovers_to_a_batch_boundary(cut: int, flip: int | None) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        log = filled(Path(tmp), batches=12)
+        path = log.active_segment.log_path
+        ends = [0]
+        for h in log.active_segment.iter_headers():
+            ends.append(h.position + h.size)
+        crash(log)
+        data = bytearray(path.read_bytes())
+        cut %= len(data) + 1
+        if flip is not None:
+            # base offset and leader epoch are outside the CRC: corruption there is undetectable
+            in_batch = flip % len(data) - max(e for e in ends if e <= flip % len(data))
+            assume(not (0 <= in_batch < 8 or 12 <= in_batch < 16))
+            data[flip % len(data)] ^= 0x40
+        path.write_bytes(bytes(data[:cut]))
+        log = reopen(log, clean=False)
+        good = max(e for e in ends if e <= cut)
+        if flip is not None and flip % len(data) < good:
+            good = max(e for e in ends if e <= flip % len(data))
+        assert log.active_segment.size == good
+        assert log.log_end_offset == 2 * ends.index(good)
+        assert all_offsets(log) == list(range(0, log.log_end_offset, 2))
+
+
+def test_batch_with_out_of_range_base_offset_is_truncated(tmp_path: Path) -> None:
+    log = filled(tmp_path, batches=3)
+    path = log.active_segment.log_path
+    crash(log)
+    data = bytearray(path.read_bytes())
+    data[0] ^= 0x40  # base offset is not covered by the CRC
+    path.write_bytes(bytes(data))
+    log = reopen(log, clean=False)
+    assert (log.log_end_offset, log.active_segment.size) == (0, 0)

@@ -2,7 +2,7 @@
 //
 // Usage: GregorClient <command> --bootstrap HOST:PORT --topic T [options]
 //   create-topic  --partitions N --replication-factor R [--topic-config k=v]...
-//   delete-topic
+//   delete-topic  (returns once metadata no longer lists the topic)
 //   produce       [--config k=v]...      stdin: one JSON record per line
 //                 {"key": b64|null, "value": b64|null, "headers": [[name, b64|null]...],
 //                  "partition": int|null, "timestamp": int|null}
@@ -128,6 +128,14 @@ public final class GregorClient {
         String topic = opt("topic", null);
         try (Admin admin = Admin.create(props())) {
             admin.deleteTopics(List.of(topic)).all().get();
+            // Done only once metadata stops listing it.
+            long deadline = System.currentTimeMillis() + 30_000;
+            while (admin.listTopics().names().get().contains(topic)) {
+                if (System.currentTimeMillis() > deadline) {
+                    throw new IllegalStateException(topic + " still listed after deletion");
+                }
+                Thread.sleep(100);
+            }
         }
         System.out.println("{\"deleted\": " + str(topic) + "}");
         return 0;

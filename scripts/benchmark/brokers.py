@@ -21,6 +21,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from .artifacts import ensure_tansu
+from .drivers import QUIET, Endpoint
 
 
 class BrokerError(RuntimeError):
@@ -86,6 +87,13 @@ class Broker:
         assert self._proc is not None
         return self._proc.pid
 
+    @property
+    def endpoint(self) -> Endpoint:
+        return Endpoint(self.bootstrap, self.alive)
+
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
     def __enter__(self) -> Broker:
         data_dir = self.workdir / "data"
         data_dir.mkdir(parents=True)
@@ -127,7 +135,7 @@ class Broker:
                 time.sleep(0.1)  # nothing to wait on but the listening socket appearing
         else:
             raise BrokerError(f"{self.kind.label} did not listen within {timeout}s")
-        self._admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 3})
+        self._admin = AdminClient({"bootstrap.servers": self.bootstrap, **QUIET})
         try:
             self._admin.list_topics(timeout=max(1.0, deadline - time.monotonic()))
         except KafkaException as e:

@@ -10,16 +10,40 @@ import os
 import subprocess
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 
 MIB = 1 << 20
+# Failures surface as exceptions and delivery errors; librdkafka's log line per reconnect
+# attempt would only flood the progress output once a broker has died.
+QUIET = {"log_level": 0}
 
 
 class DriverError(RuntimeError):
     """The client failed; the message carries the client's own error text."""
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where the clients connect, and how they notice the broker died under them (so a run
+    fails at once instead of after the clients' own minutes-long delivery timeouts)."""
+
+    bootstrap: str
+    alive: Callable[[], bool]
+
+    def check(self, what: str) -> None:
+        if not self.alive():
+            raise DriverError(f"{what}: the broker process died")
 
 
 @dataclass(frozen=True)
@@ -40,13 +64,11 @@ class Phase:
 
 
 class Client(Protocol):
-    label: str
-
     def produce(
-        self, bootstrap: str, topic: str, size: int, records: int, seconds: float
+        self, endpoint: Endpoint, topic: str, size: int, records: int, seconds: float
     ) -> Phase: ...
 
-    def consume(self, bootstrap: str, topic: str, records: int, seconds: float) -> Phase: ...
+    def consume(self, endpoint: Endpoint, topic: str, records: int, seconds: float) -> Phase: ...
 
 
 class JavaDriver:
@@ -55,22 +77,29 @@ class JavaDriver:
     def __init__(self, classpath: str) -> None:
         self.classpath = classpath
 
-    def run(self, mode: str, options: dict[str, object], timeout: float) -> dict[str, Any]:
+    def run(
+        self, mode: str, endpoint: Endpoint, options: dict[str, object], timeout: float
+    ) -> dict[str, Any]:
         cmd = ["java", "-Xmx2g", "-cp", self.classpath, "BenchClient", mode]
+        cmd.append(f"bootstrap={endpoint.bootstrap}")
         cmd += [f"{key}={value}" for key, value in options.items()]
         proc = subprocess.Popen(
             cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE
         )
+        deadline = time.monotonic() + timeout
         try:
-            out, err = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            out, err = proc.communicate()
-            raise DriverError(f"java {mode} timed out after {timeout:.0f}s\n{_tail(err)}") from None
+            while True:
+                try:
+                    out, err = proc.communicate(timeout=1)
+                    break
+                except subprocess.TimeoutExpired:
+                    endpoint.check(f"java {mode}")
+                    if time.monotonic() > deadline:
+                        raise DriverError(f"java {mode} timed out after {timeout:.0f}s") from None
         finally:
-            if proc.poll() is None:  # Ctrl-C while waiting
+            if proc.poll() is None:  # broker died, timeout, or Ctrl-C while waiting
                 proc.kill()
-                proc.wait()
+                proc.communicate()
         lines = out.decode(errors="replace").strip().splitlines()
         try:
             result = json.loads(lines[-1])
@@ -88,20 +117,21 @@ def _tail(stderr: bytes, lines: int = 15) -> str:
 class JavaClient:
     """The Java client with a fixed set of producer settings (empty = the client's defaults)."""
 
-    def __init__(self, driver: JavaDriver, label: str, producer: dict[str, str]) -> None:
+    def __init__(self, driver: JavaDriver, producer: dict[str, str]) -> None:
         self.driver = driver
-        self.label = label
         self.producer = producer
 
-    def produce(self, bootstrap: str, topic: str, size: int, records: int, seconds: float) -> Phase:
-        options: dict[str, object] = {"bootstrap": bootstrap, "topic": topic, "size": size}
-        options |= {"records": records, "seconds": seconds}
+    def produce(
+        self, endpoint: Endpoint, topic: str, size: int, records: int, seconds: float
+    ) -> Phase:
+        options: dict[str, object] = {"topic": topic, "size": size, "records": records}
+        options["seconds"] = seconds
         options |= {f"p.{key}": value for key, value in self.producer.items()}
-        return _phase(self.driver.run("produce", options, timeout=seconds + 180))
+        return _phase(self.driver.run("produce", endpoint, options, timeout=seconds + 180))
 
-    def consume(self, bootstrap: str, topic: str, records: int, seconds: float) -> Phase:
-        options = {"bootstrap": bootstrap, "topic": topic, "records": records, "seconds": seconds}
-        return _phase(self.driver.run("consume", options, timeout=seconds + 120))
+    def consume(self, endpoint: Endpoint, topic: str, records: int, seconds: float) -> Phase:
+        options = {"topic": topic, "records": records, "seconds": seconds}
+        return _phase(self.driver.run("consume", endpoint, options, timeout=seconds + 120))
 
 
 def _phase(result: dict[str, Any]) -> Phase:
@@ -111,9 +141,25 @@ def _phase(result: dict[str, Any]) -> Phase:
 class ConfluentClient:
     """confluent-kafka (librdkafka) with its default settings, driven from this process."""
 
-    label = "confluent-kafka"
+    def produce(
+        self, endpoint: Endpoint, topic: str, size: int, records: int, seconds: float
+    ) -> Phase:
+        try:
+            return self._produce(endpoint, topic, size, records, seconds)
+        except KafkaException as e:
+            endpoint.check("confluent-kafka produce")
+            raise DriverError(f"confluent-kafka produce: {e}") from e
 
-    def produce(self, bootstrap: str, topic: str, size: int, records: int, seconds: float) -> Phase:
+    def consume(self, endpoint: Endpoint, topic: str, records: int, seconds: float) -> Phase:
+        try:
+            return self._consume(endpoint, topic, records, seconds)
+        except KafkaException as e:
+            endpoint.check("confluent-kafka consume")
+            raise DriverError(f"confluent-kafka consume: {e}") from e
+
+    def _produce(
+        self, endpoint: Endpoint, topic: str, size: int, records: int, seconds: float
+    ) -> Phase:
         errors: list[KafkaError] = []
 
         def on_delivery(err: KafkaError | None, _msg: object) -> None:
@@ -122,10 +168,10 @@ class ConfluentClient:
 
         producer = Producer(
             {
-                "bootstrap.servers": bootstrap,
+                "bootstrap.servers": endpoint.bootstrap,
                 "delivery.report.only.error": True,  # no Python callback per record
                 "on_delivery": on_delivery,
-                "log_level": 3,
+                **QUIET,
             }
         )
         producer.list_topics(topic, timeout=30)  # metadata outside the timed section
@@ -139,37 +185,44 @@ class ConfluentClient:
                 sent += 1
             except BufferError:
                 producer.poll(0.01)  # local queue full: let librdkafka drain it
+                endpoint.check("confluent-kafka produce")
                 if time.perf_counter() > deadline:
                     break
-        remaining = producer.flush(60)
+        remaining = producer.flush(1)
+        while remaining and time.perf_counter() < deadline + 60:
+            endpoint.check("confluent-kafka produce")
+            remaining = producer.flush(1)
         elapsed = time.perf_counter() - start
         if errors or remaining:
             first = errors[0] if errors else f"{remaining} records unsent after flush"
             raise DriverError(f"confluent-kafka produce: {first}")
         return Phase(sent, sent * size, elapsed)
 
-    def consume(self, bootstrap: str, topic: str, records: int, seconds: float) -> Phase:
+    def _consume(self, endpoint: Endpoint, topic: str, records: int, seconds: float) -> Phase:
         consumer = Consumer(
             {
-                "bootstrap.servers": bootstrap,
+                "bootstrap.servers": endpoint.bootstrap,
                 "group.id": f"bench-{uuid.uuid4().hex}",  # required by the API; never joined
                 "enable.auto.commit": False,
                 "enable.partition.eof": False,
-                "log_level": 3,
+                **QUIET,
             }
         )
         try:
             meta = consumer.list_topics(topic, timeout=30).topics[topic]
             consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in meta.partitions])
-            count = size = 0
+            count = nbytes = 0
             start = time.perf_counter()
             deadline = start + seconds
             while count < records and time.perf_counter() < deadline:
-                for message in consumer.consume(num_messages=10_000, timeout=0.5):
+                messages = consumer.consume(num_messages=10_000, timeout=0.5)
+                if not messages:
+                    endpoint.check("confluent-kafka consume")
+                for message in messages:
                     if message.error():
                         raise DriverError(f"confluent-kafka consume: {message.error()}")
                     count += 1
-                    size += len(message)
-            return Phase(count, size, time.perf_counter() - start)
+                    nbytes += len(message)
+            return Phase(count, nbytes, time.perf_counter() - start)
         finally:
             consumer.close()

@@ -52,10 +52,10 @@ class Context:
         self.broker.create_topic(name, PARTITIONS)
         return name
 
-    def java_client(self, label: str, producer: dict[str, str]) -> JavaClient:
+    def java_client(self, producer: dict[str, str]) -> JavaClient:
         if self.java is None:
             raise DriverError("Java driver not prepared")
-        return JavaClient(self.java, label, producer)
+        return JavaClient(self.java, producer)
 
 
 Measurements = dict[str, float]
@@ -77,12 +77,12 @@ def _per_gib(cpu: float, nbytes: int) -> float:
 def _throughput(ctx: Context, client: Client, size: int) -> Measurements:
     """Produce a fixed volume, then consume it all from the beginning, timing each phase."""
     topic = ctx.new_topic()
-    pid, bootstrap = ctx.broker.pid, ctx.broker.bootstrap
+    pid, endpoint = ctx.broker.pid, ctx.broker.endpoint
     records = ctx.sizes.throughput_bytes // size
     cpu0 = cpu_seconds(pid)
-    produced = client.produce(bootstrap, topic, size, records, ctx.sizes.phase_seconds)
+    produced = client.produce(endpoint, topic, size, records, ctx.sizes.phase_seconds)
     cpu1 = cpu_seconds(pid)
-    consumed = client.consume(bootstrap, topic, produced.records, ctx.sizes.phase_seconds)
+    consumed = client.consume(endpoint, topic, produced.records, ctx.sizes.phase_seconds)
     cpu2 = cpu_seconds(pid)
     if consumed.records != produced.records:
         raise ScenarioError(f"consumed {consumed.records} of {produced.records} records")
@@ -101,7 +101,7 @@ def _throughput(ctx: Context, client: Client, size: int) -> Measurements:
 
 def _java(settings: dict[str, str], size: int) -> Callable[[Context], Measurements]:
     def run(ctx: Context) -> Measurements:
-        return _throughput(ctx, ctx.java_client("java", settings), size)
+        return _throughput(ctx, ctx.java_client(settings), size)
 
     return run
 
@@ -117,8 +117,8 @@ def _big(ctx: Context) -> Measurements:
     size = 1024
     records = ctx.sizes.big_bytes // size
     cpu0 = cpu_seconds(pid)
-    client = ctx.java_client("java", TUNED)
-    produced = client.produce(ctx.broker.bootstrap, topic, size, records, ctx.sizes.big_seconds)
+    client = ctx.java_client(TUNED)
+    produced = client.produce(ctx.broker.endpoint, topic, size, records, ctx.sizes.big_seconds)
     cpu1 = cpu_seconds(pid)
     return {
         "produced_mib": produced.bytes / MIB,
@@ -136,10 +136,10 @@ def _latency(ctx: Context) -> Measurements:
         raise DriverError("Java driver not prepared")
     topic = ctx.new_topic()
     seconds = ctx.sizes.latency_seconds
-    options: dict[str, object] = {"bootstrap": ctx.broker.bootstrap, "topic": topic}
+    options: dict[str, object] = {"topic": topic}
     options |= {"rate": LATENCY_RATE, "size": LATENCY_RECORD, "seconds": seconds, "warmup": 1}
     options |= {f"p.{key}": value for key, value in LATENCY_PRODUCER.items()}
-    result = ctx.java.run("latency", options, timeout=seconds + 120)
+    result = ctx.java.run("latency", ctx.broker.endpoint, options, timeout=seconds + 120)
     if result["received"] < result["sent"] or result["measured"] == 0:
         raise ScenarioError(f"received {result['received']} of {result['sent']} records")
     return {

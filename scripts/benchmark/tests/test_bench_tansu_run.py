@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from benchmark.artifacts import ensure_java_driver
 from benchmark.brokers import TANSU, Broker, BrokerError, BrokerKind
-from benchmark.drivers import MIB, JavaDriver
+from benchmark.drivers import MIB, ConfluentClient, DriverError, JavaClient, JavaDriver
 from benchmark.main import main
 from benchmark.procstats import descendants
 from benchmark.scenarios import BY_NAME, Context, Sizes
@@ -45,6 +45,16 @@ def test_throughput_big_and_latency_scenarios(tansu: Broker, java: JavaDriver) -
     latency = BY_NAME["latency"].run(ctx)
     assert latency["records"] == 10_000  # 2 s at 10k/s minus the 1 s warm-up
     assert 0 < latency["p50_ms"] <= latency["p99_ms"] <= latency["max_ms"]
+
+
+def test_clients_fail_fast_when_the_broker_dies(tansu: Broker, java: JavaDriver) -> None:
+    topic = Context(tansu, TINY, java).new_topic()
+    os.kill(tansu.pid, signal.SIGKILL)
+    for client in (JavaClient(java, {}), ConfluentClient()):
+        started = time.monotonic()
+        with pytest.raises(DriverError, match="broker process died"):
+            client.produce(tansu.endpoint, topic, 100, 10_000_000, seconds=60)
+        assert time.monotonic() - started < 10  # not the clients' own delivery timeouts
 
 
 def test_stop_ends_the_process_and_removes_data(tmp_path: Path) -> None:

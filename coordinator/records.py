@@ -1,0 +1,259 @@
+"""The records of ``__consumer_offsets``, byte-compatible with what Kafka writes.
+
+Keys: offset commit (version 0/1: group, topic, partition) and group metadata (version 2:
+group). Values: offset commit v0-v4 (we write v3) and group metadata v0-v4 (we write v3).
+A null value is a tombstone. Versions 4 of both values are "flexible" (compact strings
+and tagged fields); we read them so a log written by a newer Kafka still loads.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+OFFSETS_TOPIC = "__consumer_offsets"
+
+OFFSET_KEY_VERSION = 1
+GROUP_KEY_VERSION = 2
+OFFSET_VALUE_VERSION = 3
+GROUP_VALUE_VERSION = 3
+
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+_OFFSET_V3_HEAD = struct.Struct(">hqi")  # version, offset, leader epoch
+
+
+class RecordFormatError(ValueError):
+    """A key or value of ``__consumer_offsets`` that does not parse."""
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetKey:
+    group: str
+    topic: str
+    partition: int
+
+
+@dataclass(frozen=True, slots=True)
+class GroupKey:
+    group: str
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetValue:
+    offset: int
+    leader_epoch: int  # -1 when unknown
+    metadata: str
+    commit_timestamp: int
+    expire_timestamp: int = -1  # only value v1 carries one
+
+
+@dataclass(frozen=True, slots=True)
+class MemberValue:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    subscription: bytes
+    assignment: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class GroupValue:
+    protocol_type: str
+    generation: int
+    protocol: str | None
+    leader: str | None
+    state_timestamp: int  # -1 when unknown
+    members: tuple[MemberValue, ...]
+
+
+def partition_for(group_id: str, partitions: int) -> int:
+    """Kafka's choice: ``Utils.abs(groupId.hashCode) % partitions`` with Java's String hash."""
+    h = 0
+    data = group_id.encode("utf-16-be", "surrogatepass")
+    for (unit,) in struct.iter_unpack(">H", data):
+        h = (31 * h + unit) & 0xFFFFFFFF
+    if h >= 0x80000000:
+        h -= 1 << 32
+    return (0 if h == -(1 << 31) else abs(h)) % partitions
+
+
+# -- encoding ---------------------------------------------------------------------------
+def _string(value: str | None) -> bytes:
+    if value is None:
+        return _I16.pack(-1)
+    raw = value.encode()
+    return _I16.pack(len(raw)) + raw
+
+
+def _bytes(value: bytes) -> bytes:
+    return _I32.pack(len(value)) + value
+
+
+def encode_offset_key(group: str, topic: str, partition: int) -> bytes:
+    return (_I16.pack(OFFSET_KEY_VERSION) + _string(group) + _string(topic)
+            + _I32.pack(partition))
+
+
+def encode_group_key(group: str) -> bytes:
+    return _I16.pack(GROUP_KEY_VERSION) + _string(group)
+
+
+def encode_offset_value(value: OffsetValue) -> bytes:
+    return (_OFFSET_V3_HEAD.pack(OFFSET_VALUE_VERSION, value.offset, value.leader_epoch)
+            + _string(value.metadata) + _I64.pack(value.commit_timestamp))
+
+
+def encode_group_value(value: GroupValue) -> bytes:
+    out = bytearray(_I16.pack(GROUP_VALUE_VERSION))
+    out += _string(value.protocol_type)
+    out += _I32.pack(value.generation)
+    out += _string(value.protocol)
+    out += _string(value.leader)
+    out += _I64.pack(value.state_timestamp)
+    out += _I32.pack(len(value.members))
+    for m in value.members:
+        out += _string(m.member_id)
+        out += _string(m.group_instance_id)
+        out += _string(m.client_id)
+        out += _string(m.client_host)
+        out += _I32.pack(m.rebalance_timeout_ms)
+        out += _I32.pack(m.session_timeout_ms)
+        out += _bytes(m.subscription)
+        out += _bytes(m.assignment)
+    return bytes(out)
+
+
+# -- decoding ---------------------------------------------------------------------------
+class _Reader:
+    """Sequential reader over one key or value; ``flexible`` switches to compact forms."""
+
+    __slots__ = ("data", "flexible", "pos")
+
+    def __init__(self, data: bytes, pos: int = 0) -> None:
+        self.data = data
+        self.pos = pos
+        self.flexible = False
+
+    def _fixed(self, codec: struct.Struct) -> int:
+        end = self.pos + codec.size
+        if end > len(self.data):
+            raise RecordFormatError("record ends early")
+        (value,) = codec.unpack_from(self.data, self.pos)
+        self.pos = end
+        return value
+
+    def i16(self) -> int:
+        return self._fixed(_I16)
+
+    def i32(self) -> int:
+        return self._fixed(_I32)
+
+    def i64(self) -> int:
+        return self._fixed(_I64)
+
+    def uvarint(self) -> int:
+        value = shift = 0
+        while True:
+            if self.pos >= len(self.data) or shift > 28:
+                raise RecordFormatError("bad varint")
+            b = self.data[self.pos]
+            self.pos += 1
+            value |= (b & 0x7F) << shift
+            if not b & 0x80:
+                return value
+            shift += 7
+
+    def _raw(self, length: int) -> bytes | None:
+        if length < 0:
+            return None
+        end = self.pos + length
+        if end > len(self.data):
+            raise RecordFormatError("record ends early")
+        raw = self.data[self.pos:end]
+        self.pos = end
+        return raw
+
+    def string(self) -> str | None:
+        length = self.uvarint() - 1 if self.flexible else self.i16()
+        raw = self._raw(length)
+        return None if raw is None else raw.decode()
+
+    def blob(self) -> bytes:
+        length = self.uvarint() - 1 if self.flexible else self.i32()
+        return self._raw(length) or b""
+
+    def array_length(self) -> int:
+        return self.uvarint() - 1 if self.flexible else self.i32()
+
+    def skip_tags(self) -> None:
+        if self.flexible:
+            for _ in range(self.uvarint()):
+                self.uvarint()
+                self._raw(self.uvarint())
+
+
+def decode_key(key: bytes) -> OffsetKey | GroupKey:
+    r = _Reader(key)
+    version = r.i16()
+    if version in (0, 1):
+        group, topic = r.string(), r.string()
+        if group is None or topic is None:
+            raise RecordFormatError("offset key with a null group or topic")
+        return OffsetKey(group, topic, r.i32())
+    if version == 2:
+        group = r.string()
+        if group is None:
+            raise RecordFormatError("group key with a null group")
+        return GroupKey(group)
+    raise RecordFormatError(f"unknown __consumer_offsets key version {version}")
+
+
+def decode_offset_value(value: bytes) -> OffsetValue:
+    r = _Reader(value)
+    version = r.i16()
+    if not 0 <= version <= 4:
+        raise RecordFormatError(f"unknown offset commit value version {version}")
+    r.flexible = version >= 4
+    offset = r.i64()
+    epoch = r.i32() if version >= 3 else -1
+    metadata = r.string() or ""
+    timestamp = r.i64()
+    expire = r.i64() if version == 1 else -1
+    r.skip_tags()
+    return OffsetValue(offset, epoch, metadata, timestamp, expire)
+
+
+def decode_group_value(value: bytes) -> GroupValue:
+    r = _Reader(value)
+    version = r.i16()
+    if not 0 <= version <= 4:
+        raise RecordFormatError(f"unknown group metadata value version {version}")
+    r.flexible = version >= 4
+    protocol_type = r.string() or ""
+    generation = r.i32()
+    protocol = r.string()
+    leader = r.string()
+    state_timestamp = r.i64() if version >= 2 else -1
+    members = []
+    for _ in range(max(r.array_length(), 0)):
+        member_id = r.string() or ""
+        instance_id = r.string() if version >= 3 else None
+        client_id = r.string() or ""
+        client_host = r.string() or ""
+        session_timeout = r.i32()
+        rebalance_timeout = session_timeout
+        if version >= 1:
+            rebalance_timeout, session_timeout = session_timeout, r.i32()
+        subscription = r.blob()
+        assignment = r.blob()
+        r.skip_tags()
+        members.append(MemberValue(member_id, instance_id, client_id, client_host,
+                                   rebalance_timeout, session_timeout, subscription, assignment))
+    r.skip_tags()
+    return GroupValue(protocol_type, generation, protocol, leader, state_timestamp,
+                      tuple(members))

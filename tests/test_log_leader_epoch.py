@@ -1,0 +1,76 @@
+"""Leader epoch cache: assignment on append, end offsets, truncation, persistence."""
+
+from pathlib import Path
+
+from log import Log, LogConfig
+from log.leader_epoch import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache
+from wire.records import build_batch
+
+NOW = 1_700_000_000_000
+
+
+def batch(n: int = 2, **kw: object) -> bytes:
+    return build_batch([(None, b"v", [], NOW)] * n, **kw)
+
+
+def test_assign_and_end_offsets(tmp_path: Path) -> None:
+    cache = LeaderEpochCache(tmp_path)
+    assert cache.end_offset_for(3, 100) == (-1, -1)
+    cache.assign(2, 10)
+    cache.assign(2, 15)  # same epoch, later offset: no change
+    cache.assign(4, 20)
+    cache.assign(7, 35)
+    assert cache.entries() == [(2, 10), (4, 20), (7, 35)]
+    assert cache.end_offset_for(7, 50) == (7, 50)  # latest epoch: the log end
+    assert cache.end_offset_for(4, 50) == (4, 35)
+    assert cache.end_offset_for(5, 50) == (4, 35)  # unknown epoch: the largest below it
+    assert cache.end_offset_for(1, 50) == (1, 10)  # before every epoch
+    assert cache.end_offset_for(9, 50) == (-1, -1)
+    assert cache.end_offset_for(-1, 50) == (-1, -1)
+    assert (cache.epoch_for_offset(25), cache.epoch_for_offset(5)) == (4, -1)
+    cache.assign(5, 20)  # conflicts with epochs >= 5 and starts >= 20
+    assert cache.entries() == [(2, 10), (5, 20)]
+
+
+def test_truncation_from_both_ends_and_file_format(tmp_path: Path) -> None:
+    cache = LeaderEpochCache(tmp_path)
+    for epoch, start in [(0, 0), (1, 10), (2, 20), (3, 30)]:
+        cache.assign(epoch, start)
+    cache.truncate_from_end(25)
+    assert cache.entries() == [(0, 0), (1, 10), (2, 20)]
+    cache.truncate_from_start(15)
+    assert cache.entries() == [(1, 15), (2, 20)]
+    assert (tmp_path / LEADER_EPOCH_CHECKPOINT).read_text() == "0\n2\n1 15\n2 20\n"
+    assert LeaderEpochCache(tmp_path).entries() == [(1, 15), (2, 20)]
+
+
+def test_log_records_epochs_on_leader_and_follower_appends(tmp_path: Path) -> None:
+    log = Log.open(tmp_path / "t-0", LogConfig(), now_ms=NOW)
+    log.append_as_leader(batch(), leader_epoch=1, now_ms=NOW)
+    log.append_as_leader(batch(), leader_epoch=1, now_ms=NOW)
+    log.append_as_leader(batch(), leader_epoch=3, now_ms=NOW)
+    assert log.leader_epochs.entries() == [(1, 0), (3, 4)]
+    assert log.leader_epochs.latest_epoch == 3
+    assert log.end_offset_for_epoch(1) == (1, 4)
+    assert log.end_offset_for_epoch(3) == (3, 6)
+    log.truncate_to(4)
+    assert log.leader_epochs.entries() == [(1, 0)]
+    log.append_as_follower(batch(base_offset=4, partition_leader_epoch=5))
+    assert log.leader_epochs.entries() == [(1, 0), (5, 4)]
+    log.advance_log_start_offset(2)
+    assert log.leader_epochs.entries() == [(1, 2), (5, 4)]
+    log.flush()
+    log.close()
+    reopened = Log.open(tmp_path / "t-0", LogConfig(), clean_shutdown=True, now_ms=NOW)
+    assert reopened.leader_epochs.entries() == [(1, 2), (5, 4)]
+
+
+def test_epochs_rebuilt_from_batches_when_checkpoint_lost(tmp_path: Path) -> None:
+    log = Log.open(tmp_path / "t-0", LogConfig(), now_ms=NOW)
+    for epoch in (0, 0, 2, 2, 6):
+        log.append_as_leader(batch(), leader_epoch=epoch, now_ms=NOW)
+    for segment in log.segments:
+        segment.close_fd()  # crash
+    (tmp_path / "t-0" / LEADER_EPOCH_CHECKPOINT).unlink()
+    log = Log.open(tmp_path / "t-0", LogConfig(), now_ms=NOW)
+    assert log.leader_epochs.entries() == [(0, 0), (2, 4), (6, 8)]

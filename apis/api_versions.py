@@ -14,8 +14,9 @@ from wire.versions import API_VERSIONS, SUPPORTED
 def response(version: int, error: ErrorCode = ErrorCode.none) -> Any:
     cls = response_type(API_VERSIONS, version)
     api = nested(cls, "ApiVersion")
-    keys = tuple(api(api_key=k, min_version=lo, max_version=hi)
-                 for k, (lo, hi) in sorted(SUPPORTED.items()))
+    keys = tuple(
+        api(api_key=k, min_version=lo, max_version=hi) for k, (lo, hi) in sorted(SUPPORTED.items())
+    )
     return build(cls, error_code=error, api_keys=keys, throttle_time=NO_THROTTLE)
 
 

@@ -20,19 +20,38 @@ def handle_describe_cluster(services: Services, ctx: RequestContext, request: An
     for broker in services.metadata.brokers.values():
         endpoint = broker.endpoint(ctx.listener)
         if endpoint is not None:
-            brokers.append(broker_cls(broker_id=broker.node_id, host=endpoint[0],
-                                      port=endpoint[1], rack=broker.rack))
-    return build(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, error_message=None,
-                 cluster_id=services.metadata.cluster_id,
-                 controller_id=services.metadata.controller_id, brokers=tuple(brokers),
-                 cluster_authorized_operations=NO_AUTHORIZED_OPERATIONS)
+            brokers.append(
+                broker_cls(
+                    broker_id=broker.node_id, host=endpoint[0], port=endpoint[1], rack=broker.rack
+                )
+            )
+    return build(
+        cls,
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode.none,
+        error_message=None,
+        cluster_id=services.metadata.cluster_id,
+        controller_id=services.metadata.controller_id,
+        brokers=tuple(brokers),
+        cluster_authorized_operations=NO_AUTHORIZED_OPERATIONS,
+    )
 
 
 def handle_init_producer_id(services: Services, ctx: RequestContext, request: Any) -> Any:
     cls = response_type(INIT_PRODUCER_ID, ctx.api_version)
     if request.transactional_id is not None:
         # Transactions arrive with the transaction coordinator.
-        return build(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.coordinator_not_available,
-                     producer_id=-1, producer_epoch=-1)
-    return build(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
-                 producer_id=services.controller.allocate_producer_id(), producer_epoch=0)
+        return build(
+            cls,
+            throttle_time=NO_THROTTLE,
+            error_code=ErrorCode.coordinator_not_available,
+            producer_id=-1,
+            producer_epoch=-1,
+        )
+    return build(
+        cls,
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode.none,
+        producer_id=services.controller.allocate_producer_id(),
+        producer_epoch=0,
+    )

@@ -21,8 +21,17 @@ DYNAMIC_TOPIC_CONFIG = 1
 STATIC_BROKER_CONFIG = 4
 DEFAULT_CONFIG = 5
 
-_CONFIG_TYPES = {"bool": 1, "string": 2, "int": 3, "short": 4, "long": 5, "double": 6,
-                 "list": 7, "class": 8, "password": 9}
+_CONFIG_TYPES = {
+    "bool": 1,
+    "string": 2,
+    "int": 3,
+    "short": 4,
+    "long": 5,
+    "double": 6,
+    "list": 7,
+    "class": 8,
+    "password": 9,
+}
 
 
 @dataclass(slots=True)
@@ -47,34 +56,47 @@ def format_value(value: Any) -> str | None:
     return str(value)
 
 
-def describe_topic_configs(services: Services, overrides: Mapping[str, str],
-                           keys: Collection[str] | None, synonyms: bool) -> list[ConfigEntry]:
+def describe_topic_configs(
+    services: Services, overrides: Mapping[str, str], keys: Collection[str] | None, synonyms: bool
+) -> list[ConfigEntry]:
     broker_props = services.config.raw
     entries = []
     for definition in TOPIC_CONFIGS.values():
         if keys and definition.name not in keys:
             continue
         value, source_key = resolve_config(definition, broker_props, overrides)
-        source = (DEFAULT_CONFIG if source_key is None else
-                  DYNAMIC_TOPIC_CONFIG if source_key == definition.name else STATIC_BROKER_CONFIG)
-        entry = ConfigEntry(definition.name, format_value(value), source,
-                            _CONFIG_TYPES.get(definition.type, 0))
+        source = (
+            DEFAULT_CONFIG
+            if source_key is None
+            else DYNAMIC_TOPIC_CONFIG
+            if source_key == definition.name
+            else STATIC_BROKER_CONFIG
+        )
+        entry = ConfigEntry(
+            definition.name, format_value(value), source, _CONFIG_TYPES.get(definition.type, 0)
+        )
         if synonyms:
             if definition.name in overrides:
-                entry.synonyms.append((definition.name, overrides[definition.name],
-                                       DYNAMIC_TOPIC_CONFIG))
+                entry.synonyms.append(
+                    (definition.name, overrides[definition.name], DYNAMIC_TOPIC_CONFIG)
+                )
             for key, _ in definition.synonyms:
                 if key in broker_props:
                     entry.synonyms.append((key, broker_props[key], STATIC_BROKER_CONFIG))
-            entry.synonyms.append((definition.synonyms[0][0] if definition.synonyms else
-                                   definition.name, format_value(definition.default),
-                                   DEFAULT_CONFIG))
+            entry.synonyms.append(
+                (
+                    definition.synonyms[0][0] if definition.synonyms else definition.name,
+                    format_value(definition.default),
+                    DEFAULT_CONFIG,
+                )
+            )
         entries.append(entry)
     return entries
 
 
-def describe_broker_configs(services: Services, keys: Collection[str] | None,
-                            synonyms: bool) -> list[ConfigEntry]:
+def describe_broker_configs(
+    services: Services, keys: Collection[str] | None, synonyms: bool
+) -> list[ConfigEntry]:
     config = services.config
     entries = []
     own_keys = config.key_types()
@@ -84,8 +106,9 @@ def describe_broker_configs(services: Services, keys: Collection[str] | None,
         source = DEFAULT_CONFIG if config.is_default(name) else STATIC_BROKER_CONFIG
         sensitive = type_ == "password"
         value = None if sensitive else format_value(config[name])
-        entry = ConfigEntry(name, value, source, _CONFIG_TYPES[type_], read_only=True,
-                            is_sensitive=sensitive)
+        entry = ConfigEntry(
+            name, value, source, _CONFIG_TYPES[type_], read_only=True, is_sensitive=sensitive
+        )
         if synonyms:
             entry.synonyms.append((name, value, source))
         entries.append(entry)
@@ -95,10 +118,16 @@ def describe_broker_configs(services: Services, keys: Collection[str] | None,
                 continue
             raw = config.raw.get(name)
             source = DEFAULT_CONFIG if raw is None else STATIC_BROKER_CONFIG
-            value = raw if raw is not None else (
-                format_value(definition.default) if name == definition.synonyms[0][0] else None)
-            entry = ConfigEntry(name, value, source, _CONFIG_TYPES.get(definition.type, 0),
-                                read_only=True)
+            value = (
+                raw
+                if raw is not None
+                else (
+                    format_value(definition.default) if name == definition.synonyms[0][0] else None
+                )
+            )
+            entry = ConfigEntry(
+                name, value, source, _CONFIG_TYPES.get(definition.type, 0), read_only=True
+            )
             if synonyms:
                 entry.synonyms.append((name, value, source))
             entries.append(entry)
@@ -132,13 +161,28 @@ def handle(services: Services, ctx: RequestContext, request: Any) -> Any:
             code = ErrorCode.invalid_request
             message = f"Unsupported resource type {resource.resource_type}"
         configs = tuple(
-            build(entry_cls, name=e.name, value=e.value, read_only=e.read_only,
-                  config_source=e.config_source, is_sensitive=e.is_sensitive,
-                  is_default=e.config_source == DEFAULT_CONFIG, config_type=e.config_type,
-                  documentation=None,
-                  synonyms=tuple(synonym_cls(name=n, value=v, source=s) for n, v, s in e.synonyms))
-            for e in entries)
-        results.append(build(result_cls, error_code=code, error_message=message,
-                             resource_type=resource.resource_type,
-                             resource_name=resource.resource_name, configs=configs))
+            build(
+                entry_cls,
+                name=e.name,
+                value=e.value,
+                read_only=e.read_only,
+                config_source=e.config_source,
+                is_sensitive=e.is_sensitive,
+                is_default=e.config_source == DEFAULT_CONFIG,
+                config_type=e.config_type,
+                documentation=None,
+                synonyms=tuple(synonym_cls(name=n, value=v, source=s) for n, v, s in e.synonyms),
+            )
+            for e in entries
+        )
+        results.append(
+            build(
+                result_cls,
+                error_code=code,
+                error_message=message,
+                resource_type=resource.resource_type,
+                resource_name=resource.resource_name,
+                configs=configs,
+            )
+        )
     return build(cls, throttle_time=NO_THROTTLE, results=tuple(results))

@@ -30,8 +30,9 @@ def handle(services: Services, ctx: RequestContext, request: Any) -> RawResponse
     return services.fetch_purgatory.park(keys, max_wait, try_complete)
 
 
-def _answer(ctx: RequestContext, topics: list[FetchTopic],
-            error: ErrorCode = ErrorCode.none) -> RawResponse:
+def _answer(
+    ctx: RequestContext, topics: list[FetchTopic], error: ErrorCode = ErrorCode.none
+) -> RawResponse:
     parts, size = encode_fetch_response(ctx.api_version, topics, error_code=error)
     return RawResponse(parts, size)
 
@@ -54,8 +55,11 @@ def _read(services: Services, request: Any) -> tuple[list[FetchTopic], int]:
             partition = services.replicas.get(topic.topic, fp.partition)
             if partition is None:
                 known = topic.topic in services.metadata.topics
-                result.error_code = (ErrorCode.not_leader_or_follower if known
-                                     else ErrorCode.unknown_topic_or_partition)
+                result.error_code = (
+                    ErrorCode.not_leader_or_follower
+                    if known
+                    else ErrorCode.unknown_topic_or_partition
+                )
                 result.records = b""
                 errors = True
                 continue
@@ -76,8 +80,11 @@ def _read(services: Services, request: Any) -> tuple[list[FetchTopic], int]:
                 errors = True
                 continue
             try:
-                region = partition.read(fp.fetch_offset, min(fp.partition_max_bytes, remaining),
-                                        min_one_batch=first_with_data)
+                region = partition.read(
+                    fp.fetch_offset,
+                    min(fp.partition_max_bytes, remaining),
+                    min_one_batch=first_with_data,
+                )
             except STORAGE_ERRORS as e:
                 result.error_code = error_code(e)
                 result.records = b""

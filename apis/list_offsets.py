@@ -25,22 +25,33 @@ def handle(services: Services, ctx: RequestContext, request: Any) -> Any:
     for topic in request.topics:
         partitions = []
         for p in topic.partitions:
-            fields = _lookup(services, topic.name, p.partition_index, p.timestamp,
-                             getattr(p, "current_leader_epoch", -1))
+            fields = _lookup(
+                services,
+                topic.name,
+                p.partition_index,
+                p.timestamp,
+                getattr(p, "current_leader_epoch", -1),
+            )
             partitions.append(build(partition_cls, partition_index=p.partition_index, **fields))
         topics.append(topic_cls(name=topic.name, partitions=tuple(partitions)))
     return build(cls, throttle_time=NO_THROTTLE, topics=tuple(topics))
 
 
-def _lookup(services: Services, topic: str, index: int, timestamp: int,
-            leader_epoch: int) -> dict[str, Any]:
-    fields: dict[str, Any] = {"error_code": ErrorCode.none, "timestamp": -1, "offset": -1,
-                              "leader_epoch": -1}
+def _lookup(
+    services: Services, topic: str, index: int, timestamp: int, leader_epoch: int
+) -> dict[str, Any]:
+    fields: dict[str, Any] = {
+        "error_code": ErrorCode.none,
+        "timestamp": -1,
+        "offset": -1,
+        "leader_epoch": -1,
+    }
     partition = services.replicas.get(topic, index)
     if partition is None:
         known = topic in services.metadata.topics
-        fields["error_code"] = (ErrorCode.not_leader_or_follower if known
-                                else ErrorCode.unknown_topic_or_partition)
+        fields["error_code"] = (
+            ErrorCode.not_leader_or_follower if known else ErrorCode.unknown_topic_or_partition
+        )
         return fields
     if not partition.is_leader:
         fields["error_code"] = ErrorCode.not_leader_or_follower

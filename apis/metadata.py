@@ -29,29 +29,59 @@ def handle(services: Services, ctx: RequestContext, request: Any) -> Any:
     for broker in cache.brokers.values():
         endpoint = broker.endpoint(ctx.listener)
         if endpoint is not None:
-            brokers.append(build(broker_cls, node_id=broker.node_id, host=endpoint[0],
-                                 port=endpoint[1], rack=broker.rack))
+            brokers.append(
+                build(
+                    broker_cls,
+                    node_id=broker.node_id,
+                    host=endpoint[0],
+                    port=endpoint[1],
+                    rack=broker.rack,
+                )
+            )
 
     def topic_entry(topic: TopicInfo) -> Any:
         partitions = tuple(
-            build(partition_cls, error_code=ErrorCode.none, partition_index=p.index,
-                  leader_id=p.leader, leader_epoch=p.leader_epoch, replica_nodes=tuple(p.replicas),
-                  isr_nodes=tuple(p.isr), offline_replicas=())
-            for p in sorted(topic.partitions.values(), key=lambda p: p.index))
-        return build(topic_cls, error_code=ErrorCode.none, name=topic.name,
-                     topic_id=topic.topic_id, is_internal=topic.internal, partitions=partitions,
-                     topic_authorized_operations=NO_AUTHORIZED_OPERATIONS)
+            build(
+                partition_cls,
+                error_code=ErrorCode.none,
+                partition_index=p.index,
+                leader_id=p.leader,
+                leader_epoch=p.leader_epoch,
+                replica_nodes=tuple(p.replicas),
+                isr_nodes=tuple(p.isr),
+                offline_replicas=(),
+            )
+            for p in sorted(topic.partitions.values(), key=lambda p: p.index)
+        )
+        return build(
+            topic_cls,
+            error_code=ErrorCode.none,
+            name=topic.name,
+            topic_id=topic.topic_id,
+            is_internal=topic.internal,
+            partitions=partitions,
+            topic_authorized_operations=NO_AUTHORIZED_OPERATIONS,
+        )
 
     def error_entry(code: ErrorCode, name: str | None, topic_id: Any = None) -> Any:
-        return build(topic_cls, error_code=code, name=name, topic_id=topic_id, is_internal=False,
-                     partitions=(), topic_authorized_operations=NO_AUTHORIZED_OPERATIONS)
+        return build(
+            topic_cls,
+            error_code=code,
+            name=name,
+            topic_id=topic_id,
+            is_internal=False,
+            partitions=(),
+            topic_authorized_operations=NO_AUTHORIZED_OPERATIONS,
+        )
 
     wanted = request.topics
     if wanted is None or (ctx.api_version == 0 and not wanted):
         topics = [topic_entry(t) for t in cache.topics.values()]
     else:
-        auto_create = (getattr(request, "allow_auto_topic_creation", True)
-                       and services.config["auto.create.topics.enable"])
+        auto_create = (
+            getattr(request, "allow_auto_topic_creation", True)
+            and services.config["auto.create.topics.enable"]
+        )
         topics = []
         for entry in wanted:
             name = entry.name
@@ -81,6 +111,12 @@ def handle(services: Services, ctx: RequestContext, request: Any) -> Any:
                     topic = cache.topics[name]
             topics.append(topic_entry(topic))
 
-    return build(cls, throttle_time=NO_THROTTLE, brokers=tuple(brokers),
-                 cluster_id=cache.cluster_id, controller_id=cache.controller_id,
-                 topics=tuple(topics), cluster_authorized_operations=NO_AUTHORIZED_OPERATIONS)
+    return build(
+        cls,
+        throttle_time=NO_THROTTLE,
+        brokers=tuple(brokers),
+        cluster_id=cache.cluster_id,
+        controller_id=cache.controller_id,
+        topics=tuple(topics),
+        cluster_authorized_operations=NO_AUTHORIZED_OPERATIONS,
+    )

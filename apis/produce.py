@@ -25,8 +25,12 @@ def handle(services: Services, ctx: RequestContext, request: Any) -> Any:
     for topic in request.topic_data:
         partitions = []
         for data in topic.partition_data:
-            result: dict[str, Any] = {"index": data.index, "base_offset": -1,
-                                      "log_start_offset": -1, "log_append_time": None}
+            result: dict[str, Any] = {
+                "index": data.index,
+                "base_offset": -1,
+                "log_start_offset": -1,
+                "log_append_time": None,
+            }
             code = _append(services, topic.name, data.index, data.records, acks, now_ms, result)
             result["error_code"] = code
             failed |= code != ErrorCode.none
@@ -39,14 +43,31 @@ def handle(services: Services, ctx: RequestContext, request: Any) -> Any:
     cls = response_type(PRODUCE, ctx.api_version)
     topic_cls = nested(cls, "TopicProduceResponse")
     partition_cls = nested(cls, "PartitionProduceResponse")
-    return build(cls, throttle_time=NO_THROTTLE, responses=tuple(
-        topic_cls(name=name, partition_responses=tuple(
-            build(partition_cls, record_errors=(), error_message=None, **p) for p in partitions))
-        for name, partitions in results))
+    return build(
+        cls,
+        throttle_time=NO_THROTTLE,
+        responses=tuple(
+            topic_cls(
+                name=name,
+                partition_responses=tuple(
+                    build(partition_cls, record_errors=(), error_message=None, **p)
+                    for p in partitions
+                ),
+            )
+            for name, partitions in results
+        ),
+    )
 
 
-def _append(services: Services, topic: str, index: int, records: bytes | None, acks: int,
-            now_ms: int, result: dict[str, Any]) -> ErrorCode:
+def _append(
+    services: Services,
+    topic: str,
+    index: int,
+    records: bytes | None,
+    acks: int,
+    now_ms: int,
+    result: dict[str, Any],
+) -> ErrorCode:
     if acks not in (0, 1, -1):
         return ErrorCode.invalid_required_acks
     partition = services.replicas.get(topic, index)

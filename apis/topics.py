@@ -24,16 +24,28 @@ def _check_configs(configs: Mapping[str, str]) -> None:
         raise TopicError(ErrorCode.invalid_config, str(e)) from None
 
 
-def create_topic(services: Services, name: str, partitions: int, replication_factor: int,
-                 configs: Mapping[str, str], *, validate_only: bool = False) -> TopicInfo:
+def create_topic(
+    services: Services,
+    name: str,
+    partitions: int,
+    replication_factor: int,
+    configs: Mapping[str, str],
+    *,
+    validate_only: bool = False,
+) -> TopicInfo:
     """Create a topic; -1 means the broker default for partitions and replication."""
     if partitions == -1:
         partitions = services.config["num.partitions"]
     if replication_factor == -1:
         replication_factor = services.config["default.replication.factor"]
-    return services.controller.create_topic(name, partitions, replication_factor, configs,
-                                            validate_only=validate_only,
-                                            check_configs=_check_configs)
+    return services.controller.create_topic(
+        name,
+        partitions,
+        replication_factor,
+        configs,
+        validate_only=validate_only,
+        check_configs=_check_configs,
+    )
 
 
 def handle_create(services: Services, ctx: RequestContext, request: Any) -> Any:
@@ -43,37 +55,65 @@ def handle_create(services: Services, ctx: RequestContext, request: Any) -> Any:
     counts = Counter(t.name for t in request.topics)
     results = []
     for entry in request.topics:
-        fields: dict[str, Any] = {"name": entry.name, "topic_id": None, "num_partitions": -1,
-                                  "replication_factor": -1, "configs": None}
+        fields: dict[str, Any] = {
+            "name": entry.name,
+            "topic_id": None,
+            "num_partitions": -1,
+            "replication_factor": -1,
+            "configs": None,
+        }
         try:
             if counts[entry.name] > 1:
-                raise TopicError(ErrorCode.invalid_request,
-                                 f"Create topics request from client `{ctx.client_id}` contains "
-                                 f"multiple entries for the following topics: {entry.name}")
+                raise TopicError(
+                    ErrorCode.invalid_request,
+                    f"Create topics request from client `{ctx.client_id}` contains "
+                    f"multiple entries for the following topics: {entry.name}",
+                )
             partitions, replication = entry.num_partitions, entry.replication_factor
             if entry.assignments:
                 if partitions != -1 or replication != -1:
-                    raise TopicError(ErrorCode.invalid_request,
-                                     "Both numPartitions or replicationFactor and "
-                                     "replicasAssignments were set. Both cannot be used at the "
-                                     "same time.")
+                    raise TopicError(
+                        ErrorCode.invalid_request,
+                        "Both numPartitions or replicationFactor and "
+                        "replicasAssignments were set. Both cannot be used at the "
+                        "same time.",
+                    )
                 partitions = len(entry.assignments)
                 replication = len(entry.assignments[0].broker_ids)
                 known = services.metadata.brokers
                 if any(b not in known for a in entry.assignments for b in a.broker_ids):
-                    raise TopicError(ErrorCode.invalid_replica_assignment,
-                                     "Replica assignment names unknown brokers")
+                    raise TopicError(
+                        ErrorCode.invalid_replica_assignment,
+                        "Replica assignment names unknown brokers",
+                    )
             configs = {c.name: c.value for c in entry.configs}
-            topic = create_topic(services, entry.name, partitions, replication, configs,
-                                 validate_only=request.validate_only)
+            topic = create_topic(
+                services,
+                entry.name,
+                partitions,
+                replication,
+                configs,
+                validate_only=request.validate_only,
+            )
             fields.update(
-                error_code=ErrorCode.none, error_message=None, topic_id=topic.topic_id,
+                error_code=ErrorCode.none,
+                error_message=None,
+                topic_id=topic.topic_id,
                 num_partitions=len(topic.partitions),
                 replication_factor=len(topic.partitions[0].replicas),
-                configs=None if config_cls is None else tuple(
-                    config_cls(name=c.name, value=c.value, read_only=c.read_only,
-                               config_source=c.config_source, is_sensitive=c.is_sensitive)
-                    for c in describe_topic_configs(services, topic.configs, None, False)))
+                configs=None
+                if config_cls is None
+                else tuple(
+                    config_cls(
+                        name=c.name,
+                        value=c.value,
+                        read_only=c.read_only,
+                        config_source=c.config_source,
+                        is_sensitive=c.is_sensitive,
+                    )
+                    for c in describe_topic_configs(services, topic.configs, None, False)
+                ),
+            )
         except TopicError as e:
             fields.update(error_code=e.code, error_message=e.message)
         results.append(build(result_cls, **fields))
@@ -94,14 +134,15 @@ def handle_delete(services: Services, ctx: RequestContext, request: Any) -> Any:
             if name is None:
                 name = services.metadata.topic_name(topic_id)
                 if name is None:
-                    raise TopicError(ErrorCode.unknown_topic_id, "This server does not host "
-                                     "this topic ID.")
+                    raise TopicError(
+                        ErrorCode.unknown_topic_id, "This server does not host this topic ID."
+                    )
             if not services.config["delete.topic.enable"]:
-                raise TopicError(ErrorCode.topic_deletion_disabled,
-                                 "Topic deletion is disabled.")
+                raise TopicError(ErrorCode.topic_deletion_disabled, "Topic deletion is disabled.")
             topic_id = services.controller.delete_topic(name).topic_id
         except TopicError as e:
             code, message = e.code, e.message
-        results.append(build(result_cls, name=name, topic_id=topic_id, error_code=code,
-                             error_message=message))
+        results.append(
+            build(result_cls, name=name, topic_id=topic_id, error_code=code, error_message=message)
+        )
     return build(cls, throttle_time=NO_THROTTLE, responses=tuple(results))

@@ -29,8 +29,9 @@ LeadCallback = Callable[[TopicInfo], None]
 
 
 class EmbeddedController:
-    def __init__(self, state_dir: Path, broker: BrokerInfo, *, on_lead: LeadCallback,
-                 on_delete: LeadCallback) -> None:
+    def __init__(
+        self, state_dir: Path, broker: BrokerInfo, *, on_lead: LeadCallback, on_delete: LeadCallback
+    ) -> None:
         self._path = state_dir / STATE_FILE
         self._broker = broker
         self._on_lead = on_lead
@@ -41,8 +42,11 @@ class EmbeddedController:
         self._next_producer_id = state.get("producer_id_block_end", 0)
         self._producer_id_block_end = self._next_producer_id
         for name, topic in state.get("topics", {}).items():
-            self.cache.put_topic(self._topic(name, uuid.UUID(topic["id"]), topic["partitions"],
-                                             topic.get("configs", {})))
+            self.cache.put_topic(
+                self._topic(
+                    name, uuid.UUID(topic["id"]), topic["partitions"], topic.get("configs", {})
+                )
+            )
 
     @property
     def cluster_id(self) -> str:
@@ -54,32 +58,47 @@ class EmbeddedController:
         for topic in self.cache.topics.values():
             self._on_lead(topic)
 
-    def _topic(self, name: str, topic_id: uuid.UUID, partitions: int,
-               configs: Mapping[str, str]) -> TopicInfo:
+    def _topic(
+        self, name: str, topic_id: uuid.UUID, partitions: int, configs: Mapping[str, str]
+    ) -> TopicInfo:
         me = self._broker.node_id
         return TopicInfo(
-            name, topic_id,
+            name,
+            topic_id,
             {i: PartitionInfo(i, me, 0, [me], [me]) for i in range(partitions)},
-            dict(configs), internal=name in INTERNAL_TOPICS)
+            dict(configs),
+            internal=name in INTERNAL_TOPICS,
+        )
 
-    def create_topic(self, name: str, partitions: int, replication_factor: int,
-                     configs: Mapping[str, str], *, validate_only: bool = False,
-                     check_configs: Callable[[Mapping[str, str]], None] | None = None) -> TopicInfo:
+    def create_topic(
+        self,
+        name: str,
+        partitions: int,
+        replication_factor: int,
+        configs: Mapping[str, str],
+        *,
+        validate_only: bool = False,
+        check_configs: Callable[[Mapping[str, str]], None] | None = None,
+    ) -> TopicInfo:
         check_topic_name(name)
         if name in self.cache.topics:
             raise TopicError(ErrorCode.topic_already_exists, f"Topic '{name}' already exists.")
         if partitions < 1:
-            raise TopicError(ErrorCode.invalid_partitions,
-                             "Number of partitions must be larger than 0.")
+            raise TopicError(
+                ErrorCode.invalid_partitions, "Number of partitions must be larger than 0."
+            )
         if replication_factor < 1:
-            raise TopicError(ErrorCode.invalid_replication_factor,
-                             "Replication factor must be larger than 0.")
+            raise TopicError(
+                ErrorCode.invalid_replication_factor, "Replication factor must be larger than 0."
+            )
         if replication_factor > len(self.cache.brokers):
-            raise TopicError(ErrorCode.invalid_replication_factor,
-                             f"Unable to replicate the partition {replication_factor} time(s): "
-                             f"The target replication factor of {replication_factor} cannot be "
-                             f"reached because only {len(self.cache.brokers)} broker(s) are "
-                             "registered.")
+            raise TopicError(
+                ErrorCode.invalid_replication_factor,
+                f"Unable to replicate the partition {replication_factor} time(s): "
+                f"The target replication factor of {replication_factor} cannot be "
+                f"reached because only {len(self.cache.brokers)} broker(s) are "
+                "registered.",
+            )
         if check_configs is not None:
             check_configs(configs)
         topic = self._topic(name, uuid.uuid4(), partitions, configs)
@@ -87,16 +106,19 @@ class EmbeddedController:
             return topic
         self.cache.put_topic(topic)
         self._save()
-        logger.info("Created topic %s with %d partition(s) and configs %s", name, partitions,
-                 dict(configs))
+        logger.info(
+            "Created topic %s with %d partition(s) and configs %s", name, partitions, dict(configs)
+        )
         self._on_lead(topic)
         return topic
 
     def delete_topic(self, name: str) -> TopicInfo:
         topic = self.cache.topics.get(name)
         if topic is None:
-            raise TopicError(ErrorCode.unknown_topic_or_partition,
-                             "This server does not host this topic-partition.")
+            raise TopicError(
+                ErrorCode.unknown_topic_or_partition,
+                "This server does not host this topic-partition.",
+            )
         self.cache.remove_topic(name)
         self._save()
         logger.info("Deleted topic %s", name)
@@ -118,8 +140,11 @@ class EmbeddedController:
             "cluster_id": self.cache.cluster_id,
             "producer_id_block_end": self._producer_id_block_end,
             "topics": {
-                t.name: {"id": str(t.topic_id), "partitions": len(t.partitions),
-                         "configs": t.configs}
+                t.name: {
+                    "id": str(t.topic_id),
+                    "partitions": len(t.partitions),
+                    "configs": t.configs,
+                }
                 for t in self.cache.topics.values()
             },
         }

@@ -22,16 +22,19 @@ class TopicError(Exception):
 
 def check_topic_name(name: str) -> None:
     if not name:
-        raise TopicError(ErrorCode.invalid_topic_exception,
-                         "Topic name is illegal, it can't be empty")
+        raise TopicError(
+            ErrorCode.invalid_topic_exception, "Topic name is illegal, it can't be empty"
+        )
     if name in (".", ".."):
-        raise TopicError(ErrorCode.invalid_topic_exception,
-                         "Topic name cannot be \".\" or \"..\"")
+        raise TopicError(ErrorCode.invalid_topic_exception, 'Topic name cannot be "." or ".."')
     if len(name) > MAX_NAME_LENGTH:
-        raise TopicError(ErrorCode.invalid_topic_exception,
-                         f"Topic name is illegal, it can't be longer than {MAX_NAME_LENGTH} "
-                         "characters")
+        raise TopicError(
+            ErrorCode.invalid_topic_exception,
+            f"Topic name is illegal, it can't be longer than {MAX_NAME_LENGTH} characters",
+        )
     if not _LEGAL.fullmatch(name):
-        raise TopicError(ErrorCode.invalid_topic_exception,
-                         f"Topic name {name!r} is illegal, it contains a character other than "
-                         "ASCII alphanumerics, '.', '_' and '-'")
+        raise TopicError(
+            ErrorCode.invalid_topic_exception,
+            f"Topic name {name!r} is illegal, it contains a character other than "
+            "ASCII alphanumerics, '.', '_' and '-'",
+        )

@@ -21,8 +21,13 @@ TopicPartition = tuple[str, int]
 
 
 class ReplicaManager:
-    def __init__(self, broker_id: int, logs: LogManager, broker_props: Mapping[str, str],
-                 on_data: Callable[[TopicPartition], None]) -> None:
+    def __init__(
+        self,
+        broker_id: int,
+        logs: LogManager,
+        broker_props: Mapping[str, str],
+        on_data: Callable[[TopicPartition], None],
+    ) -> None:
         self.broker_id = broker_id
         self.logs = logs
         self._broker_props = broker_props
@@ -48,8 +53,17 @@ class ReplicaManager:
         partition = self._partitions.get(tp)
         if partition is None:
             hw = min(self._checkpointed_hw.get(tp, 0), log.log_end_offset)
-            partition = Partition(topic, info.index, log, info.leader, info.leader_epoch,
-                                  list(info.replicas), list(info.isr), self.broker_id, hw)
+            partition = Partition(
+                topic,
+                info.index,
+                log,
+                info.leader,
+                info.leader_epoch,
+                list(info.replicas),
+                list(info.isr),
+                self.broker_id,
+                hw,
+            )
             self._partitions[tp] = partition
         else:
             partition.leader, partition.leader_epoch = info.leader, info.leader_epoch

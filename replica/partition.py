@@ -43,5 +43,6 @@ class Partition:
 
     def read(self, offset: int, max_bytes: int, min_one_batch: bool) -> ReadResult:
         """Committed data only: nothing at or above the high watermark."""
-        return self.log.read(offset, max_bytes=max_bytes, max_offset=self.high_watermark,
-                             min_one_batch=min_one_batch)
+        return self.log.read(
+            offset, max_bytes=max_bytes, max_offset=self.high_watermark, min_one_batch=min_one_batch
+        )

@@ -38,14 +38,16 @@ class Broker:
         self.broker_id = config.broker_id
         self.logs = LogManager(config.log_dirs, config.raw)
         self.fetch_purgatory: Purgatory = Purgatory("Fetch")
-        self.replicas = ReplicaManager(self.broker_id, self.logs, config.raw,
-                                       self.fetch_purgatory.check)
+        self.replicas = ReplicaManager(
+            self.broker_id, self.logs, config.raw, self.fetch_purgatory.check
+        )
         self.dispatcher: Dispatcher | None = None
         self.socket_server = SocketServer(
             self._dispatch,
             io_threads=config["num.io.threads"],
             queued_max_requests=config["queued.max.requests"],
-            max_request_size=config["socket.request.max.bytes"])
+            max_request_size=config["socket.request.max.bytes"],
+        )
         self.controller: EmbeddedController | None = None
         self.bound_ports: dict[str, int] = {}
 
@@ -60,24 +62,34 @@ class Broker:
         self.logs.startup(now_ms())
         endpoints = await self._listen()
         self.controller = EmbeddedController(
-            self.config.log_dirs[0], BrokerInfo(self.broker_id, endpoints,
-                                                self.config["broker.rack"]),
-            on_lead=self._lead, on_delete=self._forget)
+            self.config.log_dirs[0],
+            BrokerInfo(self.broker_id, endpoints, self.config["broker.rack"]),
+            on_lead=self._lead,
+            on_delete=self._forget,
+        )
         self._write_meta_properties(self.controller.cluster_id)
         self.controller.start()
-        services = Services(self.config, self.controller.cache, self.controller, self.replicas,
-                            self.fetch_purgatory)
+        services = Services(
+            self.config, self.controller.cache, self.controller, self.replicas, self.fetch_purgatory
+        )
         self.dispatcher = Dispatcher(services)
         self.socket_server.start_handlers()
-        logger.info("[KafkaServer id=%d] started (cluster id %s, %d partition(s)) in %.2fs; "
-                    "listening on %s", self.broker_id, self.controller.cluster_id,
-                    sum(1 for _ in self.replicas), time.monotonic() - started,
-                    ", ".join(f"{n}://{h}:{p}" for n, (h, p) in endpoints.items()))
+        logger.info(
+            "[KafkaServer id=%d] started (cluster id %s, %d partition(s)) in %.2fs; "
+            "listening on %s",
+            self.broker_id,
+            self.controller.cluster_id,
+            sum(1 for _ in self.replicas),
+            time.monotonic() - started,
+            ", ".join(f"{n}://{h}:{p}" for n, (h, p) in endpoints.items()),
+        )
 
     async def _listen(self) -> dict[str, tuple[str, int]]:
         """Bind every listener; return the advertised endpoint of each."""
-        advertised = {name: (host, port) for name, host, port in
-                      map(parse_listener, self.config.advertised_listeners)}
+        advertised = {
+            name: (host, port)
+            for name, host, port in map(parse_listener, self.config.advertised_listeners)
+        }
         endpoints = {}
         for listener in self.config.listeners:
             name, host, port = parse_listener(listener)
@@ -87,8 +99,10 @@ class Broker:
             endpoints[name] = (adv_host or socket.getfqdn(), adv_port or bound)
         unknown = advertised.keys() - endpoints.keys()
         if unknown:
-            raise ConfigError(f"advertised.listeners names listener(s) {sorted(unknown)} that "
-                              "are not in listeners")
+            raise ConfigError(
+                f"advertised.listeners names listener(s) {sorted(unknown)} that "
+                "are not in listeners"
+            )
         return endpoints
 
     def _lead(self, topic: TopicInfo) -> None:
@@ -104,11 +118,15 @@ class Broker:
             path = log_dir / "meta.properties"
             existing = _read_simple_properties(path)
             if existing.get("cluster.id", cluster_id) != cluster_id:
-                raise ConfigError(f"The cluster id {cluster_id} doesn't match the stored "
-                                  f"cluster.id {existing['cluster.id']} in {path}")
+                raise ConfigError(
+                    f"The cluster id {cluster_id} doesn't match the stored "
+                    f"cluster.id {existing['cluster.id']} in {path}"
+                )
             if existing.get("node.id", str(self.broker_id)) != str(self.broker_id):
-                raise ConfigError(f"Stored node id {existing['node.id']} in {path} doesn't "
-                                  f"match broker.id {self.broker_id}")
+                raise ConfigError(
+                    f"Stored node id {existing['node.id']} in {path} doesn't "
+                    f"match broker.id {self.broker_id}"
+                )
             path.write_text(f"version=1\ncluster.id={cluster_id}\nnode.id={self.broker_id}\n")
 
     async def run_background(self) -> None:
@@ -116,13 +134,21 @@ class Broker:
         config = self.config
         flush_ms = config["log.flush.scheduler.interval.ms"]
         async with anyio.create_task_group() as tg:
-            tg.start_soon(self._every, config["log.retention.check.interval.ms"],
-                          lambda now: self.logs.run_retention(now, self.replicas.high_watermarks()))
-            tg.start_soon(self._every,
-                          DEFAULT_FLUSH_CHECK_MS if flush_ms == LONG_MAX else flush_ms,
-                          self.logs.run_flush)
-            tg.start_soon(self._every, config["log.flush.offset.checkpoint.interval.ms"],
-                          lambda _now: self.logs.checkpoint(self.replicas.high_watermarks()))
+            tg.start_soon(
+                self._every,
+                config["log.retention.check.interval.ms"],
+                lambda now: self.logs.run_retention(now, self.replicas.high_watermarks()),
+            )
+            tg.start_soon(
+                self._every,
+                DEFAULT_FLUSH_CHECK_MS if flush_ms == LONG_MAX else flush_ms,
+                self.logs.run_flush,
+            )
+            tg.start_soon(
+                self._every,
+                config["log.flush.offset.checkpoint.interval.ms"],
+                lambda _now: self.logs.checkpoint(self.replicas.high_watermarks()),
+            )
 
     @staticmethod
     async def _every(interval_ms: int, work: Callable[[int], None]) -> None:
@@ -146,6 +172,9 @@ class Broker:
 def _read_simple_properties(path: Path) -> dict[str, str]:
     if not path.exists():
         return {}
-    pairs = (line.split("=", 1) for line in path.read_text().splitlines()
-             if "=" in line and not line.startswith("#"))
+    pairs = (
+        line.split("=", 1)
+        for line in path.read_text().splitlines()
+        if "=" in line and not line.startswith("#")
+    )
     return {k.strip(): v.strip() for k, v in pairs}

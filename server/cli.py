@@ -28,8 +28,10 @@ def _parse_override(text: str) -> tuple[str, str]:
 
 def _configure_logging() -> None:
     logging.basicConfig(
-        level=logging.INFO, stream=sys.stderr,
-        format="[%(asctime)s] %(levelname)s %(message)s (%(name)s)")
+        level=logging.INFO,
+        stream=sys.stderr,
+        format="[%(asctime)s] %(levelname)s %(message)s (%(name)s)",
+    )
 
 
 async def _serve(config: BrokerConfig) -> None:
@@ -52,8 +54,14 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="run a broker (like kafka-server-start.sh)")
     serve.add_argument("properties", nargs="?", type=Path, help="a server.properties file")
-    serve.add_argument("--override", action="append", default=[], type=_parse_override,
-                       metavar="key=value", help="set a property, overriding the file")
+    serve.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        type=_parse_override,
+        metavar="key=value",
+        help="set a property, overriding the file",
+    )
     args = parser.parse_args(argv)
     _configure_logging()
     props = read_properties(args.properties) if args.properties else {}

@@ -74,60 +74,71 @@ class ConfigKey:
         return value
 
 
-def _k(name: str, type_: str, default: str | None, minimum: int | None = None,
-       choices: tuple[str, ...] | None = None) -> ConfigKey:
+def _k(
+    name: str,
+    type_: str,
+    default: str | None,
+    minimum: int | None = None,
+    choices: tuple[str, ...] | None = None,
+) -> ConfigKey:
     return ConfigKey(name, type_, default, minimum, choices)
 
 
-KEYS: dict[str, ConfigKey] = {k.name: k for k in (
-    # identity and listeners
-    _k("broker.id", "int", "0", -1),
-    _k("node.id", "int", None, -1),
-    _k("listeners", "list", "PLAINTEXT://:9092"),
-    _k("advertised.listeners", "list", None),
-    _k("listener.security.protocol.map", "list",
-       "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL"),
-    _k("broker.rack", "string", None),
-    _k("log.dirs", "list", None),
-    _k("log.dir", "list", "/tmp/kafka-logs"),
-    _k("zookeeper.connect", "string", None),
-    _k("zookeeper.session.timeout.ms", "int", "18000", 1),
-    # network and request handling
-    _k("num.network.threads", "int", "3", 1),
-    _k("num.io.threads", "int", "8", 1),
-    _k("queued.max.requests", "int", "500", 1),
-    _k("socket.request.max.bytes", "int", "104857600", 1),
-    _k("socket.send.buffer.bytes", "int", "102400", -1),
-    _k("socket.receive.buffer.bytes", "int", "102400", -1),
-    _k("connections.max.idle.ms", "long", "600000"),
-    _k("fetch.max.bytes", "int", "57671680", 1024),
-    _k("replica.lag.time.max.ms", "long", "30000", 0),
-    _k("request.timeout.ms", "int", "30000", 0),
-    # topics
-    _k("num.partitions", "int", "1", 1),
-    _k("default.replication.factor", "int", "1", 1),
-    _k("auto.create.topics.enable", "bool", "true"),
-    _k("delete.topic.enable", "bool", "true"),
-    # log
-    _k("log.retention.check.interval.ms", "long", "300000", 1),
-    _k("log.flush.scheduler.interval.ms", "long", str(LONG_MAX)),
-    _k("log.flush.offset.checkpoint.interval.ms", "int", "60000", 0),
-    _k("log.flush.start.offset.checkpoint.interval.ms", "int", "60000", 0),
-    # groups and offsets
-    _k("offsets.topic.num.partitions", "int", "50", 1),
-    _k("offsets.topic.replication.factor", "int", "3", 1),
-    _k("offsets.topic.segment.bytes", "int", "104857600", 1),
-    _k("offsets.retention.minutes", "int", "10080", 1),
-    _k("offsets.retention.check.interval.ms", "long", "600000", 1),
-    _k("group.initial.rebalance.delay.ms", "int", "3000", 0),
-    _k("group.min.session.timeout.ms", "int", "6000"),
-    _k("group.max.session.timeout.ms", "int", "1800000"),
-    _k("group.max.size", "int", str(INT_MAX), 1),
-    # producers
-    _k("producer.id.expiration.ms", "int", "86400000", 1),
-    _k("transactional.id.expiration.ms", "int", "604800000", 1),
-    _k("transaction.max.timeout.ms", "int", "900000", 1),
-)}
+KEYS: dict[str, ConfigKey] = {
+    k.name: k
+    for k in (
+        # identity and listeners
+        _k("broker.id", "int", "0", -1),
+        _k("node.id", "int", None, -1),
+        _k("listeners", "list", "PLAINTEXT://:9092"),
+        _k("advertised.listeners", "list", None),
+        _k(
+            "listener.security.protocol.map",
+            "list",
+            "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
+        ),
+        _k("broker.rack", "string", None),
+        _k("log.dirs", "list", None),
+        _k("log.dir", "list", "/tmp/kafka-logs"),
+        _k("zookeeper.connect", "string", None),
+        _k("zookeeper.session.timeout.ms", "int", "18000", 1),
+        # network and request handling
+        _k("num.network.threads", "int", "3", 1),
+        _k("num.io.threads", "int", "8", 1),
+        _k("queued.max.requests", "int", "500", 1),
+        _k("socket.request.max.bytes", "int", "104857600", 1),
+        _k("socket.send.buffer.bytes", "int", "102400", -1),
+        _k("socket.receive.buffer.bytes", "int", "102400", -1),
+        _k("connections.max.idle.ms", "long", "600000"),
+        _k("fetch.max.bytes", "int", "57671680", 1024),
+        _k("replica.lag.time.max.ms", "long", "30000", 0),
+        _k("request.timeout.ms", "int", "30000", 0),
+        # topics
+        _k("num.partitions", "int", "1", 1),
+        _k("default.replication.factor", "int", "1", 1),
+        _k("auto.create.topics.enable", "bool", "true"),
+        _k("delete.topic.enable", "bool", "true"),
+        # log
+        _k("log.retention.check.interval.ms", "long", "300000", 1),
+        _k("log.flush.scheduler.interval.ms", "long", str(LONG_MAX)),
+        _k("log.flush.offset.checkpoint.interval.ms", "int", "60000", 0),
+        _k("log.flush.start.offset.checkpoint.interval.ms", "int", "60000", 0),
+        # groups and offsets
+        _k("offsets.topic.num.partitions", "int", "50", 1),
+        _k("offsets.topic.replication.factor", "int", "3", 1),
+        _k("offsets.topic.segment.bytes", "int", "104857600", 1),
+        _k("offsets.retention.minutes", "int", "10080", 1),
+        _k("offsets.retention.check.interval.ms", "long", "600000", 1),
+        _k("group.initial.rebalance.delay.ms", "int", "3000", 0),
+        _k("group.min.session.timeout.ms", "int", "6000"),
+        _k("group.max.session.timeout.ms", "int", "1800000"),
+        _k("group.max.size", "int", str(INT_MAX), 1),
+        # producers
+        _k("producer.id.expiration.ms", "int", "86400000", 1),
+        _k("transactional.id.expiration.ms", "int", "604800000", 1),
+        _k("transaction.max.timeout.ms", "int", "900000", 1),
+    )
+}
 
 
 class BrokerConfig:
@@ -142,8 +153,9 @@ class BrokerConfig:
         log_keys = {key for d in TOPIC_CONFIGS.values() for key, _ in d.synonyms}
         for name in self.raw:
             if name not in KEYS and name not in log_keys:
-                logger.warning("Unknown configuration %r was supplied but isn't a known config",
-                               name)
+                logger.warning(
+                    "Unknown configuration %r was supplied but isn't a known config", name
+                )
         try:
             self.log_config = LogConfig.from_properties(self.raw, {})
         except ValueError as e:
@@ -193,8 +205,9 @@ def parse_listener(listener: str) -> tuple[str, str, int]:
     name, sep, address = listener.partition("://")
     host, colon, port = address.rpartition(":")
     if not sep or not colon or not name:
-        raise ConfigError(f"Invalid value {listener!r} for configuration listeners: "
-                          "expected NAME://host:port")
+        raise ConfigError(
+            f"Invalid value {listener!r} for configuration listeners: expected NAME://host:port"
+        )
     try:
         port_number = int(port)
     except ValueError:
@@ -218,7 +231,7 @@ def read_properties(path: Path) -> dict[str, str]:
             continue
         for i, ch in enumerate(line):
             if ch in "=:":
-                props[line[:i].strip()] = line[i + 1:].strip()
+                props[line[:i].strip()] = line[i + 1 :].strip()
                 break
         else:
             props[line] = ""

@@ -121,9 +121,13 @@ class Connection(asyncio.Protocol):
         if len(buffer) >= _SIZE:
             size = int.from_bytes(buffer[:_SIZE], "big", signed=True)
             if size < 0 or size > self.server.max_request_size:
-                logger.warning("Closing connection from %s: request size %d is outside 0..%d "
-                            "(socket.request.max.bytes)", self.peer, size,
-                            self.server.max_request_size)
+                logger.warning(
+                    "Closing connection from %s: request size %d is outside 0..%d "
+                    "(socket.request.max.bytes)",
+                    self.peer,
+                    size,
+                    self.server.max_request_size,
+                )
                 self.close()
                 return
             end = _SIZE + size
@@ -212,8 +216,14 @@ class Connection(asyncio.Protocol):
 class SocketServer:
     """Listens on the configured listeners and runs the handler pool."""
 
-    def __init__(self, handler: Callable[[Connection, bytes], None], *,
-                 io_threads: int, queued_max_requests: int, max_request_size: int) -> None:
+    def __init__(
+        self,
+        handler: Callable[[Connection, bytes], None],
+        *,
+        io_threads: int,
+        queued_max_requests: int,
+        max_request_size: int,
+    ) -> None:
         self.handler = handler
         self.channel = RequestChannel(queued_max_requests)
         self.max_request_size = max_request_size
@@ -226,8 +236,9 @@ class SocketServer:
     async def listen(self, name: str, host: str, port: int) -> int:
         """Start a listener; return the bound port (useful when ``port`` is 0)."""
         loop = asyncio.get_running_loop()
-        server = await loop.create_server(lambda: Connection(self, name), host or None, port,
-                                          reuse_address=True, backlog=512)
+        server = await loop.create_server(
+            lambda: Connection(self, name), host or None, port, reuse_address=True, backlog=512
+        )
         self._servers.append(server)
         return server.sockets[0].getsockname()[1]
 
@@ -245,8 +256,10 @@ class SocketServer:
             try:
                 self.handler(request.connection, request.frame)
             except Exception:
-                logger.exception("Unexpected error handling a request from %s; closing it",
-                              request.connection.peer)
+                logger.exception(
+                    "Unexpected error handling a request from %s; closing it",
+                    request.connection.peer,
+                )
                 request.connection.close()
 
     async def stop_accepting(self) -> None:

@@ -18,8 +18,12 @@ T = TypeVar("T")
 class DelayedOperation(Generic[T]):
     __slots__ = ("future", "keys", "timer", "try_complete")
 
-    def __init__(self, try_complete: Callable[[bool], T | None], keys: tuple[Hashable, ...],
-                 future: asyncio.Future[T]) -> None:
+    def __init__(
+        self,
+        try_complete: Callable[[bool], T | None],
+        keys: tuple[Hashable, ...],
+        future: asyncio.Future[T],
+    ) -> None:
         self.try_complete = try_complete
         self.keys = keys
         self.future = future
@@ -34,8 +38,9 @@ class Purgatory:
     def __len__(self) -> int:
         return len({op for ops in self._watchers.values() for op in ops})
 
-    def park(self, keys: Iterable[Hashable], timeout_ms: int,
-             try_complete: Callable[[bool], T | None]) -> asyncio.Future[T]:
+    def park(
+        self, keys: Iterable[Hashable], timeout_ms: int, try_complete: Callable[[bool], T | None]
+    ) -> asyncio.Future[T]:
         """Watch ``keys`` until ``try_complete(False)`` returns a value or time runs out.
 
         The caller has already tried once; ``try_complete(True)`` must return a value.

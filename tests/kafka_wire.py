@@ -11,8 +11,9 @@ from wire.schema import decode, encode, is_flexible, response_type
 from wire.versions import is_supported
 
 
-def request_frame(api_key: int, version: int, correlation_id: int, body: Any,
-                  client_id: str = "wire-test") -> bytes:
+def request_frame(
+    api_key: int, version: int, correlation_id: int, body: Any, client_id: str = "wire-test"
+) -> bytes:
     cid = client_id.encode()
     header = struct.pack(">hhih", api_key, version, correlation_id, len(cid)) + cid
     if is_supported(api_key, version) and is_flexible(api_key, version):

@@ -18,8 +18,9 @@ from wire.versions import SUPPORTED
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    with BrokerProcess(tmp_path_factory.mktemp("proto"),
-                       {"socket.request.max.bytes": "1048576"}) as b:
+    with BrokerProcess(
+        tmp_path_factory.mktemp("proto"), {"socket.request.max.bytes": "1048576"}
+    ) as b:
         yield b
 
 
@@ -40,8 +41,13 @@ def api_versions_request(version: int) -> object:
 def metadata_request(version: int, topics: list[str] | None) -> object:
     cls = request_type(3, version)
     topic_cls = __import__(cls.__module__, fromlist=["x"]).MetadataRequestTopic
-    entries = None if topics is None else tuple(
-        topic_cls(name=t, **({"topic_id": None} if version >= 10 else {})) for t in topics)
+    entries = (
+        None
+        if topics is None
+        else tuple(
+            topic_cls(name=t, **({"topic_id": None} if version >= 10 else {})) for t in topics
+        )
+    )
     fields = {"topics": entries}
     if version >= 4:
         fields["allow_auto_topic_creation"] = True
@@ -73,23 +79,26 @@ def test_api_versions_fallback_to_v0_for_unknown_version(client: WireClient) -> 
 
 def test_pipelined_requests_are_answered_in_order(client: WireClient) -> None:
     versions = [0, 1, 2, 3] * 10
-    client.send(b"".join(
-        request_frame(18, v, i, api_versions_request(v)) for i, v in enumerate(versions)))
+    client.send(
+        b"".join(request_frame(18, v, i, api_versions_request(v)) for i, v in enumerate(versions))
+    )
     for i, v in enumerate(versions):
         assert client.read_response(18, v, i).error_code == ErrorCode.none
 
 
 @pytest.mark.parametrize("version", [0, 4, 9, 12])
-def test_metadata_auto_creates_topics(client: WireClient, broker: BrokerProcess,
-                                      version: int) -> None:
+def test_metadata_auto_creates_topics(
+    client: WireClient, broker: BrokerProcess, version: int
+) -> None:
     name = f"auto-{version}"
     response = client.call(3, version, metadata_request(version, [name]))
     [topic] = response.topics
     assert topic.error_code == ErrorCode.none and topic.name == name
     assert [p.partition_index for p in topic.partitions] == [0]
     assert topic.partitions[0].leader_id == 0
-    assert [(b.node_id, b.host, b.port) for b in response.brokers] == [(0, "127.0.0.1",
-                                                                        broker.port)]
+    assert [(b.node_id, b.host, b.port) for b in response.brokers] == [
+        (0, "127.0.0.1", broker.port)
+    ]
 
 
 def test_metadata_rejects_illegal_topic_names(client: WireClient) -> None:
@@ -97,15 +106,18 @@ def test_metadata_rejects_illegal_topic_names(client: WireClient) -> None:
     assert response.topics[0].error_code == ErrorCode.invalid_topic_exception
 
 
-@pytest.mark.parametrize("frame", [
-    struct.pack(">i", -5),                         # negative size
-    struct.pack(">i", 2_000_000),                  # above socket.request.max.bytes
-    request_frame(3, 12, 1, b"\x02\x03"),          # truncated body
-    request_frame(999, 0, 1, b""),                 # unknown API key
-    request_frame(3, 99, 1, b""),                  # unknown version
-    struct.pack(">i", 3) + b"\x00\x03\x00",        # header shorter than its fixed part
-    request_frame(32, 4, 1, b"\xff\xff\xff\xff\x0f\x00\x00\x00"),  # 2**32-element array
-])
+@pytest.mark.parametrize(
+    "frame",
+    [
+        struct.pack(">i", -5),  # negative size
+        struct.pack(">i", 2_000_000),  # above socket.request.max.bytes
+        request_frame(3, 12, 1, b"\x02\x03"),  # truncated body
+        request_frame(999, 0, 1, b""),  # unknown API key
+        request_frame(3, 99, 1, b""),  # unknown version
+        struct.pack(">i", 3) + b"\x00\x03\x00",  # header shorter than its fixed part
+        request_frame(32, 4, 1, b"\xff\xff\xff\xff\x0f\x00\x00\x00"),  # 2**32-element array
+    ],
+)
 def test_hostile_frames_close_the_connection(broker: BrokerProcess, frame: bytes) -> None:
     bad = WireClient(broker.port)
     bad.send(frame)
@@ -124,7 +136,9 @@ def test_random_garbage_never_takes_the_broker_down(broker: BrokerProcess) -> No
         for _ in range(rng.randint(1, 8)):
             mutated[rng.randrange(4, len(mutated))] = rng.randrange(256)
         if i % 3 == 0:
-            mutated = bytearray(valid[:4]) + bytes(rng.randrange(256) for _ in range(len(valid) - 4))
+            mutated = bytearray(valid[:4]) + bytes(
+                rng.randrange(256) for _ in range(len(valid) - 4)
+            )
         c = WireClient(broker.port, timeout=5)
         c.send(bytes(mutated))
         c.sock.shutdown(1)  # no more requests: the broker answers or closes, then EOF

@@ -52,7 +52,11 @@ def _uvarint(n: int) -> bytes:
 
 
 def encode_fetch_response(
-    version: int, topics: list[FetchTopic], *, throttle_ms: int = 0, error_code: int = 0,
+    version: int,
+    topics: list[FetchTopic],
+    *,
+    throttle_ms: int = 0,
+    error_code: int = 0,
     session_id: int = 0,
 ) -> tuple[list[bytes | Region], int]:
     """Encode a FetchResponse body (v4-v12); return (parts, total size in bytes)."""

@@ -1,0 +1,847 @@
+"""The group coordinator: the classic group protocol and committed offsets.
+
+Coordination for a group lives with the leadership of its ``__consumer_offsets``
+partition: ``on_become_leader`` replays that partition's log into memory and
+``on_resign`` drops it. Every change of group metadata or offsets is written as a
+record to that partition first and applied (and answered) once the write is committed,
+that is once the high watermark has passed it; with one broker that is at once.
+
+JoinGroup waits for the rest of the group in the purgatory (the delayed join, keyed
+by group id); session timeouts are per-member timers rescheduled by every heartbeat.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from coordinator.group import Group, GroupState, Member, TopicPartition
+from coordinator.loader import load_groups
+from coordinator.records import (
+    OFFSETS_TOPIC,
+    OffsetValue,
+    encode_group_key,
+    encode_group_value,
+    encode_offset_key,
+    encode_offset_value,
+    partition_for,
+)
+from log.errors import LogError
+from replica.manager import ReplicaManager
+from server.purgatory import Purgatory
+from wire.records import build_batch
+
+logger = logging.getLogger(__name__)
+
+# A new member that never completes its first join is dropped after this long.
+NEW_MEMBER_JOIN_TIMEOUT_MS = 300_000
+Records = list[tuple[bytes, bytes | None]]
+Done = Callable[[ErrorCode], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    partitions: int = 50
+    min_session_timeout_ms: int = 6000
+    max_session_timeout_ms: int = 1_800_000
+    initial_rebalance_delay_ms: int = 3000
+    max_group_size: int = 2**31 - 1
+    offsets_retention_ms: int = 7 * 24 * 3600 * 1000
+    commit_timeout_ms: int = 5000
+    max_metadata_bytes: int = 4096
+
+    @classmethod
+    def from_config(cls, config: Any) -> Settings:
+        """From a BrokerConfig (Kafka's key names)."""
+        return cls(
+            partitions=config["offsets.topic.num.partitions"],
+            min_session_timeout_ms=config["group.min.session.timeout.ms"],
+            max_session_timeout_ms=config["group.max.session.timeout.ms"],
+            initial_rebalance_delay_ms=config["group.initial.rebalance.delay.ms"],
+            max_group_size=config["group.max.size"],
+            offsets_retention_ms=config["offsets.retention.minutes"] * 60_000)
+
+
+@dataclass(frozen=True, slots=True)
+class JoinResult:
+    error: ErrorCode
+    member_id: str
+    generation: int = -1
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader_id: str = ""
+    members: tuple[tuple[str, str | None, bytes], ...] = ()  # id, instance id, metadata
+    skip_assignment: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SyncResult:
+    error: ErrorCode
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    assignment: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class CommitRequest:
+    topic: str
+    partition: int
+    offset: int
+    leader_epoch: int
+    metadata: str | None
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class GroupCoordinator:
+    def __init__(self, settings: Settings, replicas: ReplicaManager, append_purgatory: Purgatory,
+                 now_ms: Callable[[], int] = _now_ms) -> None:
+        self.settings = settings
+        self._replicas = replicas
+        # Appends park here until committed; it is checked whenever a partition changes.
+        self._append_purgatory = append_purgatory
+        self._join_purgatory: Purgatory = Purgatory("Rebalance")
+        self._now = now_ms
+        self._groups: dict[str, Group] = {}
+        self._owned: set[int] = set()
+        self._rebalances: dict[str, int] = {}  # group id -> id of its current delayed join
+
+    # -- ownership --------------------------------------------------------------------------
+    def partition_for(self, group_id: str) -> int:
+        return partition_for(group_id, self.settings.partitions)
+
+    def owner_error(self, group_id: str) -> ErrorCode | None:
+        """NOT_COORDINATOR unless this broker leads the group's partition and has loaded it."""
+        if self.partition_for(group_id) not in self._owned:
+            return ErrorCode.not_coordinator
+        return None
+
+    def on_become_leader(self, index: int) -> None:
+        partition = self._replicas.get(OFFSETS_TOPIC, index)
+        if partition is None or index in self._owned:
+            return
+        started = time.monotonic()
+        groups = load_groups(partition)
+        now = self._now()
+        for group in groups.values():
+            self._groups[group.group_id] = group
+            for member in group.members.values():
+                self._schedule_heartbeat(group, member, member.session_timeout_ms, now)
+        self._owned.add(index)
+        if groups:
+            logger.info("Loaded %d group(s) from %s-%d in %.3fs", len(groups), OFFSETS_TOPIC,
+                        index, time.monotonic() - started)
+
+    def on_resign(self, index: int) -> None:
+        self._owned.discard(index)
+        for group_id in [g for g in self._groups if self.partition_for(g) == index]:
+            self._unload(self._groups.pop(group_id), ErrorCode.not_coordinator)
+
+    def shutdown(self) -> None:
+        for index in list(self._owned):
+            self.on_resign(index)
+        self._join_purgatory.expire_all()
+
+    def _unload(self, group: Group, error: ErrorCode) -> None:
+        group.transition(GroupState.DEAD, self._now())
+        self._rebalances.pop(group.group_id, None)
+        for timer in group.pending_members.values():
+            timer.cancel()
+        group.pending_members.clear()
+        for member in group.members.values():
+            self._cancel_heartbeat(member)
+            _resolve(member.join_waiter, JoinResult(error, member.member_id))
+            _resolve(member.sync_waiter, SyncResult(error))
+            member.join_waiter = member.sync_waiter = None
+
+    # -- writes -----------------------------------------------------------------------------
+    def _write(self, group_id: str, records: Records, done: Done) -> None:
+        """Append to the group's partition; ``done`` runs once the append is committed."""
+        partition = self._replicas.get(OFFSETS_TOPIC, self.partition_for(group_id))
+        if partition is None or not partition.is_leader:
+            done(ErrorCode.not_coordinator)
+            return
+        now = self._now()
+        batch = build_batch([(key, value, (), now) for key, value in records])
+        try:
+            appended = self._replicas.append(partition, batch, now)
+        except LogError as e:
+            logger.warning("Writing to %s-%d failed: %s", OFFSETS_TOPIC, partition.index, e)
+            done(_append_error(ErrorCode(e.error_code)))
+            return
+        end = appended.last_offset + 1
+        if partition.high_watermark >= end:
+            done(ErrorCode.none)
+            return
+
+        def try_complete(force: bool) -> bool | None:
+            if partition.high_watermark >= end:
+                done(ErrorCode.none)
+            elif force:
+                done(ErrorCode.request_timed_out)
+            else:
+                return None
+            return True
+
+        self._append_purgatory.park([(partition.topic, partition.index)],
+                                    self.settings.commit_timeout_ms, try_complete)
+
+    def _store_group(self, group: Group, done: Done,
+                     assignments: dict[str, bytes] | None = None) -> None:
+        value = encode_group_value(group.to_value(assignments))
+        self._write(group.group_id, [(encode_group_key(group.group_id), value)], done)
+
+    # -- JoinGroup --------------------------------------------------------------------------
+    def join(self, group_id: str, member_id: str, instance_id: str | None, client_id: str,
+             client_host: str, protocol_type: str, protocols: list[tuple[str, bytes]],
+             session_timeout_ms: int, rebalance_timeout_ms: int,
+             require_known_member_id: bool) -> asyncio.Future[JoinResult]:
+        future: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
+
+        def fail(error: ErrorCode) -> asyncio.Future[JoinResult]:
+            future.set_result(JoinResult(error, member_id))
+            return future
+
+        if not group_id:
+            return fail(ErrorCode.invalid_group_id)
+        error = self.owner_error(group_id)
+        if error is not None:
+            return fail(error)
+        if not (self.settings.min_session_timeout_ms <= session_timeout_ms
+                <= self.settings.max_session_timeout_ms):
+            return fail(ErrorCode.invalid_session_timeout)
+        group = self._groups.get(group_id)
+        if group is None:
+            if member_id:
+                return fail(ErrorCode.unknown_member_id)
+            group = self._groups[group_id] = Group(group_id, state_timestamp=self._now())
+        if group.is_(GroupState.DEAD):
+            return fail(ErrorCode.coordinator_not_available)
+        known = member_id in group.members or member_id in group.pending_members
+        if not known and len(group.members) + len(group.pending_members) >= \
+                self.settings.max_group_size:
+            return fail(ErrorCode.group_max_size_reached)
+        member = Member(member_id, instance_id, client_id, client_host, rebalance_timeout_ms,
+                        session_timeout_ms, protocol_type, protocols, join_waiter=future)
+        if not member_id:
+            self._join_new(group, member, require_known_member_id)
+        else:
+            self._join_known(group, member)
+        if group.is_(GroupState.PREPARING_REBALANCE):
+            self._join_purgatory.check(group_id)
+        return future
+
+    def _join_new(self, group: Group, joining: Member, require_known_member_id: bool) -> None:
+        future = joining.join_waiter
+        assert future is not None
+        if not group.supports(joining.protocol_type, joining.protocols):
+            future.set_result(JoinResult(ErrorCode.inconsistent_group_protocol, ""))
+            return
+        joining.member_id = f"{joining.client_id}-{uuid.uuid4()}"
+        instance_id = joining.group_instance_id
+        if instance_id is not None and instance_id in group.static_members:
+            self._replace_static_member(group, joining)
+        elif instance_id is None and require_known_member_id:
+            # KIP-394: hand out the id first, take the member in on its second join.
+            loop = asyncio.get_running_loop()
+            group.pending_members[joining.member_id] = loop.call_later(
+                joining.session_timeout_ms / 1000, self._expire_pending, group,
+                joining.member_id)
+            future.set_result(JoinResult(ErrorCode.member_id_required, joining.member_id))
+        else:
+            self._add_member_and_rebalance(group, joining)
+
+    def _join_known(self, group: Group, joining: Member) -> None:
+        future = joining.join_waiter
+        assert future is not None
+        member_id = joining.member_id
+        timer = group.pending_members.pop(member_id, None)
+        if timer is not None:
+            timer.cancel()
+            if not group.supports(joining.protocol_type, joining.protocols):
+                future.set_result(JoinResult(ErrorCode.inconsistent_group_protocol, member_id))
+                return
+            self._add_member_and_rebalance(group, joining)
+            return
+        if group.is_static_member_fenced(joining.group_instance_id, member_id):
+            future.set_result(JoinResult(ErrorCode.fenced_instance_id, member_id))
+            return
+        member = group.members.get(member_id)
+        if member is None or group.state in (GroupState.EMPTY, GroupState.DEAD):
+            future.set_result(JoinResult(ErrorCode.unknown_member_id, member_id))
+            return
+        if not group.supports(joining.protocol_type, joining.protocols):
+            future.set_result(JoinResult(ErrorCode.inconsistent_group_protocol, member_id))
+            return
+        is_leader = group.leader_id == member_id
+        if group.is_(GroupState.PREPARING_REBALANCE) or not member.matches(joining.protocols) \
+                or (group.is_(GroupState.STABLE) and is_leader):
+            self._update_member_and_rebalance(group, member, joining)
+        else:
+            # Nothing changed: answer with the current generation again.
+            future.set_result(self._join_result(group, member, with_members=is_leader and
+                                                group.is_(GroupState.COMPLETING_REBALANCE)))
+
+    def _add_member_and_rebalance(self, group: Group, member: Member) -> None:
+        member.is_new = True
+        group.add(member)
+        if group.is_(GroupState.PREPARING_REBALANCE) and group.generation == 0:
+            group.new_member_added = True
+        # The member cannot heartbeat before its join answers; bound how long that may be.
+        self._schedule_heartbeat(group, member, NEW_MEMBER_JOIN_TIMEOUT_MS)
+        self._maybe_prepare_rebalance(group, f"member {member.member_id} joined")
+
+    def _update_member_and_rebalance(self, group: Group, member: Member, joining: Member) -> None:
+        member.protocols = joining.protocols
+        member.rebalance_timeout_ms = joining.rebalance_timeout_ms
+        member.session_timeout_ms = joining.session_timeout_ms
+        # A retried join (e.g. on a new connection) supersedes the earlier one.
+        _resolve(member.join_waiter, JoinResult(ErrorCode.rebalance_in_progress,
+                                                member.member_id))
+        member.join_waiter = joining.join_waiter
+        self._maybe_prepare_rebalance(group, f"member {member.member_id} rejoined")
+
+    def _replace_static_member(self, group: Group, joining: Member) -> None:
+        """A static member came back with a new id: take its place, and rebalance only if
+        the group's protocol would change."""
+        instance_id = joining.group_instance_id
+        assert instance_id is not None and joining.join_waiter is not None
+        old_id = group.static_members[instance_id]
+        old = group.members[old_id]
+        _resolve(old.join_waiter, JoinResult(ErrorCode.fenced_instance_id, old_id))
+        _resolve(old.sync_waiter, SyncResult(ErrorCode.fenced_instance_id))
+        old.join_waiter = old.sync_waiter = None
+        previous_leader = group.leader_id
+        previous_protocols = old.protocols
+        member = group.replace_static_member(instance_id, old_id, joining.member_id)
+        member.client_id, member.client_host = joining.client_id, joining.client_host
+        member.protocols = joining.protocols
+        member.rebalance_timeout_ms = joining.rebalance_timeout_ms
+        member.session_timeout_ms = joining.session_timeout_ms
+        member.join_waiter = joining.join_waiter
+        self._schedule_heartbeat(group, member, member.session_timeout_ms)
+        if group.is_(GroupState.STABLE):
+            if group.select_protocol() != group.protocol_name:
+                self._maybe_prepare_rebalance(group, f"static member {instance_id} rejoined "
+                                                     "with other protocols")
+                return
+            generation = group.generation
+            is_leader = group.leader_id == member.member_id
+
+            def stored(error: ErrorCode) -> None:
+                waiter = member.join_waiter
+                member.join_waiter = None
+                if error != ErrorCode.none:
+                    logger.warning("Storing static member %s of group %s failed: %s",
+                                   instance_id, group.group_id, error.name)
+                    if group.members.get(member.member_id) is member:
+                        group.replace_static_member(instance_id, member.member_id, old_id)
+                        member.protocols = previous_protocols
+                    _resolve(waiter, JoinResult(error, ""))
+                    return
+                # The old leader id tells a returning follower not to assign; a returning
+                # leader learns the members but skips assigning (KIP-814).
+                _resolve(waiter, JoinResult(
+                    ErrorCode.none, member.member_id, generation, group.protocol_type,
+                    group.protocol_name, member.member_id if is_leader else previous_leader or "",
+                    self._member_list(group) if is_leader else (), skip_assignment=is_leader))
+
+            self._store_group(group, stored)
+        elif group.is_(GroupState.COMPLETING_REBALANCE):
+            self._maybe_prepare_rebalance(group, f"static member {instance_id} rejoined while "
+                                                 "the group was completing a rebalance")
+
+    def _expire_pending(self, group: Group, member_id: str) -> None:
+        if group.pending_members.pop(member_id, None) is not None and \
+                group.is_(GroupState.PREPARING_REBALANCE):
+            self._join_purgatory.check(group.group_id)
+
+    # -- rebalance --------------------------------------------------------------------------
+    def _maybe_prepare_rebalance(self, group: Group, reason: str) -> None:
+        if group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE,
+                           GroupState.EMPTY):
+            self._prepare_rebalance(group, reason)
+
+    def _prepare_rebalance(self, group: Group, reason: str) -> None:
+        if group.is_(GroupState.COMPLETING_REBALANCE):
+            self._propagate_assignment_error(group, ErrorCode.rebalance_in_progress)
+        initial = group.is_(GroupState.EMPTY)
+        group.transition(GroupState.PREPARING_REBALANCE, self._now())
+        logger.info("Preparing to rebalance group %s in state PreparingRebalance with old "
+                    "generation %d (reason: %s)", group.group_id, group.generation, reason)
+        rebalance_id = self._rebalances.get(group.group_id, 0) + 1
+        self._rebalances[group.group_id] = rebalance_id
+        timeout = max((m.rebalance_timeout_ms for m in group.members.values()), default=0)
+        if initial:
+            delay = self.settings.initial_rebalance_delay_ms
+            self._park_initial_join(group, rebalance_id, delay, max(timeout - delay, 0))
+        else:
+            self._park_join(group, rebalance_id, timeout)
+
+    def _current(self, group: Group, rebalance_id: int) -> bool:
+        return (self._rebalances.get(group.group_id) == rebalance_id
+                and group.is_(GroupState.PREPARING_REBALANCE))
+
+    def _park_join(self, group: Group, rebalance_id: int, timeout_ms: int) -> None:
+        def try_complete(force: bool) -> bool | None:
+            if not self._current(group, rebalance_id):
+                return True
+            if force or group.all_joined():
+                self._complete_join(group)
+                return True
+            return None
+
+        self._join_purgatory.park([group.group_id], timeout_ms, try_complete)
+
+    def _park_initial_join(self, group: Group, rebalance_id: int, delay_ms: int,
+                           remaining_ms: int) -> None:
+        """The first rebalance of an empty group waits group.initial.rebalance.delay.ms,
+        longer while members keep arriving (up to the rebalance timeout)."""
+        def try_complete(force: bool) -> bool | None:
+            if not self._current(group, rebalance_id):
+                return True
+            if not force:
+                return None
+            if group.new_member_added and remaining_ms > 0:
+                group.new_member_added = False
+                delay = min(self.settings.initial_rebalance_delay_ms, remaining_ms)
+                self._park_initial_join(group, rebalance_id, delay, remaining_ms - delay)
+            else:
+                self._complete_join(group)
+            return True
+
+        self._join_purgatory.park([group.group_id], delay_ms, try_complete)
+
+    def _complete_join(self, group: Group) -> None:
+        for member in group.not_yet_rejoined():
+            if member.group_instance_id is None:  # static members keep their place
+                self._cancel_heartbeat(member)
+                group.remove(member.member_id)
+        group.maybe_elect_joined_leader()
+        group.generation += 1
+        now = self._now()
+        if not group.members:
+            group.protocol_name = None
+            group.leader_id = None
+            group.transition(GroupState.EMPTY, now)
+            logger.info("Group %s with generation %d is now empty", group.group_id,
+                        group.generation)
+            self._store_group(group, lambda e: _log_store_error(group, e))
+            return
+        group.protocol_name = group.select_protocol()
+        group.transition(GroupState.COMPLETING_REBALANCE, now)
+        logger.info("Stabilized group %s generation %d with %d member(s)", group.group_id,
+                    group.generation, len(group.members))
+        for member in group.members.values():
+            waiter = member.join_waiter
+            if waiter is None:
+                continue
+            member.join_waiter = None
+            member.is_new = False
+            _resolve(waiter, self._join_result(group, member,
+                                               with_members=member.member_id == group.leader_id))
+            self._schedule_heartbeat(group, member, member.session_timeout_ms, now)
+
+    def _member_list(self, group: Group) -> tuple[tuple[str, str | None, bytes], ...]:
+        return tuple((m.member_id, m.group_instance_id, m.metadata(group.protocol_name))
+                     for m in group.members.values())
+
+    def _join_result(self, group: Group, member: Member, *, with_members: bool) -> JoinResult:
+        return JoinResult(ErrorCode.none, member.member_id, group.generation,
+                          group.protocol_type, group.protocol_name, group.leader_id or "",
+                          self._member_list(group) if with_members else ())
+
+    # -- SyncGroup --------------------------------------------------------------------------
+    def sync(self, group_id: str, generation: int, member_id: str, instance_id: str | None,
+             protocol_type: str | None, protocol_name: str | None,
+             assignments: dict[str, bytes]) -> asyncio.Future[SyncResult]:
+        future: asyncio.Future[SyncResult] = asyncio.get_running_loop().create_future()
+        error = self._member_error(group_id, generation, member_id, instance_id)
+        group = self._groups.get(group_id)
+        if error is None and group is not None:
+            if (protocol_type is not None and protocol_type != group.protocol_type) or \
+                    (protocol_name is not None and protocol_name != group.protocol_name):
+                error = ErrorCode.inconsistent_group_protocol
+            elif group.is_(GroupState.EMPTY):
+                error = ErrorCode.unknown_member_id
+            elif group.is_(GroupState.PREPARING_REBALANCE):
+                error = ErrorCode.rebalance_in_progress
+        if error is not None or group is None:
+            future.set_result(SyncResult(error or ErrorCode.unknown_member_id))
+            return future
+        member = group.members[member_id]
+        self._schedule_heartbeat(group, member, member.session_timeout_ms)
+        if group.is_(GroupState.STABLE):
+            future.set_result(SyncResult(ErrorCode.none, group.protocol_type,
+                                         group.protocol_name, member.assignment))
+            return future
+        _resolve(member.sync_waiter, SyncResult(ErrorCode.rebalance_in_progress))
+        member.sync_waiter = future
+        if member_id == group.leader_id:
+            complete = {mid: assignments.get(mid, b"") for mid in group.members}
+
+            def stored(error: ErrorCode) -> None:
+                if not (group.is_(GroupState.COMPLETING_REBALANCE)
+                        and group.generation == generation):
+                    return
+                if error != ErrorCode.none:
+                    self._propagate_assignment_error(group, error)
+                    self._maybe_prepare_rebalance(group, f"storing the assignment failed "
+                                                         f"({error.name})")
+                    return
+                for mid, member in group.members.items():
+                    member.assignment = complete[mid]
+                self._propagate_assignment(group)
+                group.transition(GroupState.STABLE, self._now())
+
+            self._store_group(group, stored, complete)
+        return future
+
+    def _propagate_assignment(self, group: Group) -> None:
+        for member in group.members.values():
+            waiter, member.sync_waiter = member.sync_waiter, None
+            _resolve(waiter, SyncResult(ErrorCode.none, group.protocol_type,
+                                        group.protocol_name, member.assignment))
+
+    def _propagate_assignment_error(self, group: Group, error: ErrorCode) -> None:
+        for member in group.members.values():
+            member.assignment = b""
+            waiter, member.sync_waiter = member.sync_waiter, None
+            _resolve(waiter, SyncResult(error))
+
+    def _member_error(self, group_id: str, generation: int, member_id: str,
+                      instance_id: str | None) -> ErrorCode | None:
+        """The checks Heartbeat and SyncGroup share, in Kafka's order."""
+        error = self.owner_error(group_id)
+        if error is not None:
+            return error
+        group = self._groups.get(group_id)
+        if group is None:
+            return ErrorCode.unknown_member_id
+        if group.is_(GroupState.DEAD):
+            return ErrorCode.coordinator_not_available
+        if group.is_static_member_fenced(instance_id, member_id):
+            return ErrorCode.fenced_instance_id
+        if member_id not in group.members:
+            return ErrorCode.unknown_member_id
+        if generation != group.generation:
+            return ErrorCode.illegal_generation
+        return None
+
+    # -- Heartbeat and LeaveGroup -----------------------------------------------------------
+    def heartbeat(self, group_id: str, generation: int, member_id: str,
+                  instance_id: str | None) -> ErrorCode:
+        error = self._member_error(group_id, generation, member_id, instance_id)
+        if error is not None:
+            return error
+        group = self._groups[group_id]
+        if group.is_(GroupState.EMPTY):
+            return ErrorCode.unknown_member_id
+        member = group.members[member_id]
+        self._schedule_heartbeat(group, member, member.session_timeout_ms)
+        if group.is_(GroupState.PREPARING_REBALANCE):
+            return ErrorCode.rebalance_in_progress
+        return ErrorCode.none
+
+    def leave(self, group_id: str, leaving: Iterable[tuple[str, str | None]]
+              ) -> tuple[ErrorCode, list[ErrorCode]]:
+        """Remove members (id, instance id); a group-level error and one per member."""
+        leaving = list(leaving)
+        error = self.owner_error(group_id)
+        group = self._groups.get(group_id)
+        if error is None and group is not None and group.is_(GroupState.DEAD):
+            error = ErrorCode.coordinator_not_available
+        if error is not None:
+            return error, [error] * len(leaving)
+        if group is None:
+            return ErrorCode.none, [ErrorCode.unknown_member_id] * len(leaving)
+        return ErrorCode.none, [self._leave_one(group, member_id, instance_id)
+                                for member_id, instance_id in leaving]
+
+    def _leave_one(self, group: Group, member_id: str, instance_id: str | None) -> ErrorCode:
+        if not member_id and instance_id is not None:
+            member_id = group.static_members.get(instance_id, "")
+            if not member_id:
+                return ErrorCode.unknown_member_id
+        if group.is_static_member_fenced(instance_id, member_id):
+            return ErrorCode.fenced_instance_id
+        timer = group.pending_members.pop(member_id, None)
+        if timer is not None:
+            timer.cancel()
+            if group.is_(GroupState.PREPARING_REBALANCE):
+                self._join_purgatory.check(group.group_id)
+            return ErrorCode.none
+        member = group.members.get(member_id)
+        if member is None:
+            return ErrorCode.unknown_member_id
+        self._remove_member_and_update(group, member, "the consumer is leaving the group")
+        return ErrorCode.none
+
+    def _remove_member_and_update(self, group: Group, member: Member, reason: str) -> None:
+        _resolve(member.join_waiter, JoinResult(ErrorCode.unknown_member_id, member.member_id))
+        _resolve(member.sync_waiter, SyncResult(ErrorCode.unknown_member_id))
+        member.join_waiter = member.sync_waiter = None
+        self._cancel_heartbeat(member)
+        group.remove(member.member_id)
+        if group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
+            self._prepare_rebalance(group, f"removing member {member.member_id}: {reason}")
+        elif group.is_(GroupState.PREPARING_REBALANCE):
+            self._join_purgatory.check(group.group_id)
+
+    def _schedule_heartbeat(self, group: Group, member: Member, timeout_ms: int,
+                            now_ms: int | None = None) -> None:
+        self._cancel_heartbeat(member)
+        member.heartbeat_timer = asyncio.get_running_loop().call_later(
+            timeout_ms / 1000, self._heartbeat_expired, group, member)
+
+    @staticmethod
+    def _cancel_heartbeat(member: Member) -> None:
+        if member.heartbeat_timer is not None:
+            member.heartbeat_timer.cancel()
+            member.heartbeat_timer = None
+
+    def _heartbeat_expired(self, group: Group, member: Member) -> None:
+        member.heartbeat_timer = None
+        if group.members.get(member.member_id) is not member:
+            return
+        # A member waiting in a join or sync is alive (its request is parked), unless it
+        # never completed its first join.
+        if not member.is_new and (member.join_waiter is not None
+                                  or member.sync_waiter is not None):
+            return
+        logger.info("Member %s in group %s has failed, removing it from the group",
+                    member.member_id, group.group_id)
+        self._remove_member_and_update(group, member, "session timeout expired")
+
+    # -- offsets ----------------------------------------------------------------------------
+    def commit_offsets(self, group_id: str, generation: int, member_id: str,
+                       instance_id: str | None, offsets: list[CommitRequest]
+                       ) -> asyncio.Future[dict[TopicPartition, ErrorCode]]:
+        future: asyncio.Future[dict[TopicPartition, ErrorCode]] = \
+            asyncio.get_running_loop().create_future()
+        error = self._commit_error(group_id, generation, member_id, instance_id)
+        if error is not None:
+            future.set_result({(o.topic, o.partition): error for o in offsets})
+            return future
+        group = self._groups.get(group_id)
+        if group is None:  # a group that does not use group management
+            group = self._groups[group_id] = Group(group_id, state_timestamp=self._now())
+        now = self._now()
+        results: dict[TopicPartition, ErrorCode] = {}
+        accepted: dict[TopicPartition, OffsetValue] = {}
+        for o in offsets:
+            metadata = o.metadata or ""
+            if len(metadata.encode()) > self.settings.max_metadata_bytes:
+                results[(o.topic, o.partition)] = ErrorCode.offset_metadata_too_large
+            else:
+                accepted[(o.topic, o.partition)] = OffsetValue(o.offset, o.leader_epoch,
+                                                               metadata, now)
+        if not accepted:
+            future.set_result(results)
+            return future
+
+        def stored(error: ErrorCode) -> None:
+            if error == ErrorCode.none and not group.is_(GroupState.DEAD):
+                group.offsets.update(accepted)
+            else:
+                error = error if error != ErrorCode.none else ErrorCode.not_coordinator
+                if error in (ErrorCode.record_list_too_large, ErrorCode.message_too_large):
+                    error = ErrorCode.invalid_commit_offset_size
+            for tp in accepted:
+                results[tp] = error
+            future.set_result(results)
+
+        self._write(group_id, [(encode_offset_key(group_id, t, p), encode_offset_value(v))
+                               for (t, p), v in accepted.items()], stored)
+        return future
+
+    def _commit_error(self, group_id: str, generation: int, member_id: str,
+                      instance_id: str | None) -> ErrorCode | None:
+        if not group_id:
+            return ErrorCode.invalid_group_id
+        error = self.owner_error(group_id)
+        if error is not None:
+            return error
+        group = self._groups.get(group_id)
+        if group is None:
+            return None if generation < 0 else ErrorCode.illegal_generation
+        if group.is_(GroupState.DEAD):
+            return ErrorCode.coordinator_not_available
+        if group.is_static_member_fenced(instance_id, member_id):
+            return ErrorCode.fenced_instance_id
+        if generation < 0 and group.is_(GroupState.EMPTY):
+            return None
+        if group.is_(GroupState.COMPLETING_REBALANCE):
+            return ErrorCode.rebalance_in_progress
+        member = group.members.get(member_id)
+        if member is None:
+            return ErrorCode.unknown_member_id
+        if generation != group.generation:
+            return ErrorCode.illegal_generation
+        self._schedule_heartbeat(group, member, member.session_timeout_ms)
+        return None
+
+    def fetch_offsets(self, group_id: str, partitions: list[TopicPartition] | None
+                      ) -> tuple[ErrorCode, dict[TopicPartition, OffsetValue | None]]:
+        """Committed offsets (None where there is none); all of them when ``partitions``
+        is None."""
+        error = self.owner_error(group_id)
+        if error is not None:
+            return error, {}
+        group = self._groups.get(group_id)
+        offsets = {} if group is None else group.offsets
+        if partitions is None:
+            return ErrorCode.none, dict(offsets)
+        return ErrorCode.none, {tp: offsets.get(tp) for tp in partitions}
+
+    def delete_offsets(self, group_id: str, partitions: list[TopicPartition]
+                       ) -> asyncio.Future[tuple[ErrorCode, dict[TopicPartition, ErrorCode]]]:
+        future: asyncio.Future[tuple[ErrorCode, dict[TopicPartition, ErrorCode]]] = \
+            asyncio.get_running_loop().create_future()
+        error = self.owner_error(group_id)
+        group = self._groups.get(group_id)
+        if error is None and (group is None or group.is_(GroupState.DEAD)):
+            error = ErrorCode.group_id_not_found
+        if error is not None or group is None:
+            future.set_result((error or ErrorCode.group_id_not_found, {}))
+            return future
+        subscribed = set() if group.is_(GroupState.EMPTY) else group.subscribed_topics()
+        if subscribed is None:  # not a consumer group: only an empty one may lose offsets
+            future.set_result((ErrorCode.non_empty_group, {}))
+            return future
+        results = {tp: ErrorCode.group_subscribed_to_topic if tp[0] in subscribed
+                   else ErrorCode.none for tp in partitions}
+        doomed = [tp for tp, e in results.items() if e == ErrorCode.none and tp in group.offsets]
+
+        def stored(error: ErrorCode) -> None:
+            if error == ErrorCode.none:
+                for tp in doomed:
+                    group.offsets.pop(tp, None)
+                future.set_result((ErrorCode.none, results))
+            else:
+                future.set_result((error, {}))
+
+        if doomed:
+            self._write(group_id, [(encode_offset_key(group_id, t, p), None)
+                                   for t, p in doomed], stored)
+        else:
+            stored(ErrorCode.none)
+        return future
+
+    # -- admin ------------------------------------------------------------------------------
+    def describe(self, group_id: str) -> tuple[ErrorCode, Group | None]:
+        error = self.owner_error(group_id)
+        if error is not None:
+            return error, None
+        group = self._groups.get(group_id)
+        if group is None or group.is_(GroupState.DEAD):
+            return ErrorCode.group_id_not_found, None
+        return ErrorCode.none, group
+
+    def groups(self) -> list[Group]:
+        return [g for g in self._groups.values() if not g.is_(GroupState.DEAD)]
+
+    def delete_groups(self, group_ids: Iterable[str]
+                      ) -> asyncio.Future[dict[str, ErrorCode]]:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[dict[str, ErrorCode]] = loop.create_future()
+        results: dict[str, ErrorCode] = {}
+        waiting = 0
+
+        def finish() -> None:
+            if waiting == 0 and not future.done():
+                future.set_result(results)
+
+        for group_id in group_ids:
+            error = self.owner_error(group_id) if group_id else ErrorCode.invalid_group_id
+            group = self._groups.get(group_id)
+            if error is None:
+                if group is None or group.is_(GroupState.DEAD):
+                    error = ErrorCode.group_id_not_found
+                elif not group.is_(GroupState.EMPTY):
+                    error = ErrorCode.non_empty_group
+            if error is not None or group is None:
+                results[group_id] = error or ErrorCode.group_id_not_found
+                continue
+            waiting += 1
+
+            def deleted(error: ErrorCode, group: Group = group) -> None:
+                nonlocal waiting
+                waiting -= 1
+                results[group.group_id] = error
+                finish()
+
+            self._remove_group(group, deleted)
+        finish()
+        return future
+
+    def _remove_group(self, group: Group, done: Done) -> None:
+        """Tombstone the group and its offsets; it is gone once they are written."""
+        group.transition(GroupState.DEAD, self._now())
+        del self._groups[group.group_id]
+        self._rebalances.pop(group.group_id, None)
+        records: Records = [(encode_offset_key(group.group_id, t, p), None)
+                            for t, p in group.offsets]
+        records.append((encode_group_key(group.group_id), None))
+        group.offsets = {}
+        self._write(group.group_id, records, done)
+
+    def expire_offsets(self, now_ms: int | None = None) -> int:
+        """Drop offsets past retention and the empty groups left without any (KIP-211:
+        a group's offsets start to age when it becomes empty). Returns how many went."""
+        now = self._now() if now_ms is None else now_ms
+        retention = self.settings.offsets_retention_ms
+        removed = 0
+        for group in list(self._groups.values()):
+            if not group.is_(GroupState.EMPTY):
+                continue
+            if group.protocol_type and group.state_timestamp >= 0:
+                expired = list(group.offsets) if group.state_timestamp + retention <= now else []
+            else:
+                expired = [tp for tp, v in group.offsets.items()
+                           if (v.expire_timestamp if v.expire_timestamp >= 0
+                               else v.commit_timestamp + retention) <= now]
+            removed += len(expired)
+            if len(expired) == len(group.offsets):
+                if group.generation > 0 or group.offsets or group.protocol_type:
+                    logger.info("Group %s expired (%d offset(s))", group.group_id, len(expired))
+                self._remove_group(group, lambda e, g=group: _log_store_error(g, e))
+            elif expired:
+                for tp in expired:
+                    group.offsets.pop(tp)
+                self._write(group.group_id, [(encode_offset_key(group.group_id, t, p), None)
+                                             for t, p in expired],
+                            lambda e, g=group: _log_store_error(g, e))
+        return removed
+
+
+def _resolve(future: asyncio.Future[Any] | None, result: Any) -> None:
+    if future is not None and not future.done():
+        future.set_result(result)
+
+
+def _append_error(code: ErrorCode) -> ErrorCode:
+    """Kafka's mapping of a failed __consumer_offsets append to what the client sees."""
+    if code in (ErrorCode.unknown_topic_or_partition, ErrorCode.not_enough_replicas,
+                ErrorCode.not_enough_replicas_after_append):
+        return ErrorCode.coordinator_not_available
+    if code in (ErrorCode.not_leader_or_follower, ErrorCode.kafka_storage_error):
+        return ErrorCode.not_coordinator
+    if code in (ErrorCode.message_too_large, ErrorCode.record_list_too_large,
+                ErrorCode.invalid_fetch_size):
+        return code
+    return ErrorCode.unknown_server_error
+
+
+def _log_store_error(group: Group, error: ErrorCode) -> None:
+    if error != ErrorCode.none:
+        logger.warning("Writing metadata of group %s failed: %s", group.group_id, error.name)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from kio.schema.errors import ErrorCode
 
 from log.errors import (
@@ -10,6 +12,16 @@ from log.errors import (
     LogError,
     UnsupportedCompressionError,
 )
+
+if TYPE_CHECKING:
+    from apis.context import Services
+
+
+def not_hosted(services: Services, topic: str, index: int) -> ErrorCode:
+    """The error for a partition this broker has no replica of."""
+    if services.metadata.partition(topic, index) is None:
+        return ErrorCode.unknown_topic_or_partition
+    return ErrorCode.not_leader_or_follower
 
 
 def error_code(exc: Exception) -> ErrorCode:

@@ -8,7 +8,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from apis.context import RawResponse, RequestContext, Services
-from apis.errors import STORAGE_ERRORS, error_code
+from apis.errors import STORAGE_ERRORS, error_code, not_hosted
 from wire.fetch import FetchPartition, FetchTopic, encode_fetch_response
 
 
@@ -54,12 +54,7 @@ def _read(services: Services, request: Any) -> tuple[list[FetchTopic], int]:
             out.partitions.append(result)
             partition = services.replicas.get(topic.topic, fp.partition)
             if partition is None:
-                known = topic.topic in services.metadata.topics
-                result.error_code = (
-                    ErrorCode.not_leader_or_follower
-                    if known
-                    else ErrorCode.unknown_topic_or_partition
-                )
+                result.error_code = not_hosted(services, topic.topic, fp.partition)
                 result.records = b""
                 errors = True
                 continue

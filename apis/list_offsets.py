@@ -7,7 +7,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from apis.context import NO_THROTTLE, RequestContext, Services, build, nested
-from apis.errors import STORAGE_ERRORS, error_code
+from apis.errors import STORAGE_ERRORS, error_code, not_hosted
 from wire.schema import response_type
 from wire.versions import LIST_OFFSETS
 
@@ -48,10 +48,7 @@ def _lookup(
     }
     partition = services.replicas.get(topic, index)
     if partition is None:
-        known = topic in services.metadata.topics
-        fields["error_code"] = (
-            ErrorCode.not_leader_or_follower if known else ErrorCode.unknown_topic_or_partition
-        )
+        fields["error_code"] = not_hosted(services, topic, index)
         return fields
     if not partition.is_leader:
         fields["error_code"] = ErrorCode.not_leader_or_follower

@@ -9,7 +9,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from apis.context import NO_THROTTLE, CloseConnection, RequestContext, Services, build, nested
-from apis.errors import STORAGE_ERRORS, error_code
+from apis.errors import STORAGE_ERRORS, error_code, not_hosted
 from wire.schema import response_type
 from wire.versions import PRODUCE
 
@@ -72,8 +72,7 @@ def _append(
         return ErrorCode.invalid_required_acks
     partition = services.replicas.get(topic, index)
     if partition is None:
-        known = topic in services.metadata.topics
-        return ErrorCode.not_leader_or_follower if known else ErrorCode.unknown_topic_or_partition
+        return not_hosted(services, topic, index)
     if not partition.is_leader:
         return ErrorCode.not_leader_or_follower
     if records is None:

@@ -176,8 +176,10 @@ class BrokerConfig:
     def _check(self) -> None:
         if not self.listeners:
             raise ConfigError("listeners must name at least one listener")
-        for listener in self.listeners + self.advertised_listeners:
+        for listener in self.listeners:
             parse_listener(listener)
+        for listener in self.advertised_listeners:
+            parse_listener(listener, "advertised.listeners")
         if self["node.id"] is not None and self["node.id"] != self["broker.id"]:
             if "broker.id" in self.raw:
                 raise ConfigError("broker.id and node.id must match when both are set")
@@ -200,21 +202,18 @@ class BrokerConfig:
         return self["advertised.listeners"] or []
 
 
-def parse_listener(listener: str) -> tuple[str, str, int]:
+def parse_listener(listener: str, key: str = "listeners") -> tuple[str, str, int]:
     """``NAME://host:port`` -> (name, host, port); host may be empty (all interfaces)."""
     name, sep, address = listener.partition("://")
     host, colon, port = address.rpartition(":")
+    problem = None
     if not sep or not colon or not name:
-        raise ConfigError(
-            f"Invalid value {listener!r} for configuration listeners: expected NAME://host:port"
-        )
-    try:
-        port_number = int(port)
-    except ValueError:
-        raise ConfigError(f"Invalid port in listener {listener!r}") from None
-    if not 0 <= port_number <= 65535:
-        raise ConfigError(f"Invalid port in listener {listener!r}")
-    return name.upper(), host.strip("[]"), port_number
+        problem = "expected NAME://host:port"
+    elif not port.isdigit() or not 0 <= int(port) <= 65535:
+        problem = "the port must be a number from 0 to 65535"
+    if problem:
+        raise ConfigError(f"Invalid value {listener!r} for configuration {key}: {problem}")
+    return name.upper(), host.strip("[]"), int(port)
 
 
 def read_properties(path: Path) -> dict[str, str]:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from controller.embedded import EmbeddedController
     from controller.metadata import MetadataCache
+    from coordinator.coordinator import GroupCoordinator
     from replica.manager import ReplicaManager
     from server.config import BrokerConfig
     from server.purgatory import Purgatory
@@ -49,6 +50,7 @@ class Services:
     controller: EmbeddedController
     replicas: ReplicaManager
     fetch_purgatory: Purgatory
+    groups: GroupCoordinator | None = None
 
     @staticmethod
     def now_ms() -> int:

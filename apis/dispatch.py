@@ -12,7 +12,18 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from apis import api_versions, cluster, configs, fetch, list_offsets, metadata, produce, topics
+from apis import (
+    api_versions,
+    cluster,
+    configs,
+    fetch,
+    groups,
+    list_offsets,
+    metadata,
+    offsets,
+    produce,
+    topics,
+)
 from apis.context import CloseConnection, RawResponse, RequestContext, Services
 from wire import versions
 from wire.headers import (
@@ -21,6 +32,7 @@ from wire.headers import (
     encode_response_header,
     peek_api,
 )
+from wire.produce import decode_produce_request
 from wire.schema import SchemaDecodeError, decode, encode, is_flexible, request_type
 
 logger = logging.getLogger(__name__)
@@ -38,8 +50,24 @@ HANDLERS: dict[int, Handler] = {
     versions.INIT_PRODUCER_ID: cluster.handle_init_producer_id,
     versions.DESCRIBE_CONFIGS: configs.handle,
     versions.DESCRIBE_CLUSTER: cluster.handle_describe_cluster,
+    versions.FIND_COORDINATOR: groups.handle_find_coordinator,
+    versions.JOIN_GROUP: groups.handle_join,
+    versions.SYNC_GROUP: groups.handle_sync,
+    versions.HEARTBEAT: groups.handle_heartbeat,
+    versions.LEAVE_GROUP: groups.handle_leave,
+    versions.DESCRIBE_GROUPS: groups.handle_describe,
+    versions.LIST_GROUPS: groups.handle_list,
+    versions.DELETE_GROUPS: groups.handle_delete,
+    versions.OFFSET_COMMIT: offsets.handle_commit,
+    versions.OFFSET_FETCH: offsets.handle_fetch,
+    versions.OFFSET_DELETE: offsets.handle_delete,
 }
 assert HANDLERS.keys() == versions.SUPPORTED.keys()
+
+# Hot-path requests decoded by hand-written codecs instead of the generic schema walk.
+FAST_DECODERS: dict[int, Callable[[int, bytes, int], Any]] = {
+    versions.PRODUCE: decode_produce_request,
+}
 
 
 class Channel(Protocol):
@@ -76,7 +104,11 @@ class Dispatcher:
         flexible = is_flexible(api_key, version)
         try:
             header = decode_request_header(frame, flexible)
-            body = decode(request_type(api_key, version), frame, header.body_offset)
+            fast = FAST_DECODERS.get(api_key)
+            if fast is not None:
+                body = fast(version, frame, header.body_offset)
+            else:
+                body = decode(request_type(api_key, version), frame, header.body_offset)
         except (MalformedHeaderError, SchemaDecodeError) as e:
             logger.warning("Closing connection from %s: malformed %s v%d request: %s", conn.peer,
                            request_type(api_key, version).__name__, version, e)

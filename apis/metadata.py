@@ -8,9 +8,11 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from apis.context import NO_THROTTLE, RequestContext, Services, build, nested
+from apis.groups import ensure_offsets_topic
 from apis.topics import create_topic
 from controller.metadata import TopicInfo
 from controller.topics import TopicError, check_topic_name
+from coordinator.records import OFFSETS_TOPIC
 from wire.schema import response_type
 from wire.versions import METADATA
 
@@ -102,7 +104,10 @@ def handle(services: Services, ctx: RequestContext, request: Any) -> Any:
                     topics.append(error_entry(ErrorCode.unknown_topic_or_partition, name))
                     continue
                 try:
-                    topic = create_topic(services, name, -1, -1, {})
+                    if name == OFFSETS_TOPIC:
+                        topic = ensure_offsets_topic(services)
+                    else:
+                        topic = create_topic(services, name, -1, -1, {})
                 except TopicError as e:
                     if e.code != ErrorCode.topic_already_exists:
                         logger.info("Auto-creation of topic %s failed: %s", name, e.message)

@@ -28,17 +28,16 @@ def sample_records(
     partitions: int,
     per_partition: int,
     *,
-    binary: bool = True,
     null_header_values: bool = True,
     keyless_tombstones: bool = True,
     seed: int = 7,
 ) -> list[Rec]:
-    """Keyed and unkeyed records, null values, headers, strictly increasing CreateTimes.
+    """Keyed and unkeyed binary records, null values, headers, increasing CreateTimes.
 
-    Some clients refuse headers with null values or records with neither key nor value;
-    the flags leave those out for them.
     Records are interleaved across partitions; within a partition timestamps are 10 ms
-    apart so each one is a distinct ListOffsets-by-time target.
+    apart so each one is a distinct ListOffsets-by-time target. Some clients refuse
+    headers with null values or records with neither key nor value; the flags leave those
+    out for them.
     """
     rng = random.Random(seed)
     base_ts = int(time.time() * 1000) - 600_000
@@ -46,10 +45,7 @@ def sample_records(
     for i in range(per_partition * partitions):
         p = i % partitions
         n = i // partitions
-        if binary:
-            value = rng.randbytes(rng.randrange(0, 300))
-        else:
-            value = f"value-{i}-".encode() + b"x" * rng.randrange(0, 200)
+        value = rng.randbytes(rng.randrange(0, 300))
         headers: list[tuple[str, bytes | None]] = []
         if i % 3 == 0:
             headers = [("trace", f"t{i}".encode()), ("empty", b""), ("trace", b"dup")]

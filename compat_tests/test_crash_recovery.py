@@ -1,11 +1,16 @@
 """kill -9 of the broker in the middle of an acks=all stream, then restart on the same data:
-every acknowledged record is still there, at the offset it was acknowledged with."""
+every acknowledged record is still there, at the offset it was acknowledged with.
+
+With an idempotent producer the broker must also rebuild the producer's sequence state
+from its log, so the producer carries on after the restart: everything gets delivered,
+exactly once."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
 
+import pytest
 from confluent_kafka import (
     OFFSET_BEGINNING,
     Consumer,
@@ -29,8 +34,9 @@ def wait_until(condition: Callable[[], bool], poll: Callable[[], object], timeou
         poll()
 
 
+@pytest.mark.parametrize("idempotent", [False, True], ids=["plain", "idempotent"])
 def test_acked_records_survive_kill_9(
-    broker: BrokerProcess, new_topic: Callable[[str], str]
+    broker: BrokerProcess, new_topic: Callable[[str], str], idempotent: bool
 ) -> None:
     topic = new_topic("crash")
     create_topic(broker, topic, 1)
@@ -51,6 +57,7 @@ def test_acked_records_survive_kill_9(
             "linger.ms": 0,
             "message.timeout.ms": 60_000,
             "reconnect.backoff.max.ms": 200,
+            "enable.idempotence": idempotent,
         }
     )
 
@@ -94,3 +101,6 @@ def test_acked_records_survive_kill_9(
     assert sorted(stored) == list(range(high))
     for offset, value in acked:
         assert stored[offset] == value, f"acknowledged offset {offset} lost or changed"
+    if idempotent:
+        assert not failed
+        assert sorted(stored.values()) == sorted(v for _, v in acked), "lost or duplicated"

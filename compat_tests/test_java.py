@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import pytest
@@ -10,6 +11,7 @@ from compat_tests import java_client as java
 from compat_tests.broker import BrokerProcess
 from compat_tests.records import (
     CODECS,
+    Rec,
     assert_round_trip,
     offset_for_time,
     probe_times,
@@ -17,6 +19,8 @@ from compat_tests.records import (
 )
 
 PARTITIONS = 2
+BIG = 1024 * 1024
+BROKER_OVERRIDES = {"message.max.bytes": str(2 * BIG)}
 
 
 def list_offsets(
@@ -63,3 +67,39 @@ def test_round_trip(broker: BrokerProcess, new_topic: Callable[[str], str], code
                 assert offsets[str(ts), p] == offset_for_time(sent, p, ts), (via, p, ts)
 
     java.run("delete-topic", broker.bootstrap, topic)
+
+
+@pytest.mark.parametrize("acks", ["0", "1"])
+def test_non_idempotent_acks(
+    broker: BrokerProcess, new_topic: Callable[[str], str], acks: str
+) -> None:
+    """acks=0 gets no produce response at all; acks=1 without a producer id."""
+    topic = new_topic(f"java-acks{acks}")
+    java.run("create-topic", broker.bootstrap, topic, options={"partitions": "1"})
+    sent = sample_records(1, 20)
+    java.run(
+        "produce",
+        broker.bootstrap,
+        topic,
+        configs={"acks": acks, "enable.idempotence": "false", "compression.type": "lz4"},
+        stdin=java.produce_input(sent),
+    )
+    lines = java.run("consume", broker.bootstrap, topic, options={"count": str(len(sent))})
+    assert_round_trip(sent, java.parse_consumed(lines))
+
+
+def test_one_megabyte_records(broker: BrokerProcess, new_topic: Callable[[str], str]) -> None:
+    """Records above the consumer's 1 MB max.partition.fetch.bytes still come back."""
+    topic = new_topic("java-big")
+    java.run("create-topic", broker.bootstrap, topic, options={"partitions": "1"})
+    now = int(time.time() * 1000)
+    sent = [Rec(0, f"k{i}".encode(), bytes([65 + i]) * (BIG + i), (), now + i) for i in range(3)]
+    java.run(
+        "produce",
+        broker.bootstrap,
+        topic,
+        configs={"max.request.size": str(2 * BIG), "compression.type": "none"},
+        stdin=java.produce_input(sent),
+    )
+    lines = java.run("consume", broker.bootstrap, topic, options={"count": str(len(sent))})
+    assert_round_trip(sent, java.parse_consumed(lines))

@@ -66,7 +66,8 @@ class Settings:
             max_session_timeout_ms=config["group.max.session.timeout.ms"],
             initial_rebalance_delay_ms=config["group.initial.rebalance.delay.ms"],
             max_group_size=config["group.max.size"],
-            offsets_retention_ms=config["offsets.retention.minutes"] * 60_000)
+            offsets_retention_ms=config["offsets.retention.minutes"] * 60_000,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,8 +104,13 @@ def _now_ms() -> int:
 
 
 class GroupCoordinator:
-    def __init__(self, settings: Settings, replicas: ReplicaManager, append_purgatory: Purgatory,
-                 now_ms: Callable[[], int] = _now_ms) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        replicas: ReplicaManager,
+        append_purgatory: Purgatory,
+        now_ms: Callable[[], int] = _now_ms,
+    ) -> None:
         self.settings = settings
         self._replicas = replicas
         # Appends park here until committed; it is checked whenever a partition changes.
@@ -131,15 +137,19 @@ class GroupCoordinator:
             return
         started = time.monotonic()
         groups = load_groups(partition)
-        now = self._now()
         for group in groups.values():
             self._groups[group.group_id] = group
             for member in group.members.values():
-                self._schedule_heartbeat(group, member, member.session_timeout_ms, now)
+                self._schedule_heartbeat(group, member, member.session_timeout_ms)
         self._owned.add(index)
         if groups:
-            logger.info("Loaded %d group(s) from %s-%d in %.3fs", len(groups), OFFSETS_TOPIC,
-                        index, time.monotonic() - started)
+            logger.info(
+                "Loaded %d group(s) from %s-%d in %.3fs",
+                len(groups),
+                OFFSETS_TOPIC,
+                index,
+                time.monotonic() - started,
+            )
 
     def on_resign(self, index: int) -> None:
         self._owned.discard(index)
@@ -192,19 +202,30 @@ class GroupCoordinator:
                 return None
             return True
 
-        self._append_purgatory.park([(partition.topic, partition.index)],
-                                    self.settings.commit_timeout_ms, try_complete)
+        self._append_purgatory.park(
+            [(partition.topic, partition.index)], self.settings.commit_timeout_ms, try_complete
+        )
 
-    def _store_group(self, group: Group, done: Done,
-                     assignments: dict[str, bytes] | None = None) -> None:
+    def _store_group(
+        self, group: Group, done: Done, assignments: dict[str, bytes] | None = None
+    ) -> None:
         value = encode_group_value(group.to_value(assignments))
         self._write(group.group_id, [(encode_group_key(group.group_id), value)], done)
 
     # -- JoinGroup --------------------------------------------------------------------------
-    def join(self, group_id: str, member_id: str, instance_id: str | None, client_id: str,
-             client_host: str, protocol_type: str, protocols: list[tuple[str, bytes]],
-             session_timeout_ms: int, rebalance_timeout_ms: int,
-             require_known_member_id: bool) -> asyncio.Future[JoinResult]:
+    def join(
+        self,
+        group_id: str,
+        member_id: str,
+        instance_id: str | None,
+        client_id: str,
+        client_host: str,
+        protocol_type: str,
+        protocols: list[tuple[str, bytes]],
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+        require_known_member_id: bool,
+    ) -> asyncio.Future[JoinResult]:
         future: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
 
         def fail(error: ErrorCode) -> asyncio.Future[JoinResult]:
@@ -216,8 +237,11 @@ class GroupCoordinator:
         error = self.owner_error(group_id)
         if error is not None:
             return fail(error)
-        if not (self.settings.min_session_timeout_ms <= session_timeout_ms
-                <= self.settings.max_session_timeout_ms):
+        if not (
+            self.settings.min_session_timeout_ms
+            <= session_timeout_ms
+            <= self.settings.max_session_timeout_ms
+        ):
             return fail(ErrorCode.invalid_session_timeout)
         group = self._groups.get(group_id)
         if group is None:
@@ -227,11 +251,22 @@ class GroupCoordinator:
         if group.is_(GroupState.DEAD):
             return fail(ErrorCode.coordinator_not_available)
         known = member_id in group.members or member_id in group.pending_members
-        if not known and len(group.members) + len(group.pending_members) >= \
-                self.settings.max_group_size:
+        if (
+            not known
+            and len(group.members) + len(group.pending_members) >= self.settings.max_group_size
+        ):
             return fail(ErrorCode.group_max_size_reached)
-        member = Member(member_id, instance_id, client_id, client_host, rebalance_timeout_ms,
-                        session_timeout_ms, protocol_type, protocols, join_waiter=future)
+        member = Member(
+            member_id,
+            instance_id,
+            client_id,
+            client_host,
+            rebalance_timeout_ms,
+            session_timeout_ms,
+            protocol_type,
+            protocols,
+            join_waiter=future,
+        )
         if not member_id:
             self._join_new(group, member, require_known_member_id)
         else:
@@ -254,8 +289,8 @@ class GroupCoordinator:
             # KIP-394: hand out the id first, take the member in on its second join.
             loop = asyncio.get_running_loop()
             group.pending_members[joining.member_id] = loop.call_later(
-                joining.session_timeout_ms / 1000, self._expire_pending, group,
-                joining.member_id)
+                joining.session_timeout_ms / 1000, self._expire_pending, group, joining.member_id
+            )
             future.set_result(JoinResult(ErrorCode.member_id_required, joining.member_id))
         else:
             self._add_member_and_rebalance(group, joining)
@@ -283,13 +318,21 @@ class GroupCoordinator:
             future.set_result(JoinResult(ErrorCode.inconsistent_group_protocol, member_id))
             return
         is_leader = group.leader_id == member_id
-        if group.is_(GroupState.PREPARING_REBALANCE) or not member.matches(joining.protocols) \
-                or (group.is_(GroupState.STABLE) and is_leader):
+        if (
+            group.is_(GroupState.PREPARING_REBALANCE)
+            or not member.matches(joining.protocols)
+            or (group.is_(GroupState.STABLE) and is_leader)
+        ):
             self._update_member_and_rebalance(group, member, joining)
         else:
             # Nothing changed: answer with the current generation again.
-            future.set_result(self._join_result(group, member, with_members=is_leader and
-                                                group.is_(GroupState.COMPLETING_REBALANCE)))
+            future.set_result(
+                self._join_result(
+                    group,
+                    member,
+                    with_members=is_leader and group.is_(GroupState.COMPLETING_REBALANCE),
+                )
+            )
 
     def _add_member_and_rebalance(self, group: Group, member: Member) -> None:
         member.is_new = True
@@ -305,8 +348,7 @@ class GroupCoordinator:
         member.rebalance_timeout_ms = joining.rebalance_timeout_ms
         member.session_timeout_ms = joining.session_timeout_ms
         # A retried join (e.g. on a new connection) supersedes the earlier one.
-        _resolve(member.join_waiter, JoinResult(ErrorCode.rebalance_in_progress,
-                                                member.member_id))
+        _resolve(member.join_waiter, JoinResult(ErrorCode.rebalance_in_progress, member.member_id))
         member.join_waiter = joining.join_waiter
         self._maybe_prepare_rebalance(group, f"member {member.member_id} rejoined")
 
@@ -331,8 +373,9 @@ class GroupCoordinator:
         self._schedule_heartbeat(group, member, member.session_timeout_ms)
         if group.is_(GroupState.STABLE):
             if group.select_protocol() != group.protocol_name:
-                self._maybe_prepare_rebalance(group, f"static member {instance_id} rejoined "
-                                                     "with other protocols")
+                self._maybe_prepare_rebalance(
+                    group, f"static member {instance_id} rejoined with other protocols"
+                )
                 return
             generation = group.generation
             is_leader = group.leader_id == member.member_id
@@ -341,8 +384,12 @@ class GroupCoordinator:
                 waiter = member.join_waiter
                 member.join_waiter = None
                 if error != ErrorCode.none:
-                    logger.warning("Storing static member %s of group %s failed: %s",
-                                   instance_id, group.group_id, error.name)
+                    logger.warning(
+                        "Storing static member %s of group %s failed: %s",
+                        instance_id,
+                        group.group_id,
+                        error.name,
+                    )
                     if group.members.get(member.member_id) is member:
                         group.replace_static_member(instance_id, member.member_id, old_id)
                         member.protocols = previous_protocols
@@ -350,25 +397,36 @@ class GroupCoordinator:
                     return
                 # The old leader id tells a returning follower not to assign; a returning
                 # leader learns the members but skips assigning (KIP-814).
-                _resolve(waiter, JoinResult(
-                    ErrorCode.none, member.member_id, generation, group.protocol_type,
-                    group.protocol_name, member.member_id if is_leader else previous_leader or "",
-                    self._member_list(group) if is_leader else (), skip_assignment=is_leader))
+                _resolve(
+                    waiter,
+                    JoinResult(
+                        ErrorCode.none,
+                        member.member_id,
+                        generation,
+                        group.protocol_type,
+                        group.protocol_name,
+                        member.member_id if is_leader else previous_leader or "",
+                        self._member_list(group) if is_leader else (),
+                        skip_assignment=is_leader,
+                    ),
+                )
 
             self._store_group(group, stored)
         elif group.is_(GroupState.COMPLETING_REBALANCE):
-            self._maybe_prepare_rebalance(group, f"static member {instance_id} rejoined while "
-                                                 "the group was completing a rebalance")
+            self._maybe_prepare_rebalance(
+                group,
+                f"static member {instance_id} rejoined while the group was completing a rebalance",
+            )
 
     def _expire_pending(self, group: Group, member_id: str) -> None:
-        if group.pending_members.pop(member_id, None) is not None and \
-                group.is_(GroupState.PREPARING_REBALANCE):
+        if group.pending_members.pop(member_id, None) is not None and group.is_(
+            GroupState.PREPARING_REBALANCE
+        ):
             self._join_purgatory.check(group.group_id)
 
     # -- rebalance --------------------------------------------------------------------------
     def _maybe_prepare_rebalance(self, group: Group, reason: str) -> None:
-        if group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE,
-                           GroupState.EMPTY):
+        if group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE, GroupState.EMPTY):
             self._prepare_rebalance(group, reason)
 
     def _prepare_rebalance(self, group: Group, reason: str) -> None:
@@ -376,8 +434,13 @@ class GroupCoordinator:
             self._propagate_assignment_error(group, ErrorCode.rebalance_in_progress)
         initial = group.is_(GroupState.EMPTY)
         group.transition(GroupState.PREPARING_REBALANCE, self._now())
-        logger.info("Preparing to rebalance group %s in state PreparingRebalance with old "
-                    "generation %d (reason: %s)", group.group_id, group.generation, reason)
+        logger.info(
+            "Preparing to rebalance group %s in state PreparingRebalance with old "
+            "generation %d (reason: %s)",
+            group.group_id,
+            group.generation,
+            reason,
+        )
         rebalance_id = self._rebalances.get(group.group_id, 0) + 1
         self._rebalances[group.group_id] = rebalance_id
         timeout = max((m.rebalance_timeout_ms for m in group.members.values()), default=0)
@@ -388,8 +451,9 @@ class GroupCoordinator:
             self._park_join(group, rebalance_id, timeout)
 
     def _current(self, group: Group, rebalance_id: int) -> bool:
-        return (self._rebalances.get(group.group_id) == rebalance_id
-                and group.is_(GroupState.PREPARING_REBALANCE))
+        return self._rebalances.get(group.group_id) == rebalance_id and group.is_(
+            GroupState.PREPARING_REBALANCE
+        )
 
     def _park_join(self, group: Group, rebalance_id: int, timeout_ms: int) -> None:
         def try_complete(force: bool) -> bool | None:
@@ -402,10 +466,12 @@ class GroupCoordinator:
 
         self._join_purgatory.park([group.group_id], timeout_ms, try_complete)
 
-    def _park_initial_join(self, group: Group, rebalance_id: int, delay_ms: int,
-                           remaining_ms: int) -> None:
+    def _park_initial_join(
+        self, group: Group, rebalance_id: int, delay_ms: int, remaining_ms: int
+    ) -> None:
         """The first rebalance of an empty group waits group.initial.rebalance.delay.ms,
         longer while members keep arriving (up to the rebalance timeout)."""
+
         def try_complete(force: bool) -> bool | None:
             if not self._current(group, rebalance_id):
                 return True
@@ -433,43 +499,66 @@ class GroupCoordinator:
             group.protocol_name = None
             group.leader_id = None
             group.transition(GroupState.EMPTY, now)
-            logger.info("Group %s with generation %d is now empty", group.group_id,
-                        group.generation)
+            logger.info(
+                "Group %s with generation %d is now empty", group.group_id, group.generation
+            )
             self._store_group(group, lambda e: _log_store_error(group, e))
             return
         group.protocol_name = group.select_protocol()
         group.transition(GroupState.COMPLETING_REBALANCE, now)
-        logger.info("Stabilized group %s generation %d with %d member(s)", group.group_id,
-                    group.generation, len(group.members))
+        logger.info(
+            "Stabilized group %s generation %d with %d member(s)",
+            group.group_id,
+            group.generation,
+            len(group.members),
+        )
         for member in group.members.values():
             waiter = member.join_waiter
             if waiter is None:
                 continue
             member.join_waiter = None
             member.is_new = False
-            _resolve(waiter, self._join_result(group, member,
-                                               with_members=member.member_id == group.leader_id))
-            self._schedule_heartbeat(group, member, member.session_timeout_ms, now)
+            _resolve(
+                waiter,
+                self._join_result(group, member, with_members=member.member_id == group.leader_id),
+            )
+            self._schedule_heartbeat(group, member, member.session_timeout_ms)
 
     def _member_list(self, group: Group) -> tuple[tuple[str, str | None, bytes], ...]:
-        return tuple((m.member_id, m.group_instance_id, m.metadata(group.protocol_name))
-                     for m in group.members.values())
+        return tuple(
+            (m.member_id, m.group_instance_id, m.metadata(group.protocol_name))
+            for m in group.members.values()
+        )
 
     def _join_result(self, group: Group, member: Member, *, with_members: bool) -> JoinResult:
-        return JoinResult(ErrorCode.none, member.member_id, group.generation,
-                          group.protocol_type, group.protocol_name, group.leader_id or "",
-                          self._member_list(group) if with_members else ())
+        return JoinResult(
+            ErrorCode.none,
+            member.member_id,
+            group.generation,
+            group.protocol_type,
+            group.protocol_name,
+            group.leader_id or "",
+            self._member_list(group) if with_members else (),
+        )
 
     # -- SyncGroup --------------------------------------------------------------------------
-    def sync(self, group_id: str, generation: int, member_id: str, instance_id: str | None,
-             protocol_type: str | None, protocol_name: str | None,
-             assignments: dict[str, bytes]) -> asyncio.Future[SyncResult]:
+    def sync(
+        self,
+        group_id: str,
+        generation: int,
+        member_id: str,
+        instance_id: str | None,
+        protocol_type: str | None,
+        protocol_name: str | None,
+        assignments: dict[str, bytes],
+    ) -> asyncio.Future[SyncResult]:
         future: asyncio.Future[SyncResult] = asyncio.get_running_loop().create_future()
         error = self._member_error(group_id, generation, member_id, instance_id)
         group = self._groups.get(group_id)
         if error is None and group is not None:
-            if (protocol_type is not None and protocol_type != group.protocol_type) or \
-                    (protocol_name is not None and protocol_name != group.protocol_name):
+            if (protocol_type is not None and protocol_type != group.protocol_type) or (
+                protocol_name is not None and protocol_name != group.protocol_name
+            ):
                 error = ErrorCode.inconsistent_group_protocol
             elif group.is_(GroupState.EMPTY):
                 error = ErrorCode.unknown_member_id
@@ -481,8 +570,11 @@ class GroupCoordinator:
         member = group.members[member_id]
         self._schedule_heartbeat(group, member, member.session_timeout_ms)
         if group.is_(GroupState.STABLE):
-            future.set_result(SyncResult(ErrorCode.none, group.protocol_type,
-                                         group.protocol_name, member.assignment))
+            future.set_result(
+                SyncResult(
+                    ErrorCode.none, group.protocol_type, group.protocol_name, member.assignment
+                )
+            )
             return future
         _resolve(member.sync_waiter, SyncResult(ErrorCode.rebalance_in_progress))
         member.sync_waiter = future
@@ -490,13 +582,15 @@ class GroupCoordinator:
             complete = {mid: assignments.get(mid, b"") for mid in group.members}
 
             def stored(error: ErrorCode) -> None:
-                if not (group.is_(GroupState.COMPLETING_REBALANCE)
-                        and group.generation == generation):
+                if not (
+                    group.is_(GroupState.COMPLETING_REBALANCE) and group.generation == generation
+                ):
                     return
                 if error != ErrorCode.none:
                     self._propagate_assignment_error(group, error)
-                    self._maybe_prepare_rebalance(group, f"storing the assignment failed "
-                                                         f"({error.name})")
+                    self._maybe_prepare_rebalance(
+                        group, f"storing the assignment failed ({error.name})"
+                    )
                     return
                 for mid, member in group.members.items():
                     member.assignment = complete[mid]
@@ -509,8 +603,12 @@ class GroupCoordinator:
     def _propagate_assignment(self, group: Group) -> None:
         for member in group.members.values():
             waiter, member.sync_waiter = member.sync_waiter, None
-            _resolve(waiter, SyncResult(ErrorCode.none, group.protocol_type,
-                                        group.protocol_name, member.assignment))
+            _resolve(
+                waiter,
+                SyncResult(
+                    ErrorCode.none, group.protocol_type, group.protocol_name, member.assignment
+                ),
+            )
 
     def _propagate_assignment_error(self, group: Group, error: ErrorCode) -> None:
         for member in group.members.values():
@@ -518,8 +616,9 @@ class GroupCoordinator:
             waiter, member.sync_waiter = member.sync_waiter, None
             _resolve(waiter, SyncResult(error))
 
-    def _member_error(self, group_id: str, generation: int, member_id: str,
-                      instance_id: str | None) -> ErrorCode | None:
+    def _member_error(
+        self, group_id: str, generation: int, member_id: str, instance_id: str | None
+    ) -> ErrorCode | None:
         """The checks Heartbeat and SyncGroup share, in Kafka's order."""
         error = self.owner_error(group_id)
         if error is not None:
@@ -538,8 +637,9 @@ class GroupCoordinator:
         return None
 
     # -- Heartbeat and LeaveGroup -----------------------------------------------------------
-    def heartbeat(self, group_id: str, generation: int, member_id: str,
-                  instance_id: str | None) -> ErrorCode:
+    def heartbeat(
+        self, group_id: str, generation: int, member_id: str, instance_id: str | None
+    ) -> ErrorCode:
         error = self._member_error(group_id, generation, member_id, instance_id)
         if error is not None:
             return error
@@ -552,8 +652,9 @@ class GroupCoordinator:
             return ErrorCode.rebalance_in_progress
         return ErrorCode.none
 
-    def leave(self, group_id: str, leaving: Iterable[tuple[str, str | None]]
-              ) -> tuple[ErrorCode, list[ErrorCode]]:
+    def leave(
+        self, group_id: str, leaving: Iterable[tuple[str, str | None]]
+    ) -> tuple[ErrorCode, list[ErrorCode]]:
         """Remove members (id, instance id); a group-level error and one per member."""
         leaving = list(leaving)
         error = self.owner_error(group_id)
@@ -564,8 +665,9 @@ class GroupCoordinator:
             return error, [error] * len(leaving)
         if group is None:
             return ErrorCode.none, [ErrorCode.unknown_member_id] * len(leaving)
-        return ErrorCode.none, [self._leave_one(group, member_id, instance_id)
-                                for member_id, instance_id in leaving]
+        return ErrorCode.none, [
+            self._leave_one(group, member_id, instance_id) for member_id, instance_id in leaving
+        ]
 
     def _leave_one(self, group: Group, member_id: str, instance_id: str | None) -> ErrorCode:
         if not member_id and instance_id is not None:
@@ -597,11 +699,11 @@ class GroupCoordinator:
         elif group.is_(GroupState.PREPARING_REBALANCE):
             self._join_purgatory.check(group.group_id)
 
-    def _schedule_heartbeat(self, group: Group, member: Member, timeout_ms: int,
-                            now_ms: int | None = None) -> None:
+    def _schedule_heartbeat(self, group: Group, member: Member, timeout_ms: int) -> None:
         self._cancel_heartbeat(member)
         member.heartbeat_timer = asyncio.get_running_loop().call_later(
-            timeout_ms / 1000, self._heartbeat_expired, group, member)
+            timeout_ms / 1000, self._heartbeat_expired, group, member
+        )
 
     @staticmethod
     def _cancel_heartbeat(member: Member) -> None:
@@ -615,19 +717,27 @@ class GroupCoordinator:
             return
         # A member waiting in a join or sync is alive (its request is parked), unless it
         # never completed its first join.
-        if not member.is_new and (member.join_waiter is not None
-                                  or member.sync_waiter is not None):
+        if not member.is_new and (member.join_waiter is not None or member.sync_waiter is not None):
             return
-        logger.info("Member %s in group %s has failed, removing it from the group",
-                    member.member_id, group.group_id)
+        logger.info(
+            "Member %s in group %s has failed, removing it from the group",
+            member.member_id,
+            group.group_id,
+        )
         self._remove_member_and_update(group, member, "session timeout expired")
 
     # -- offsets ----------------------------------------------------------------------------
-    def commit_offsets(self, group_id: str, generation: int, member_id: str,
-                       instance_id: str | None, offsets: list[CommitRequest]
-                       ) -> asyncio.Future[dict[TopicPartition, ErrorCode]]:
-        future: asyncio.Future[dict[TopicPartition, ErrorCode]] = \
+    def commit_offsets(
+        self,
+        group_id: str,
+        generation: int,
+        member_id: str,
+        instance_id: str | None,
+        offsets: list[CommitRequest],
+    ) -> asyncio.Future[dict[TopicPartition, ErrorCode]]:
+        future: asyncio.Future[dict[TopicPartition, ErrorCode]] = (
             asyncio.get_running_loop().create_future()
+        )
         error = self._commit_error(group_id, generation, member_id, instance_id)
         if error is not None:
             future.set_result({(o.topic, o.partition): error for o in offsets})
@@ -643,8 +753,9 @@ class GroupCoordinator:
             if len(metadata.encode()) > self.settings.max_metadata_bytes:
                 results[(o.topic, o.partition)] = ErrorCode.offset_metadata_too_large
             else:
-                accepted[(o.topic, o.partition)] = OffsetValue(o.offset, o.leader_epoch,
-                                                               metadata, now)
+                accepted[(o.topic, o.partition)] = OffsetValue(
+                    o.offset, o.leader_epoch, metadata, now
+                )
         if not accepted:
             future.set_result(results)
             return future
@@ -660,12 +771,19 @@ class GroupCoordinator:
                 results[tp] = error
             future.set_result(results)
 
-        self._write(group_id, [(encode_offset_key(group_id, t, p), encode_offset_value(v))
-                               for (t, p), v in accepted.items()], stored)
+        self._write(
+            group_id,
+            [
+                (encode_offset_key(group_id, t, p), encode_offset_value(v))
+                for (t, p), v in accepted.items()
+            ],
+            stored,
+        )
         return future
 
-    def _commit_error(self, group_id: str, generation: int, member_id: str,
-                      instance_id: str | None) -> ErrorCode | None:
+    def _commit_error(
+        self, group_id: str, generation: int, member_id: str, instance_id: str | None
+    ) -> ErrorCode | None:
         if not group_id:
             return ErrorCode.invalid_group_id
         error = self.owner_error(group_id)
@@ -690,8 +808,9 @@ class GroupCoordinator:
         self._schedule_heartbeat(group, member, member.session_timeout_ms)
         return None
 
-    def fetch_offsets(self, group_id: str, partitions: list[TopicPartition] | None
-                      ) -> tuple[ErrorCode, dict[TopicPartition, OffsetValue | None]]:
+    def fetch_offsets(
+        self, group_id: str, partitions: list[TopicPartition] | None
+    ) -> tuple[ErrorCode, dict[TopicPartition, OffsetValue | None]]:
         """Committed offsets (None where there is none); all of them when ``partitions``
         is None."""
         error = self.owner_error(group_id)
@@ -703,10 +822,12 @@ class GroupCoordinator:
             return ErrorCode.none, dict(offsets)
         return ErrorCode.none, {tp: offsets.get(tp) for tp in partitions}
 
-    def delete_offsets(self, group_id: str, partitions: list[TopicPartition]
-                       ) -> asyncio.Future[tuple[ErrorCode, dict[TopicPartition, ErrorCode]]]:
-        future: asyncio.Future[tuple[ErrorCode, dict[TopicPartition, ErrorCode]]] = \
+    def delete_offsets(
+        self, group_id: str, partitions: list[TopicPartition]
+    ) -> asyncio.Future[tuple[ErrorCode, dict[TopicPartition, ErrorCode]]]:
+        future: asyncio.Future[tuple[ErrorCode, dict[TopicPartition, ErrorCode]]] = (
             asyncio.get_running_loop().create_future()
+        )
         error = self.owner_error(group_id)
         group = self._groups.get(group_id)
         if error is None and (group is None or group.is_(GroupState.DEAD)):
@@ -718,8 +839,10 @@ class GroupCoordinator:
         if subscribed is None:  # not a consumer group: only an empty one may lose offsets
             future.set_result((ErrorCode.non_empty_group, {}))
             return future
-        results = {tp: ErrorCode.group_subscribed_to_topic if tp[0] in subscribed
-                   else ErrorCode.none for tp in partitions}
+        results = {
+            tp: ErrorCode.group_subscribed_to_topic if tp[0] in subscribed else ErrorCode.none
+            for tp in partitions
+        }
         doomed = [tp for tp, e in results.items() if e == ErrorCode.none and tp in group.offsets]
 
         def stored(error: ErrorCode) -> None:
@@ -731,8 +854,9 @@ class GroupCoordinator:
                 future.set_result((error, {}))
 
         if doomed:
-            self._write(group_id, [(encode_offset_key(group_id, t, p), None)
-                                   for t, p in doomed], stored)
+            self._write(
+                group_id, [(encode_offset_key(group_id, t, p), None) for t, p in doomed], stored
+            )
         else:
             stored(ErrorCode.none)
         return future
@@ -750,8 +874,7 @@ class GroupCoordinator:
     def groups(self) -> list[Group]:
         return [g for g in self._groups.values() if not g.is_(GroupState.DEAD)]
 
-    def delete_groups(self, group_ids: Iterable[str]
-                      ) -> asyncio.Future[dict[str, ErrorCode]]:
+    def delete_groups(self, group_ids: Iterable[str]) -> asyncio.Future[dict[str, ErrorCode]]:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[dict[str, ErrorCode]] = loop.create_future()
         results: dict[str, ErrorCode] = {}
@@ -789,8 +912,9 @@ class GroupCoordinator:
         group.transition(GroupState.DEAD, self._now())
         del self._groups[group.group_id]
         self._rebalances.pop(group.group_id, None)
-        records: Records = [(encode_offset_key(group.group_id, t, p), None)
-                            for t, p in group.offsets]
+        records: Records = [
+            (encode_offset_key(group.group_id, t, p), None) for t, p in group.offsets
+        ]
         records.append((encode_group_key(group.group_id), None))
         group.offsets = {}
         self._write(group.group_id, records, done)
@@ -807,9 +931,16 @@ class GroupCoordinator:
             if group.protocol_type and group.state_timestamp >= 0:
                 expired = list(group.offsets) if group.state_timestamp + retention <= now else []
             else:
-                expired = [tp for tp, v in group.offsets.items()
-                           if (v.expire_timestamp if v.expire_timestamp >= 0
-                               else v.commit_timestamp + retention) <= now]
+                expired = [
+                    tp
+                    for tp, v in group.offsets.items()
+                    if (
+                        v.expire_timestamp
+                        if v.expire_timestamp >= 0
+                        else v.commit_timestamp + retention
+                    )
+                    <= now
+                ]
             removed += len(expired)
             if len(expired) == len(group.offsets):
                 if group.generation > 0 or group.offsets or group.protocol_type:
@@ -818,9 +949,11 @@ class GroupCoordinator:
             elif expired:
                 for tp in expired:
                     group.offsets.pop(tp)
-                self._write(group.group_id, [(encode_offset_key(group.group_id, t, p), None)
-                                             for t, p in expired],
-                            lambda e, g=group: _log_store_error(g, e))
+                self._write(
+                    group.group_id,
+                    [(encode_offset_key(group.group_id, t, p), None) for t, p in expired],
+                    lambda e, g=group: _log_store_error(g, e),
+                )
         return removed
 
 
@@ -831,13 +964,19 @@ def _resolve(future: asyncio.Future[Any] | None, result: Any) -> None:
 
 def _append_error(code: ErrorCode) -> ErrorCode:
     """Kafka's mapping of a failed __consumer_offsets append to what the client sees."""
-    if code in (ErrorCode.unknown_topic_or_partition, ErrorCode.not_enough_replicas,
-                ErrorCode.not_enough_replicas_after_append):
+    if code in (
+        ErrorCode.unknown_topic_or_partition,
+        ErrorCode.not_enough_replicas,
+        ErrorCode.not_enough_replicas_after_append,
+    ):
         return ErrorCode.coordinator_not_available
     if code in (ErrorCode.not_leader_or_follower, ErrorCode.kafka_storage_error):
         return ErrorCode.not_coordinator
-    if code in (ErrorCode.message_too_large, ErrorCode.record_list_too_large,
-                ErrorCode.invalid_fetch_size):
+    if code in (
+        ErrorCode.message_too_large,
+        ErrorCode.record_list_too_large,
+        ErrorCode.invalid_fetch_size,
+    ):
         return code
     return ErrorCode.unknown_server_error
 

@@ -118,7 +118,8 @@ class Group:
 
     def all_joined(self) -> bool:
         return not self.pending_members and all(
-            m.join_waiter is not None for m in self.members.values())
+            m.join_waiter is not None for m in self.members.values()
+        )
 
     def not_yet_rejoined(self) -> list[Member]:
         return [m for m in self.members.values() if m.join_waiter is None]
@@ -150,8 +151,12 @@ class Group:
         votes = Counter(m.vote(candidates) for m in self.members.values())
         best = max(votes.values())
         # Ties go to the protocol the earliest member prefers, so the choice is stable.
-        return next(name for m in self.members.values() for name, _ in m.protocols
-                    if votes.get(name) == best)
+        return next(
+            name
+            for m in self.members.values()
+            for name, _ in m.protocols
+            if votes.get(name) == best
+        )
 
     def subscribed_topics(self) -> set[str] | None:
         """Topics the members subscribe to, or None when the protocol is not "consumer"."""
@@ -169,14 +174,25 @@ class Group:
     def to_value(self, assignments: dict[str, bytes] | None = None) -> GroupValue:
         """The group metadata record; ``assignments`` overrides the members' current ones."""
         return GroupValue(
-            self.protocol_type or "", self.generation, self.protocol_name, self.leader_id,
-            self.state_timestamp, tuple(
-                MemberValue(m.member_id, m.group_instance_id, m.client_id, m.client_host,
-                            m.rebalance_timeout_ms, m.session_timeout_ms,
-                            m.metadata(self.protocol_name),
-                            m.assignment if assignments is None
-                            else assignments.get(m.member_id, b""))
-                for m in self.members.values()))
+            self.protocol_type or "",
+            self.generation,
+            self.protocol_name,
+            self.leader_id,
+            self.state_timestamp,
+            tuple(
+                MemberValue(
+                    m.member_id,
+                    m.group_instance_id,
+                    m.client_id,
+                    m.client_host,
+                    m.rebalance_timeout_ms,
+                    m.session_timeout_ms,
+                    m.metadata(self.protocol_name),
+                    m.assignment if assignments is None else assignments.get(m.member_id, b""),
+                )
+                for m in self.members.values()
+            ),
+        )
 
     def load(self, value: GroupValue) -> None:
         """Take the state a group metadata record describes (at partition load)."""
@@ -188,10 +204,19 @@ class Group:
         self.leader_id = value.leader
         self.state_timestamp = value.state_timestamp
         for m in value.members:
-            self.add(Member(m.member_id, m.group_instance_id, m.client_id, m.client_host,
-                            m.rebalance_timeout_ms, m.session_timeout_ms,
-                            value.protocol_type, [(value.protocol or "", m.subscription)],
-                            m.assignment))
+            self.add(
+                Member(
+                    m.member_id,
+                    m.group_instance_id,
+                    m.client_id,
+                    m.client_host,
+                    m.rebalance_timeout_ms,
+                    m.session_timeout_ms,
+                    value.protocol_type,
+                    [(value.protocol or "", m.subscription)],
+                    m.assignment,
+                )
+            )
         self.leader_id = value.leader
         self.state = GroupState.STABLE if self.members else GroupState.EMPTY
 
@@ -207,7 +232,7 @@ def parse_subscription_topics(data: bytes) -> list[str] | None:
             pos += 2
             if length < 0 or pos + length > len(data):
                 return None
-            topics.append(data[pos:pos + length].decode())
+            topics.append(data[pos : pos + length].decode())
             pos += length
         return topics
     except (struct.error, UnicodeDecodeError):

@@ -60,11 +60,17 @@ def load_groups(partition: Partition) -> dict[str, Group]:
                 else:
                     group_offsets[(key.topic, key.partition)] = decode_offset_value(record.value)
             elif isinstance(key, GroupKey):
-                values[key.group] = (None if record.value is None
-                                     else decode_group_value(record.value))
+                values[key.group] = (
+                    None if record.value is None else decode_group_value(record.value)
+                )
         except RecordFormatError as e:
-            logger.warning("Skipping unreadable record at offset %d of %s-%d: %s",
-                           record.offset, partition.topic, partition.index, e)
+            logger.warning(
+                "Skipping unreadable record at offset %d of %s-%d: %s",
+                record.offset,
+                partition.topic,
+                partition.index,
+                e,
+            )
     groups: dict[str, Group] = {}
     for group_id in values.keys() | offsets.keys():
         value = values.get(group_id)

@@ -95,8 +95,7 @@ def _bytes(value: bytes) -> bytes:
 
 
 def encode_offset_key(group: str, topic: str, partition: int) -> bytes:
-    return (_I16.pack(OFFSET_KEY_VERSION) + _string(group) + _string(topic)
-            + _I32.pack(partition))
+    return _I16.pack(OFFSET_KEY_VERSION) + _string(group) + _string(topic) + _I32.pack(partition)
 
 
 def encode_group_key(group: str) -> bytes:
@@ -104,8 +103,11 @@ def encode_group_key(group: str) -> bytes:
 
 
 def encode_offset_value(value: OffsetValue) -> bytes:
-    return (_OFFSET_V3_HEAD.pack(OFFSET_VALUE_VERSION, value.offset, value.leader_epoch)
-            + _string(value.metadata) + _I64.pack(value.commit_timestamp))
+    return (
+        _OFFSET_V3_HEAD.pack(OFFSET_VALUE_VERSION, value.offset, value.leader_epoch)
+        + _string(value.metadata)
+        + _I64.pack(value.commit_timestamp)
+    )
 
 
 def encode_group_value(value: GroupValue) -> bytes:
@@ -174,7 +176,7 @@ class _Reader:
         end = self.pos + length
         if end > len(self.data):
             raise RecordFormatError("record ends early")
-        raw = self.data[self.pos:end]
+        raw = self.data[self.pos : end]
         self.pos = end
         return raw
 
@@ -252,8 +254,17 @@ def decode_group_value(value: bytes) -> GroupValue:
         subscription = r.blob()
         assignment = r.blob()
         r.skip_tags()
-        members.append(MemberValue(member_id, instance_id, client_id, client_host,
-                                   rebalance_timeout, session_timeout, subscription, assignment))
+        members.append(
+            MemberValue(
+                member_id,
+                instance_id,
+                client_id,
+                client_host,
+                rebalance_timeout,
+                session_timeout,
+                subscription,
+                assignment,
+            )
+        )
     r.skip_tags()
-    return GroupValue(protocol_type, generation, protocol, leader, state_timestamp,
-                      tuple(members))
+    return GroupValue(protocol_type, generation, protocol, leader, state_timestamp, tuple(members))

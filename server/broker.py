@@ -15,6 +15,8 @@ from apis.context import Services
 from apis.dispatch import Dispatcher
 from controller.embedded import EmbeddedController
 from controller.metadata import BrokerInfo, TopicInfo
+from coordinator.coordinator import GroupCoordinator, Settings
+from coordinator.records import OFFSETS_TOPIC
 from log.manager import LogManager
 from replica.manager import ReplicaManager
 from server.config import LONG_MAX, BrokerConfig, ConfigError, parse_listener
@@ -40,6 +42,9 @@ class Broker:
         self.fetch_purgatory: Purgatory = Purgatory("Fetch")
         self.replicas = ReplicaManager(
             self.broker_id, self.logs, config.raw, self.fetch_purgatory.check
+        )
+        self.groups = GroupCoordinator(
+            Settings.from_config(config), self.replicas, self.fetch_purgatory
         )
         self.dispatcher: Dispatcher | None = None
         self.socket_server = SocketServer(
@@ -70,7 +75,12 @@ class Broker:
         self._write_meta_properties(self.controller.cluster_id)
         self.controller.start()
         services = Services(
-            self.config, self.controller.cache, self.controller, self.replicas, self.fetch_purgatory
+            self.config,
+            self.controller.cache,
+            self.controller,
+            self.replicas,
+            self.fetch_purgatory,
+            self.groups,
         )
         self.dispatcher = Dispatcher(services)
         self.socket_server.start_handlers()
@@ -108,9 +118,13 @@ class Broker:
     def _lead(self, topic: TopicInfo) -> None:
         for info in topic.partitions.values():
             self.replicas.become_leader(topic.name, info, topic.configs)
+            if topic.name == OFFSETS_TOPIC:
+                self.groups.on_become_leader(info.index)
 
     def _forget(self, topic: TopicInfo) -> None:
         for index in topic.partitions:
+            if topic.name == OFFSETS_TOPIC:
+                self.groups.on_resign(index)
             self.replicas.remove(topic.name, index, delete=True)
 
     def _write_meta_properties(self, cluster_id: str) -> None:
@@ -149,6 +163,11 @@ class Broker:
                 config["log.flush.offset.checkpoint.interval.ms"],
                 lambda _now: self.logs.checkpoint(self.replicas.high_watermarks()),
             )
+            tg.start_soon(
+                self._every,
+                config["offsets.retention.check.interval.ms"],
+                self.groups.expire_offsets,
+            )
 
     @staticmethod
     async def _every(interval_ms: int, work: Callable[[int], None]) -> None:
@@ -162,6 +181,7 @@ class Broker:
     async def shutdown(self) -> None:
         logger.info("[KafkaServer id=%d] shutting down", self.broker_id)
         await self.socket_server.stop_accepting()
+        self.groups.shutdown()  # parked joins and syncs answer NOT_COORDINATOR
         self.fetch_purgatory.expire_all()  # parked fetches answer with what they have
         await asyncio.sleep(0)
         await self.socket_server.drain(SHUTDOWN_GRACE_S)

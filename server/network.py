@@ -36,6 +36,15 @@ Part = bytes | FileRegion
 
 
 @dataclass(slots=True)
+class _Remainder:
+    """The unsent tail of a file region."""
+
+    fd: int
+    position: int
+    size: int
+
+
+@dataclass(slots=True)
 class Request:
     connection: Connection
     frame: bytes
@@ -155,57 +164,85 @@ class Connection(asyncio.Protocol):
 
     # -- responses --------------------------------------------------------------------
     def send(self, parts: Sequence[Part], size: int) -> None:
-        """Write one response (already headed, without the size prefix) and move on."""
+        """Write one response (already headed, without the size prefix) and move on.
+
+        Byte parts go through the transport; file regions go straight from the page
+        cache to the socket with sendfile. Whatever cannot be sent without waiting is
+        finished by a task, so the handler never blocks on a slow client.
+        """
         if self._closed or self.transport is None:
             return
-        if all(isinstance(p, bytes) for p in parts):
-            self.transport.writelines([size.to_bytes(4, "big"), *parts])  # type: ignore[list-item]
+        queue: collections.deque[Part] = collections.deque(parts)
+        queue.appendleft(size.to_bytes(4, "big"))
+        try:
+            finished = self._pump(queue)
+        except OSError as e:
+            self._send_failed(e)
+            return
+        if finished:
             self.done()
         else:
-            self.server.spawn(self._send_regions(parts, size))
+            self.server.spawn(self._finish(queue))
+
+    def _pump(self, queue: collections.deque[Part]) -> bool:
+        """Send queued parts while the socket takes them; True once all are sent."""
+        transport = self.transport
+        assert transport is not None
+        pending: list[bytes] = []
+        while queue:
+            part = queue[0]
+            if isinstance(part, bytes):
+                pending.append(queue.popleft())
+                continue
+            if pending:
+                transport.writelines(pending)
+                pending = []
+            if transport.get_write_buffer_size():
+                return False
+            try:
+                sent = os.sendfile(
+                    transport.get_extra_info("socket").fileno(), part.fd, part.position, part.size
+                )
+            except BlockingIOError:
+                return False
+            if sent == 0:
+                raise OSError("the file region ends early (log truncated?)")
+            if sent < part.size:
+                queue[0] = _Remainder(part.fd, part.position + sent, part.size - sent)
+                return False
+            queue.popleft()
+        if pending:
+            transport.writelines(pending)
+        return True
+
+    async def _finish(self, queue: collections.deque[Part]) -> None:
+        """Wait for the socket, sending the head region through the event loop, until done."""
+        transport = self.transport
+        assert transport is not None
+        try:
+            while not self._pump(queue):
+                part = queue.popleft()
+                if isinstance(part, bytes):  # only regions stop the pump
+                    raise RuntimeError("unexpected byte part at the head of the queue")
+                with os.fdopen(part.fd, "rb", buffering=0, closefd=False) as file:
+                    sent = await asyncio.get_running_loop().sendfile(
+                        transport, file, part.position, part.size
+                    )
+                if sent < part.size:
+                    raise OSError("the file region ends early (log truncated?)")
+        except (OSError, RuntimeError) as e:
+            self._send_failed(e)
+            return
+        self.done()
+
+    def _send_failed(self, error: Exception) -> None:
+        logger.info("Closing connection from %s while sending a response: %s", self.peer, error)
+        self.close()
 
     def done(self) -> None:
         """The in-flight request is finished (answered, or needs no answer)."""
         self._in_flight = False
         self.next_request()
-
-    async def _send_regions(self, parts: Sequence[Part], size: int) -> None:
-        transport = self.transport
-        assert transport is not None
-        loop = asyncio.get_running_loop()
-        sock = transport.get_extra_info("socket")
-        pending: list[bytes] = [size.to_bytes(4, "big")]
-        try:
-            for part in parts:
-                if isinstance(part, bytes):
-                    pending.append(part)
-                    continue
-                if pending:
-                    transport.writelines(pending)
-                    pending = []
-                position, remaining = part.position, part.size
-                if not transport.get_write_buffer_size():
-                    # Fast path: the socket has room, so no need to hand over to the loop.
-                    try:
-                        sent = os.sendfile(sock.fileno(), part.fd, position, remaining)
-                        if sent == 0:
-                            raise OSError("the file region ends early (log truncated?)")
-                    except BlockingIOError:
-                        sent = 0
-                    position += sent
-                    remaining -= sent
-                if remaining:
-                    with os.fdopen(part.fd, "rb", buffering=0, closefd=False) as file:
-                        sent = await loop.sendfile(transport, file, position, remaining)
-                    if sent < remaining:
-                        raise OSError("the file region ends early (log truncated?)")
-            if pending:
-                transport.writelines(pending)
-        except (ConnectionError, OSError, RuntimeError) as e:
-            logger.info("Closing connection from %s while sending a response: %s", self.peer, e)
-            self.close()
-            return
-        self.done()
 
     def close(self) -> None:
         self._closed = True

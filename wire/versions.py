@@ -24,6 +24,8 @@ CREATE_TOPICS = 19
 DELETE_TOPICS = 20
 INIT_PRODUCER_ID = 22
 DESCRIBE_CONFIGS = 32
+DELETE_GROUPS = 42
+OFFSET_DELETE = 47
 DESCRIBE_CLUSTER = 60
 
 SUPPORTED: dict[int, tuple[int, int]] = {
@@ -37,6 +39,18 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     INIT_PRODUCER_ID: (0, 4),
     DESCRIBE_CONFIGS: (1, 4),
     DESCRIBE_CLUSTER: (0, 1),
+    # Groups: OffsetCommit/OffsetFetch stop at v9 because v10 addresses topics by id only.
+    FIND_COORDINATOR: (0, 6),
+    JOIN_GROUP: (0, 9),
+    SYNC_GROUP: (0, 5),
+    HEARTBEAT: (0, 4),
+    LEAVE_GROUP: (0, 5),
+    OFFSET_COMMIT: (2, 9),
+    OFFSET_FETCH: (1, 9),
+    DESCRIBE_GROUPS: (0, 6),
+    LIST_GROUPS: (0, 5),
+    DELETE_GROUPS: (0, 2),
+    OFFSET_DELETE: (0, 0),
 }
 
 

@@ -12,6 +12,12 @@
 //   list-offsets  --spec earliest|latest|<timestamp ms>... [--via consumer|admin]
 //                 stdout: {"spec", "partition", "offset", "timestamp"} per spec and partition
 //                 (offset null if no record is that late)
+//   group-consume --group G [--config k=v]...
+//                 subscribes in group G, commits after every poll; stdout: {"event":
+//                 "assigned"|"revoked"|"lost", "partitions": [...]} on every rebalance
+//                 callback, {"event": "first", "partition", "offset"} for the first
+//                 record seen per partition, {"event": "closed", "consumed"} at the end.
+//                 stdin: any line or EOF closes the consumer cleanly.
 // Binary fields are base64. A failure prints {"error": "..."} and exits 1.
 
 import java.io.BufferedReader;
@@ -31,6 +37,7 @@ import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.ListOffsetsResult;
 import org.apache.kafka.clients.admin.NewTopic;
 import org.apache.kafka.clients.admin.OffsetSpec;
+import org.apache.kafka.clients.consumer.ConsumerRebalanceListener;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.consumer.OffsetAndTimestamp;
@@ -72,6 +79,7 @@ public final class GregorClient {
                 case "produce" -> c.produce();
                 case "consume" -> c.consume();
                 case "list-offsets" -> c.listOffsets();
+                case "group-consume" -> c.groupConsume();
                 default -> throw new IllegalArgumentException("unknown command " + args[0]);
             };
         } catch (Exception e) {
@@ -282,6 +290,76 @@ public final class GregorClient {
             }
         }
         return 0;
+    }
+
+    private int groupConsume() throws Exception {
+        Properties p = props();
+        p.put("group.id", opt("group", null));
+        p.putIfAbsent("auto.offset.reset", "earliest");
+        p.putIfAbsent("group.protocol", "classic");
+        p.put("key.deserializer", ByteArrayDeserializer.class.getName());
+        p.put("value.deserializer", ByteArrayDeserializer.class.getName());
+        p.putIfAbsent("enable.auto.commit", "false");
+        KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(p);
+        Thread stdin = new Thread(() -> {
+            try {
+                System.in.read();
+            } catch (java.io.IOException e) {
+                // EOF or a closed pipe: close the consumer either way
+            }
+            consumer.wakeup();
+        });
+        stdin.setDaemon(true);
+        stdin.start();
+        java.util.Set<Integer> seen = new java.util.HashSet<>();
+        long consumed = 0;
+        try {
+            consumer.subscribe(List.of(opt("topic", null)), new ConsumerRebalanceListener() {
+                @Override
+                public void onPartitionsAssigned(java.util.Collection<TopicPartition> tps) {
+                    event("assigned", tps);
+                }
+
+                @Override
+                public void onPartitionsRevoked(java.util.Collection<TopicPartition> tps) {
+                    event("revoked", tps);
+                }
+
+                @Override
+                public void onPartitionsLost(java.util.Collection<TopicPartition> tps) {
+                    event("lost", tps);
+                }
+            });
+            while (true) {
+                var records = consumer.poll(Duration.ofMillis(200));
+                for (ConsumerRecord<byte[], byte[]> r : records) {
+                    if (seen.add(r.partition())) {
+                        System.out.println("{\"event\": \"first\", \"partition\": "
+                                + r.partition() + ", \"offset\": " + r.offset() + "}");
+                    }
+                    consumed++;
+                }
+                if (!records.isEmpty()) {
+                    consumer.commitSync();
+                }
+                System.out.flush();
+            }
+        } catch (org.apache.kafka.common.errors.WakeupException e) {
+            // asked to stop
+        } finally {
+            consumer.close();
+        }
+        System.out.println("{\"event\": \"closed\", \"consumed\": " + consumed + "}");
+        return 0;
+    }
+
+    private static void event(String name, java.util.Collection<TopicPartition> tps) {
+        StringBuilder sb = new StringBuilder();
+        for (TopicPartition tp : tps) {
+            sb.append(sb.length() > 0 ? ", " : "").append(tp.partition());
+        }
+        System.out.println("{\"event\": " + str(name) + ", \"partitions\": [" + sb + "]}");
+        System.out.flush();
     }
 
     private static byte[] bytes(Object b64) {

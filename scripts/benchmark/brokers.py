@@ -94,6 +94,11 @@ class Broker:
     def alive(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
+    @property
+    def returncode(self) -> int | None:
+        """Exit status once the process ended (negative: killed by that signal)."""
+        return None if self._proc is None else self._proc.poll()
+
     def __enter__(self) -> Broker:
         data_dir = self.workdir / "data"
         data_dir.mkdir(parents=True)

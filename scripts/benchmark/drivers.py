@@ -22,6 +22,7 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
+from confluent_kafka.admin import TopicMetadata
 
 MIB = 1 << 20
 # Failures surface as exceptions and delivery errors; librdkafka's log line per reconnect
@@ -174,7 +175,7 @@ class ConfluentClient:
                 **QUIET,
             }
         )
-        producer.list_topics(topic, timeout=30)  # metadata outside the timed section
+        _metadata(producer, topic, endpoint)  # outside the timed section
         value = os.urandom(size)
         start = time.perf_counter()
         deadline = start + seconds
@@ -209,7 +210,7 @@ class ConfluentClient:
             }
         )
         try:
-            meta = consumer.list_topics(topic, timeout=30).topics[topic]
+            meta = _metadata(consumer, topic, endpoint)
             consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in meta.partitions])
             count = nbytes = 0
             start = time.perf_counter()
@@ -226,3 +227,15 @@ class ConfluentClient:
             return Phase(count, nbytes, time.perf_counter() - start)
         finally:
             consumer.close()
+
+
+def _metadata(client: Producer | Consumer, topic: str, endpoint: Endpoint) -> TopicMetadata:
+    """The topic's metadata, retried in short steps so a dead broker is noticed at once."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            return client.list_topics(topic, timeout=1).topics[topic]
+        except KafkaException:
+            endpoint.check(f"metadata for {topic}")
+            if time.monotonic() > deadline:
+                raise

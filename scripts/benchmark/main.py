@@ -17,7 +17,16 @@ from .artifacts import REPO, ensure_java_driver, ensure_tansu
 from .brokers import KINDS, Broker, BrokerError
 from .drivers import MIB, DriverError, JavaDriver
 from .report import NOTE, markdown_table
-from .scenarios import BY_NAME, PARTITIONS, SCENARIOS, SIZES, Context, Scenario, ScenarioError
+from .scenarios import (
+    BY_NAME,
+    PARTITIONS,
+    SCENARIOS,
+    SIZES,
+    Context,
+    Scenario,
+    ScenarioError,
+    Sizes,
+)
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -67,16 +76,20 @@ def _log(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
 
-def _run_one(scenario: Scenario, broker_name: str, ctx_args: dict, work: Path) -> dict:
+def _run_one(
+    scenario: Scenario, broker_name: str, sizes: Sizes, java: JavaDriver | None, work: Path
+) -> dict:
+    """One scenario on a fresh broker process; a failure becomes {"error": text}."""
     kind = KINDS[broker_name]
     started = time.monotonic()
     try:
         with Broker(kind, work / f"{broker_name}-{scenario.name}") as broker:
             try:
-                result: dict = scenario.run(Context(broker, **ctx_args))
+                result: dict = scenario.run(Context(broker, sizes, java))
             except (BrokerError, DriverError, ScenarioError) as e:
+                status = "running" if broker.alive() else f"exit status {broker.returncode}"
                 tail = broker.log_tail(10)
-                raise ScenarioError(f"{e}\n--- {kind.label} log tail ---\n{tail}") from e
+                raise ScenarioError(f"{e}\n--- {kind.label} ({status}) log tail ---\n{tail}") from e
     except (BrokerError, ScenarioError) as e:
         _log(f"  {kind.label}: FAILED after {time.monotonic() - started:.0f}s: {e}")
         return {"error": str(e)}
@@ -106,8 +119,8 @@ def main(argv: list[str] | None = None) -> int:
             for scenario in chosen:
                 _log(f"{scenario.name}: {scenario.title.format(big=big)}")
                 for name in brokers:
-                    ctx_args = {"sizes": sizes, "java": java}
-                    results[name][scenario.name] = _run_one(scenario, name, ctx_args, Path(tmp))
+                    result = _run_one(scenario, name, sizes, java, Path(tmp))
+                    results[name][scenario.name] = result
     except KeyboardInterrupt:
         _log("interrupted; brokers stopped and temporary files removed")
         return 130

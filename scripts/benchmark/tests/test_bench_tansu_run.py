@@ -1,5 +1,6 @@
 """The shared scenario code against the real Tansu binary, and process cleanup."""
 
+import json
 import os
 import signal
 import subprocess
@@ -105,3 +106,20 @@ def test_sigterm_stops_broker_and_removes_temporary_files(tmp_path: Path) -> Non
         if bench.poll() is None:
             bench.kill()
             bench.wait()
+
+
+def test_cli_prints_table_and_writes_json(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    run = subprocess.run(
+        [str(BENCH), "--only", "tansu", "--scenarios", "confluent-1kb", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith("| scenario | metric | Tansu |\n|---|---|---:|\n")
+    assert "| confluent-kafka, 1 KiB records | produce | " in run.stdout
+    report = json.loads(out.read_text())
+    assert report["meta"]["size"] == "small" and report["meta"]["partitions"] == 1
+    measured = report["results"]["tansu"]["confluent-1kb"]
+    assert measured["produced_mib"] == 16 and measured["consume_mib_s"] > 0

@@ -1,0 +1,309 @@
+"""The classic group protocol: FindCoordinator, JoinGroup, SyncGroup, Heartbeat,
+LeaveGroup, DescribeGroups, ListGroups and DeleteGroups."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from kio.schema.errors import ErrorCode
+
+from apis.context import NO_THROTTLE, RequestContext, Services, build, nested
+from controller.metadata import TopicInfo
+from controller.topics import TopicError
+from coordinator.coordinator import GroupCoordinator, JoinResult, SyncResult
+from coordinator.group import GroupState
+from coordinator.records import OFFSETS_TOPIC
+from wire.schema import response_type
+from wire.versions import (
+    DELETE_GROUPS,
+    DESCRIBE_GROUPS,
+    FIND_COORDINATOR,
+    HEARTBEAT,
+    JOIN_GROUP,
+    LEAVE_GROUP,
+    LIST_GROUPS,
+    SYNC_GROUP,
+)
+
+logger = logging.getLogger(__name__)
+
+GROUP_KEY = 0
+NO_AUTHORIZED_OPERATIONS = -(2**31)
+T = TypeVar("T")
+
+
+def then(result: asyncio.Future[T], respond: Callable[[T], Any]) -> Any:
+    """The response now when the coordinator answered at once, else a future of it."""
+    if result.done():
+        return respond(result.result())
+    out: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    result.add_done_callback(lambda f: out.set_result(respond(f.result())))
+    return out
+
+
+def millis(value: timedelta) -> int:
+    return value // timedelta(milliseconds=1)
+
+
+def client_host(ctx: RequestContext) -> str:
+    """As Kafka prints an InetAddress: "/127.0.0.1"."""
+    return "/" + ctx.peer.rsplit(":", 1)[0]
+
+
+def coordinator(services: Services) -> GroupCoordinator:
+    assert services.groups is not None
+    return services.groups
+
+
+# -- FindCoordinator ------------------------------------------------------------------------
+def ensure_offsets_topic(services: Services) -> TopicInfo:
+    """``__consumer_offsets``, created on first use with its internal settings as Kafka
+    does (whether FindCoordinator or a Metadata request asks first)."""
+    existing = services.metadata.topics.get(OFFSETS_TOPIC)
+    if existing is not None:
+        return existing
+    config = services.config
+    replication = min(config["offsets.topic.replication.factor"], len(services.metadata.brokers))
+    return services.controller.create_topic(
+        OFFSETS_TOPIC,
+        config["offsets.topic.num.partitions"],
+        replication,
+        {
+            "cleanup.policy": "compact",
+            "compression.type": "producer",
+            "segment.bytes": str(config["offsets.topic.segment.bytes"]),
+        },
+    )
+
+
+def _locate(
+    services: Services, ctx: RequestContext, key: str, key_type: int
+) -> tuple[ErrorCode, str | None, int, str, int]:
+    """(error, message, node id, host, port) of the coordinator of one key."""
+    if key_type != GROUP_KEY:  # transaction coordinators arrive with transactions
+        return ErrorCode.coordinator_not_available, None, -1, "", -1
+    if not key:
+        return ErrorCode.invalid_request, None, -1, "", -1
+    try:
+        ensure_offsets_topic(services)
+    except TopicError as e:
+        logger.warning("Could not create %s: %s", OFFSETS_TOPIC, e.message)
+        return ErrorCode.coordinator_not_available, None, -1, "", -1
+    info = services.metadata.partition(OFFSETS_TOPIC, coordinator(services).partition_for(key))
+    broker = None if info is None else services.metadata.brokers.get(info.leader)
+    endpoint = None if broker is None else broker.endpoint(ctx.listener)
+    if info is None or endpoint is None:
+        return ErrorCode.coordinator_not_available, None, -1, "", -1
+    return ErrorCode.none, None, info.leader, endpoint[0], endpoint[1]
+
+
+def handle_find_coordinator(services: Services, ctx: RequestContext, request: Any) -> Any:
+    cls = response_type(FIND_COORDINATOR, ctx.api_version)
+    if ctx.api_version < 4:
+        error, message, node, host, port = _locate(
+            services, ctx, request.key, getattr(request, "key_type", GROUP_KEY)
+        )
+        return build(
+            cls,
+            throttle_time=NO_THROTTLE,
+            error_code=error,
+            error_message=message,
+            node_id=node,
+            host=host,
+            port=port,
+        )
+    coordinator_cls = nested(cls, "Coordinator")
+    entries = []
+    for key in request.coordinator_keys:
+        error, message, node, host, port = _locate(services, ctx, key, request.key_type)
+        entries.append(
+            coordinator_cls(
+                key=key, node_id=node, host=host, port=port, error_code=error, error_message=message
+            )
+        )
+    return build(cls, throttle_time=NO_THROTTLE, coordinators=tuple(entries))
+
+
+# -- JoinGroup / SyncGroup / Heartbeat / LeaveGroup -----------------------------------------
+def handle_join(services: Services, ctx: RequestContext, request: Any) -> Any:
+    version = ctx.api_version
+    cls = response_type(JOIN_GROUP, version)
+    member_cls = nested(cls, "JoinGroupResponseMember")
+    session_ms = millis(request.session_timeout)
+    rebalance_ms = millis(request.rebalance_timeout) if version >= 1 else session_ms
+    result = coordinator(services).join(
+        request.group_id,
+        request.member_id,
+        getattr(request, "group_instance_id", None),
+        ctx.client_id or "",
+        client_host(ctx),
+        request.protocol_type,
+        [(p.name, p.metadata) for p in request.protocols],
+        session_ms,
+        rebalance_ms,
+        require_known_member_id=version >= 4
+        and getattr(request, "group_instance_id", None) is None,
+    )
+
+    def respond(r: JoinResult) -> Any:
+        return build(
+            cls,
+            throttle_time=NO_THROTTLE,
+            error_code=r.error,
+            generation_id=r.generation,
+            protocol_type=r.protocol_type,
+            protocol_name=r.protocol_name if version >= 7 else (r.protocol_name or ""),
+            leader=r.leader_id,
+            skip_assignment=r.skip_assignment,
+            member_id=r.member_id,
+            members=tuple(
+                build(member_cls, member_id=m, group_instance_id=i, metadata=md)
+                for m, i, md in r.members
+            ),
+        )
+
+    return then(result, respond)
+
+
+def handle_sync(services: Services, ctx: RequestContext, request: Any) -> Any:
+    version = ctx.api_version
+    cls = response_type(SYNC_GROUP, version)
+    result = coordinator(services).sync(
+        request.group_id,
+        request.generation_id,
+        request.member_id,
+        getattr(request, "group_instance_id", None),
+        getattr(request, "protocol_type", None),
+        getattr(request, "protocol_name", None),
+        {a.member_id: a.assignment for a in request.assignments},
+    )
+
+    def respond(r: SyncResult) -> Any:
+        return build(
+            cls,
+            throttle_time=NO_THROTTLE,
+            error_code=r.error,
+            protocol_type=r.protocol_type,
+            protocol_name=r.protocol_name,
+            assignment=r.assignment,
+        )
+
+    return then(result, respond)
+
+
+def handle_heartbeat(services: Services, ctx: RequestContext, request: Any) -> Any:
+    error = coordinator(services).heartbeat(
+        request.group_id,
+        request.generation_id,
+        request.member_id,
+        getattr(request, "group_instance_id", None),
+    )
+    return build(
+        response_type(HEARTBEAT, ctx.api_version), throttle_time=NO_THROTTLE, error_code=error
+    )
+
+
+def handle_leave(services: Services, ctx: RequestContext, request: Any) -> Any:
+    cls = response_type(LEAVE_GROUP, ctx.api_version)
+    if ctx.api_version < 3:
+        _, errors = coordinator(services).leave(request.group_id, [(request.member_id, None)])
+        return build(cls, throttle_time=NO_THROTTLE, error_code=errors[0])
+    leaving = [(m.member_id, m.group_instance_id) for m in request.members]
+    error, errors = coordinator(services).leave(request.group_id, leaving)
+    member_cls = nested(cls, "MemberResponse")
+    return build(
+        cls,
+        throttle_time=NO_THROTTLE,
+        error_code=error,
+        members=()
+        if error != ErrorCode.none
+        else tuple(
+            member_cls(member_id=m, group_instance_id=i, error_code=e)
+            for (m, i), e in zip(leaving, errors, strict=True)
+        ),
+    )
+
+
+# -- DescribeGroups / ListGroups / DeleteGroups ---------------------------------------------
+def handle_describe(services: Services, ctx: RequestContext, request: Any) -> Any:
+    version = ctx.api_version
+    cls = response_type(DESCRIBE_GROUPS, version)
+    group_cls = nested(cls, "DescribedGroup")
+    member_cls = nested(cls, "DescribedGroupMember")
+    described = []
+    for group_id in request.groups:
+        error, group = coordinator(services).describe(group_id)
+        fields: dict[str, Any] = {
+            "group_id": group_id,
+            "group_state": "",
+            "protocol_type": "",
+            "protocol_data": "",
+            "members": (),
+            "error_message": None,
+            "authorized_operations": NO_AUTHORIZED_OPERATIONS,
+        }
+        if error == ErrorCode.group_id_not_found and version < 6:
+            error, fields["group_state"] = ErrorCode.none, GroupState.DEAD.value
+        if group is not None:
+            stable = group.is_(GroupState.STABLE)
+            protocol = group.protocol_name if stable else None
+            fields.update(
+                group_state=group.state.value,
+                protocol_type=group.protocol_type or "",
+                protocol_data=protocol or "",
+                members=tuple(
+                    build(
+                        member_cls,
+                        member_id=m.member_id,
+                        group_instance_id=m.group_instance_id,
+                        client_id=m.client_id,
+                        client_host=m.client_host,
+                        member_metadata=m.metadata(protocol) if stable else b"",
+                        member_assignment=m.assignment if stable else b"",
+                    )
+                    for m in group.members.values()
+                ),
+            )
+        described.append(build(group_cls, error_code=error, **fields))
+    return build(cls, throttle_time=NO_THROTTLE, groups=tuple(described))
+
+
+def handle_list(services: Services, ctx: RequestContext, request: Any) -> Any:
+    cls = response_type(LIST_GROUPS, ctx.api_version)
+    listed_cls = nested(cls, "ListedGroup")
+    states = {s.lower() for s in getattr(request, "states_filter", ())}
+    types = {t.lower() for t in getattr(request, "types_filter", ())}
+    groups = []
+    if not types or "classic" in types:
+        for group in coordinator(services).groups():
+            if states and group.state.value.lower() not in states:
+                continue
+            groups.append(
+                build(
+                    listed_cls,
+                    group_id=group.group_id,
+                    protocol_type=group.protocol_type or "",
+                    group_state=group.state.value,
+                    group_type="classic",
+                )
+            )
+    return build(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, groups=tuple(groups))
+
+
+def handle_delete(services: Services, ctx: RequestContext, request: Any) -> Any:
+    cls = response_type(DELETE_GROUPS, ctx.api_version)
+    result_cls = nested(cls, "DeletableGroupResult")
+    names = list(dict.fromkeys(request.groups_names))
+
+    def respond(results: dict[str, ErrorCode]) -> Any:
+        return build(
+            cls,
+            throttle_time=NO_THROTTLE,
+            results=tuple(result_cls(group_id=g, error_code=results[g]) for g in names),
+        )
+
+    return then(coordinator(services).delete_groups(names), respond)

@@ -1,0 +1,155 @@
+"""OffsetCommit, OffsetFetch (single- and multi-group versions) and OffsetDelete."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from apis.context import NO_THROTTLE, RequestContext, Services, build, nested
+from apis.groups import coordinator, then
+from coordinator.coordinator import CommitRequest
+from coordinator.group import TopicPartition
+from coordinator.records import OffsetValue
+from wire.schema import response_type
+from wire.versions import OFFSET_COMMIT, OFFSET_DELETE, OFFSET_FETCH
+
+
+def _known(services: Services, topic: str, partition: int) -> bool:
+    return services.metadata.partition(topic, partition) is not None
+
+
+def handle_commit(services: Services, ctx: RequestContext, request: Any) -> Any:
+    cls = response_type(OFFSET_COMMIT, ctx.api_version)
+    topic_cls = nested(cls, "OffsetCommitResponseTopic")
+    partition_cls = nested(cls, "OffsetCommitResponsePartition")
+    order: list[TopicPartition] = []
+    unknown: dict[TopicPartition, ErrorCode] = {}
+    wanted = []
+    for topic in request.topics:
+        for p in topic.partitions:
+            tp = (topic.name, p.partition_index)
+            order.append(tp)
+            if not _known(services, *tp):
+                unknown[tp] = ErrorCode.unknown_topic_or_partition
+            else:
+                wanted.append(
+                    CommitRequest(
+                        topic.name,
+                        p.partition_index,
+                        p.committed_offset,
+                        getattr(p, "committed_leader_epoch", -1),
+                        p.committed_metadata,
+                    )
+                )
+    result = coordinator(services).commit_offsets(
+        request.group_id,
+        request.generation_id_or_member_epoch,
+        request.member_id,
+        getattr(request, "group_instance_id", None),
+        wanted,
+    )
+
+    def respond(errors: dict[TopicPartition, ErrorCode]) -> Any:
+        errors = {**errors, **unknown}
+        by_topic: dict[str, list[Any]] = defaultdict(list)
+        for t, p in order:
+            by_topic[t].append(partition_cls(partition_index=p, error_code=errors[(t, p)]))
+        return build(
+            cls,
+            throttle_time=NO_THROTTLE,
+            topics=tuple(topic_cls(name=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
+        )
+
+    return then(result, respond)
+
+
+def _fetch_group(
+    services: Services, group_id: str, topics: Any, partition_cls: type, topic_cls: type
+) -> tuple[ErrorCode, tuple[Any, ...]]:
+    wanted = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
+    error, offsets = coordinator(services).fetch_offsets(group_id, wanted)
+    if error != ErrorCode.none:
+        # Per-partition errors as well, for the clients that only look there.
+        offsets = dict.fromkeys(wanted or [])
+    by_topic: dict[str, list[Any]] = defaultdict(list)
+    for (topic, partition), value in offsets.items():
+        by_topic[topic].append(_partition_entry(partition_cls, partition, value, error))
+    return error, tuple(topic_cls(name=t, partitions=tuple(ps)) for t, ps in by_topic.items())
+
+
+def _partition_entry(cls: type, partition: int, value: OffsetValue | None, error: ErrorCode) -> Any:
+    if value is None:
+        return build(
+            cls,
+            partition_index=partition,
+            committed_offset=-1,
+            committed_leader_epoch=-1,
+            metadata="",
+            error_code=error,
+        )
+    return build(
+        cls,
+        partition_index=partition,
+        committed_offset=value.offset,
+        committed_leader_epoch=value.leader_epoch,
+        metadata=value.metadata,
+        error_code=error,
+    )
+
+
+def handle_fetch(services: Services, ctx: RequestContext, request: Any) -> Any:
+    version = ctx.api_version
+    cls = response_type(OFFSET_FETCH, version)
+    if version < 8:
+        error, topics = _fetch_group(
+            services,
+            request.group_id,
+            request.topics,
+            nested(cls, "OffsetFetchResponsePartition"),
+            nested(cls, "OffsetFetchResponseTopic"),
+        )
+        return build(cls, throttle_time=NO_THROTTLE, topics=topics, error_code=error)
+    group_cls = nested(cls, "OffsetFetchResponseGroup")
+    groups = []
+    for group in request.groups:
+        error, topics = _fetch_group(
+            services,
+            group.group_id,
+            group.topics,
+            nested(cls, "OffsetFetchResponsePartitions"),
+            nested(cls, "OffsetFetchResponseTopics"),
+        )
+        groups.append(group_cls(group_id=group.group_id, topics=topics, error_code=error))
+    return build(cls, throttle_time=NO_THROTTLE, groups=tuple(groups))
+
+
+def handle_delete(services: Services, ctx: RequestContext, request: Any) -> Any:
+    cls = response_type(OFFSET_DELETE, ctx.api_version)
+    topic_cls = nested(cls, "OffsetDeleteResponseTopic")
+    partition_cls = nested(cls, "OffsetDeleteResponsePartition")
+    order = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
+    unknown = {
+        tp: ErrorCode.unknown_topic_or_partition for tp in order if not _known(services, *tp)
+    }
+    result = coordinator(services).delete_offsets(
+        request.group_id, [tp for tp in order if tp not in unknown]
+    )
+
+    def respond(outcome: tuple[ErrorCode, dict[TopicPartition, ErrorCode]]) -> Any:
+        error, errors = outcome
+        if error != ErrorCode.none:
+            return build(cls, error_code=error, throttle_time=NO_THROTTLE, topics=())
+        errors = {**errors, **unknown}
+        by_topic: dict[str, list[Any]] = defaultdict(list)
+        for t, p in order:
+            by_topic[t].append(partition_cls(partition_index=p, error_code=errors[(t, p)]))
+        return build(
+            cls,
+            error_code=ErrorCode.none,
+            throttle_time=NO_THROTTLE,
+            topics=tuple(topic_cls(name=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
+        )
+
+    return then(result, respond)

@@ -1,0 +1,152 @@
+"""Consumer groups with kafka-python: membership, commits across a crash, the admin API."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.admin import NewTopic
+from kafka.structs import OffsetAndMetadata
+
+from compat_tests.broker import BrokerProcess
+from compat_tests.group_checks import (
+    SESSION_OVERRIDES,
+    balanced,
+    committed,
+    end_offsets,
+    wait_until,
+)
+
+BROKER_OVERRIDES = SESSION_OVERRIDES
+PARTITIONS = 6
+TIMEOUT = 60
+
+
+def consumer(broker: BrokerProcess, topic: str, group: str, **configs: object) -> KafkaConsumer:
+    return KafkaConsumer(
+        topic,
+        bootstrap_servers=broker.bootstrap,
+        group_id=group,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        session_timeout_ms=3000,
+        heartbeat_interval_ms=300,
+        **configs,
+    )
+
+
+@pytest.fixture
+def topic(broker: BrokerProcess, new_topic: Callable[[str], str]) -> str:
+    name = new_topic("kafka-python-group")
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        admin.create_topics([NewTopic(name, num_partitions=PARTITIONS, replication_factor=1)])
+    finally:
+        admin.close()
+    return name
+
+
+@pytest.fixture
+def admin(broker: BrokerProcess) -> Iterator[KafkaAdminClient]:
+    client = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def members() -> Iterator[list[KafkaConsumer]]:
+    started: list[KafkaConsumer] = []
+    yield started
+    for c in started:
+        c.close()
+
+
+def wait_balanced(group: list[KafkaConsumer], what: str) -> list[set[int]]:
+    def owned() -> list[set[int]]:
+        return [{tp.partition for tp in c.assignment()} for c in group]
+
+    def step() -> None:
+        for c in group:
+            c.poll(timeout_ms=50)
+
+    wait_until(lambda: balanced(owned(), PARTITIONS), TIMEOUT, what, step)
+    return owned()
+
+
+def produce(broker: BrokerProcess, topic: str, per_partition: int) -> None:
+    p = KafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=5)
+    for i in range(per_partition * PARTITIONS):
+        p.send(topic, value=b"%d" % i, partition=i % PARTITIONS)
+    p.flush()
+    p.close()
+
+
+def test_members_join_and_leave(
+    broker: BrokerProcess, topic: str, members: list[KafkaConsumer], admin: KafkaAdminClient
+) -> None:
+    group = f"{topic}-g"
+    members += [consumer(broker, topic, group) for _ in range(3)]
+    assert [len(s) for s in wait_balanced(members, "3 members")] == [2, 2, 2]
+
+    described = admin.describe_groups([group])[group]
+    assert described["group_state"] == "Stable"
+    assert described["protocol_type"] == "consumer"
+    assert described["protocol_data"] == "range"
+    assert len(described["members"]) == 3
+    assert {m["client_host"] for m in described["members"]} == {"/127.0.0.1"}
+    listed = admin.list_groups(states_filter=["Stable"])
+    assert {
+        "group_id": group,
+        "protocol_type": "consumer",
+        "group_state": "Stable",
+        "group_type": "classic",
+    } in listed
+
+    members.append(consumer(broker, topic, group))
+    assert sorted(map(len, wait_balanced(members, "4 members"))) == [1, 1, 2, 2]
+    members.pop(0).close()
+    assert [len(s) for s in wait_balanced(members, "after a leave")] == [2, 2, 2]
+
+
+def test_commits_survive_kill9(broker: BrokerProcess, topic: str, admin: KafkaAdminClient) -> None:
+    group = f"{topic}-resume"
+    produce(broker, topic, 40)
+    ends = end_offsets(broker.bootstrap, topic, PARTITIONS)
+    c = consumer(broker, topic, group)
+    seen = [0]
+
+    def consume() -> None:
+        seen[0] += sum(map(len, c.poll(timeout_ms=100).values()))
+
+    wait_until(lambda: seen[0] == 40 * PARTITIONS, TIMEOUT, "all records", consume)
+    c.commit()
+    c.close()
+    assert committed(admin, group) == ends
+
+    broker.kill()
+    broker.start()
+    produce(broker, topic, 3)
+    c = consumer(broker, topic, group)
+    try:
+        first: dict[int, int] = {}
+
+        def step() -> None:
+            for records in c.poll(timeout_ms=100).values():
+                first.setdefault(records[0].partition, records[0].offset)
+
+        wait_until(lambda: len(first) == PARTITIONS, TIMEOUT, "records after restart", step)
+        assert first == ends
+    finally:
+        c.close()
+
+
+def test_group_admin_delete(broker: BrokerProcess, topic: str, admin: KafkaAdminClient) -> None:
+    group = f"{topic}-admin"
+    tp = TopicPartition(topic, 3)
+    admin.alter_group_offsets(group, {tp: OffsetAndMetadata(7, "meta", -1)})
+    assert admin.list_group_offsets(group)[group][tp].offset == 7
+    assert admin.describe_groups([group])[group]["group_state"] == "Empty"
+    assert admin.delete_groups([group]) == {group: "OK"}
+    assert admin.list_group_offsets(group)[group] == {}
+    assert group not in {g["group_id"] for g in admin.list_groups()}

@@ -1,0 +1,94 @@
+"""kcat's balanced consumer (-C -G) in a group, seen through kafka-python's admin client."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+from collections.abc import Callable
+
+from kafka import KafkaAdminClient
+
+from compat_tests import confluent_admin
+from compat_tests.broker import BrokerProcess
+from compat_tests.group_checks import SESSION_OVERRIDES, committed, end_offsets, wait_until
+
+BROKER_OVERRIDES = SESSION_OVERRIDES
+PARTITIONS = 4
+TIMEOUT = 60
+
+
+def test_balanced_consumer_group(broker: BrokerProcess, new_topic: Callable[[str], str]) -> None:
+    topic = new_topic("kcat-group")
+    group = f"{topic}-g"
+    confluent_admin.create_topic(broker, topic, PARTITIONS)
+    lines = b"".join(b"v%d\n" % i for i in range(40))
+    subprocess.run(
+        ["kcat", "-b", broker.bootstrap, "-P", "-t", topic, "-p", "-1"],
+        input=lines,
+        check=True,
+        timeout=60,
+    )
+    ends = end_offsets(broker.bootstrap, topic, PARTITIONS)
+
+    listing = subprocess.run(
+        ["kcat", "-b", broker.bootstrap, "-L", "-t", "__consumer_offsets"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    assert 'topic "__consumer_offsets" with 50 partitions' in listing
+
+    consumer = subprocess.Popen(
+        [
+            "kcat",
+            "-b",
+            broker.bootstrap,
+            "-C",
+            "-G",
+            group,
+            "-X",
+            "auto.commit.interval.ms=100",
+            "-f",
+            "%p %o %s\n",
+            topic,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+
+        def stable() -> bool:
+            d = admin.describe_groups([group])[group]
+            return d["group_state"] == "Stable" and len(d["members"]) == 1
+
+        wait_until(stable, TIMEOUT, "kcat to join")
+        described = admin.describe_groups([group])[group]
+        assert described["protocol_type"] == "consumer"
+        assert described["protocol_data"] in ("range", "roundrobin")
+        (only,) = described["members"]
+        assert only["client_id"] == "rdkafka"
+        wait_until(lambda: committed(admin, group) == ends, TIMEOUT, "kcat to commit")
+
+        consumer.send_signal(signal.SIGINT)  # kcat closes its consumer: it leaves
+        out, _ = consumer.communicate(timeout=TIMEOUT)
+        assert len(out.splitlines()) == 40
+        wait_until(
+            lambda: admin.describe_groups([group])[group]["group_state"] == "Empty",
+            TIMEOUT,
+            "the group to empty",
+        )
+        assert {
+            "group_id": group,
+            "protocol_type": "consumer",
+            "group_state": "Empty",
+            "group_type": "classic",
+        } in admin.list_groups()
+        assert admin.delete_groups([group]) == {group: "OK"}
+        assert admin.list_group_offsets(group)[group] == {}
+    finally:
+        if consumer.poll() is None:
+            consumer.kill()
+            consumer.wait()
+        admin.close()

@@ -63,6 +63,9 @@ def main(argv: list[str] | None = None) -> int:
         help="set a property, overriding the file",
     )
     args = parser.parse_args(argv)
+    # kio builds hypothesis strategies for its types whenever hypothesis is importable
+    # (it is in a test environment): ~200 MB and a second of start-up a broker never needs.
+    sys.modules.setdefault("hypothesis", None)  # type: ignore[arg-type]
     _configure_logging()
     props = read_properties(args.properties) if args.properties else {}
     props.update(dict(args.override))
@@ -71,6 +74,9 @@ def main(argv: list[str] | None = None) -> int:
         anyio.run(_serve, config)
     except ConfigError as e:
         logger.error("Fatal error during startup: %s", e)
+        return 1
+    except OSError as e:  # e.g. the listener's port is taken, a log dir is not writable
+        logger.error("Fatal error: %s", e)
         return 1
     except KeyboardInterrupt:
         return 130

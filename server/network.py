@@ -123,7 +123,12 @@ class Connection(asyncio.Protocol):
     # -- framing ----------------------------------------------------------------------
     def next_request(self) -> None:
         """Submit the next complete frame, if any and if no request is in flight."""
-        if self._in_flight or self._closed:
+        if self._closed:
+            return
+        if self._in_flight:
+            # Bound what one connection may hold in memory while its request runs.
+            if len(self._buffer) >= _READ_BUFFER_LIMIT:
+                self._set_reading(False)
             return
         channel = self.server.channel
         buffer = self._buffer

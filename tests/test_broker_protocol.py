@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import random
 import struct
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -179,3 +181,25 @@ def test_sigterm_shuts_down_cleanly(tmp_path: Path) -> None:
     assert b._proc is not None and b._proc.returncode == 0
     assert (b.data_dir / ".kafka_cleanshutdown").exists()
     assert "shut down completed" in b.log_tail()
+
+
+def test_port_in_use_is_a_clear_fatal_error(tmp_path: Path, broker: BrokerProcess) -> None:
+    listener = f"PLAINTEXT://127.0.0.1:{broker.port}"
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "server.cli",
+            "serve",
+            "--override",
+            f"listeners={listener}",
+            "--override",
+            f"log.dirs={tmp_path}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1
+    assert "Fatal error" in result.stderr and "address already in use" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -26,6 +26,7 @@ from apis import (
 )
 from apis.context import CloseConnection, RawResponse, RequestContext, Services
 from wire import versions
+from wire.fetch import decode_fetch_request
 from wire.headers import (
     MalformedHeaderError,
     decode_request_header,
@@ -67,6 +68,7 @@ assert HANDLERS.keys() == versions.SUPPORTED.keys()
 # Hot-path requests decoded by hand-written codecs instead of the generic schema walk.
 FAST_DECODERS: dict[int, Callable[[int, bytes, int], Any]] = {
     versions.PRODUCE: decode_produce_request,
+    versions.FETCH: decode_fetch_request,
 }
 
 

@@ -3,20 +3,21 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from apis.context import RawResponse, RequestContext, Services
 from apis.errors import STORAGE_ERRORS, error_code, not_hosted
-from wire.fetch import FetchPartition, FetchTopic, encode_fetch_response
+from wire.fetch import FetchPartition, FetchRequest, FetchTopic, encode_fetch_response
 
 
-def handle(services: Services, ctx: RequestContext, request: Any) -> RawResponse | asyncio.Future:
+def handle(
+    services: Services, ctx: RequestContext, request: FetchRequest
+) -> RawResponse | asyncio.Future:
     if ctx.api_version >= 7 and request.session_id != 0:  # we never hand out sessions
         return _answer(ctx, [], ErrorCode.fetch_session_id_not_found)
     topics, available = _read(services, request)
-    max_wait = int(request.max_wait.total_seconds() * 1000)
+    max_wait = request.max_wait_ms
     if max_wait <= 0 or available >= request.min_bytes or available < 0:
         return _answer(ctx, topics)
     keys = [(t.topic, p.partition) for t in request.topics for p in t.partitions]
@@ -37,7 +38,7 @@ def _answer(
     return RawResponse(parts, size)
 
 
-def _read(services: Services, request: Any) -> tuple[list[FetchTopic], int]:
+def _read(services: Services, request: FetchRequest) -> tuple[list[FetchTopic], int]:
     """Read every requested partition; return the topics and the bytes found (-1: an error
     that must be answered at once)."""
     remaining = request.max_bytes

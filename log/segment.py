@@ -69,6 +69,9 @@ class LogSegment:
         self.created_ms = now_ms
         self._first_batch_timestamp: int | None = None
         self.unflushed = False
+        # (offset, position) of the batch boundary where the last read ended: consumers
+        # usually fetch from exactly there next, which then needs no index lookup or scan.
+        self._read_hint: tuple[int, int] | None = None
 
     # -- loading and recovery --------------------------------------------------------------
     def load(self) -> bool:
@@ -228,6 +231,13 @@ class LogSegment:
 
     def find_batch(self, offset: int) -> BatchHeader | None:
         """The first batch whose last offset is >= `offset`, or None if past this segment."""
+        hint = self._read_hint
+        if hint is not None and hint[0] == offset:
+            if hint[1] >= self.size:
+                return None
+            header = self.read_header(hint[1])
+            if header is not None and header.base_offset == offset:
+                return header
         _, position = self.offset_index.lookup(offset)
         for header in self.iter_headers(position):
             if header.last_offset >= offset:
@@ -249,11 +259,15 @@ class LogSegment:
         # Every batch before an index entry within both limits qualifies: jump there.
         position = max(first_end, self.offset_index.last_position_within(limit, max_offset))
         end = position
+        next_offset = first.next_offset if position == first_end else None
         for header in self.iter_headers(position):
             header_end = header.position + header.size
             if header.base_offset >= max_offset or header_end > limit:
                 break
             end = header_end
+            next_offset = header.next_offset
+        if next_offset is not None:
+            self._read_hint = (next_offset, end)
         return end
 
     # -- maintenance -----------------------------------------------------------------------
@@ -263,6 +277,7 @@ class LogSegment:
         if header is None:
             return 0
         removed = self.size - header.position
+        self._read_hint = None
         os.ftruncate(self.fd, header.position)
         self.size = header.position
         self.offset_index.truncate_to(offset)

@@ -430,3 +430,28 @@ def test_compacted_topic_requires_keys(tmp_path: Path) -> None:
     with pytest.raises(InvalidRecordError):
         log.append_as_leader(build_batch([(None, b"v", [], NOW)]), leader_epoch=0, now_ms=NOW)
     assert log.append_as_leader(batch(2), leader_epoch=0, now_ms=NOW).last_offset == 1
+
+
+def test_sequential_reads_follow_the_tail_across_appends_and_truncation(tmp_path: Path) -> None:
+    log = open_log(tmp_path, index_interval_bytes=1 << 20)
+    next_offset = 0
+    for round_ in range(20):
+        log.append_as_leader(batch(3, value=b"%d" % round_), leader_epoch=0, now_ms=NOW)
+        result = log.read(
+            next_offset, max_bytes=1 << 20, max_offset=log.log_end_offset, min_one_batch=True
+        )
+        assert offsets_in(result)[0][0] == next_offset
+        next_offset = offsets_in(result)[-1][1] + 1
+        # At the tail the next read is empty until more data arrives.
+        assert (
+            log.read(
+                next_offset, max_bytes=1 << 20, max_offset=log.log_end_offset, min_one_batch=True
+            ).size
+            == 0
+        )
+    log.truncate_to(30)
+    log.append_as_leader(batch(5, value=b"new"), leader_epoch=1, now_ms=NOW)
+    result = log.read(30, max_bytes=1 << 20, max_offset=log.log_end_offset, min_one_batch=True)
+    [header] = split_batches(region(result))
+    assert (header.base_offset, header.record_count, header.partition_leader_epoch) == (30, 5, 1)
+    log.close()

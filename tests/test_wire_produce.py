@@ -15,10 +15,10 @@ from wire.produce import (
     MAX_VERSION,
     MIN_VERSION,
     PartitionResult,
-    ProduceDecodeError,
     decode_produce_request,
     encode_produce_response,
 )
+from wire.reader import BodyDecodeError
 from wire.schema import encode, request_type, response_type
 
 VERSIONS = range(MIN_VERSION, MAX_VERSION + 1)
@@ -89,7 +89,7 @@ def test_encoder_matches_kio(version: int) -> None:
 def test_truncations_raise_decode_errors(version: int) -> None:
     data = encode(kio_request(version, None, {"t": [(0, b"r" * 50)]}))
     for cut in range(len(data) - 1):
-        with pytest.raises(ProduceDecodeError):
+        with pytest.raises(BodyDecodeError):
             decode_produce_request(version, data[:cut], 0)
 
 
@@ -104,5 +104,5 @@ def test_mutations_raise_only_decode_errors(version: int, seed: int, flips: int)
         data[rng.randrange(len(data))] = rng.randrange(256)
     try:
         decode_produce_request(version, bytes(data), 0)
-    except ProduceDecodeError:
+    except BodyDecodeError:
         pass

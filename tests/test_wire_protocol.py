@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
 from apis.context import NO_THROTTLE, build, nested
@@ -15,7 +17,7 @@ from wire.headers import (
     encode_response_header,
     peek_api,
 )
-from wire.schema import decode, encode, request_type, response_type
+from wire.schema import SchemaDecodeError, decode, encode, request_type, response_type
 
 
 def test_request_header_v2_with_tagged_fields() -> None:
@@ -133,3 +135,100 @@ def test_fetch_encoder_matches_kio(version: int) -> None:
         ),
     )
     assert ours == encode(expected)
+
+
+@pytest.mark.parametrize("version", range(4, 13))
+def test_fetch_request_decoder_matches_kio(version: int) -> None:
+    import datetime
+
+    from wire.fetch import decode_fetch_request
+
+    cls = request_type(1, version)
+    t, p = nested(cls, "FetchTopic"), nested(cls, "FetchPartition")
+    fields = dict(
+        replica_id=-1,
+        max_wait=datetime.timedelta(milliseconds=500),
+        min_bytes=1,
+        max_bytes=52428800,
+        isolation_level=1,
+        session_id=0,
+        session_epoch=-1,
+        topics=(
+            t(
+                topic="alpha",
+                partitions=tuple(
+                    build(
+                        p,
+                        partition=i,
+                        current_leader_epoch=3,
+                        fetch_offset=100 + i,
+                        last_fetched_epoch=2,
+                        log_start_offset=7,
+                        partition_max_bytes=1 << 20,
+                    )
+                    for i in range(3)
+                ),
+            ),
+        ),
+        forgotten_topics_data=(nested(cls, "ForgottenTopic")(topic="old", partitions=(1, 2)),)
+        if version >= 7
+        else (),
+        rack_id="rack-a",
+    )
+    data = encode(build(cls, **fields))
+    request = decode_fetch_request(version, data, 0)
+    assert (request.max_wait_ms, request.min_bytes, request.max_bytes) == (500, 1, 52428800)
+    assert request.isolation_level == 1
+    assert [
+        (fp.partition, fp.fetch_offset, fp.partition_max_bytes)
+        for fp in request.topics[0].partitions
+    ] == [(i, 100 + i, 1 << 20) for i in range(3)]
+    assert request.topics[0].partitions[0].current_leader_epoch == (3 if version >= 9 else -1)
+    assert request.forgotten == ([("old", [1, 2])] if version >= 7 else [])
+    assert request.rack_id == ("rack-a" if version >= 11 else "")
+    for cut in range(0, len(data) - 1, 3):
+        with pytest.raises(SchemaDecodeError):
+            decode_fetch_request(version, data[:cut], 0)
+
+
+@settings(max_examples=300, derandomize=True, database=None)
+@given(version=st.integers(4, 12), seed=st.integers(0, 2**32), flips=st.integers(1, 6))
+def test_fetch_request_mutations_raise_only_decode_errors(
+    version: int, seed: int, flips: int
+) -> None:
+    import datetime
+    import random
+
+    from wire.fetch import decode_fetch_request
+
+    cls = request_type(1, version)
+    t, p = nested(cls, "FetchTopic"), nested(cls, "FetchPartition")
+    data = bytearray(
+        encode(
+            build(
+                cls,
+                replica_id=-1,
+                max_wait=datetime.timedelta(milliseconds=5),
+                min_bytes=1,
+                max_bytes=1000,
+                isolation_level=0,
+                session_id=0,
+                session_epoch=-1,
+                rack_id="",
+                forgotten_topics_data=(),
+                topics=(
+                    t(
+                        topic="t",
+                        partitions=(build(p, partition=0, fetch_offset=1, partition_max_bytes=10),),
+                    ),
+                ),
+            )
+        )
+    )
+    rng = random.Random(seed)
+    for _ in range(flips):
+        data[rng.randrange(len(data))] = rng.randrange(256)
+    try:
+        decode_fetch_request(version, bytes(data), 0)
+    except SchemaDecodeError:
+        pass

@@ -11,12 +11,16 @@ import struct
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from wire.reader import Reader
+
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _PART_HEAD = struct.Struct(">ihqq")  # partition, error, high watermark, last stable offset
 _I64 = struct.Struct(">q")
 _ABORTED = struct.Struct(">qq")
 MAX_FETCH_VERSION = 12
+_REQUEST_HEAD = struct.Struct(">iiii")  # replica id, max wait, min bytes, max bytes
+_SESSION = struct.Struct(">ii")  # session id, session epoch
 
 
 class Region(Protocol):
@@ -112,3 +116,84 @@ def encode_fetch_response(
     parts.append(bytes(head))
     total += len(head)
     return parts, total
+
+
+@dataclass(slots=True)
+class FetchPartitionRequest:
+    partition: int
+    current_leader_epoch: int
+    fetch_offset: int
+    last_fetched_epoch: int
+    log_start_offset: int
+    partition_max_bytes: int
+
+
+@dataclass(slots=True)
+class FetchTopicRequest:
+    topic: str
+    partitions: list[FetchPartitionRequest]
+
+
+@dataclass(slots=True)
+class FetchRequest:
+    replica_id: int
+    max_wait_ms: int
+    min_bytes: int
+    max_bytes: int
+    isolation_level: int
+    session_id: int
+    session_epoch: int
+    topics: list[FetchTopicRequest]
+    forgotten: list[tuple[str, list[int]]]
+    rack_id: str
+
+
+def decode_fetch_request(version: int, buf: bytes, offset: int) -> FetchRequest:
+    """Decode FetchRequest v4-v12 (every consumer poll: kept off the generic schema walk)."""
+    r = Reader(buf, offset, version >= 12)
+    replica_id, max_wait_ms, min_bytes, max_bytes = r.unpack(_REQUEST_HEAD)
+    isolation_level = r.int8()
+    session_id, session_epoch = r.unpack(_SESSION) if version >= 7 else (0, -1)
+    topics = []
+    for _ in range(r.count(2)):
+        topic = r.string(nullable=False)
+        partitions = []
+        for _ in range(r.count(16)):
+            partition = r.int32()
+            leader_epoch = r.int32() if version >= 9 else -1
+            fetch_offset = r.int64()
+            last_fetched_epoch = r.int32() if version >= 12 else -1
+            log_start_offset = r.int64() if version >= 5 else -1
+            partitions.append(
+                FetchPartitionRequest(
+                    partition,
+                    leader_epoch,
+                    fetch_offset,
+                    last_fetched_epoch,
+                    log_start_offset,
+                    r.int32(),
+                )
+            )
+            r.tagged_fields()
+        r.tagged_fields()
+        topics.append(FetchTopicRequest(topic, partitions))  # type: ignore[arg-type]
+    forgotten = []
+    if version >= 7:
+        for _ in range(r.count(2)):
+            topic = r.string(nullable=False)
+            forgotten.append((topic, [r.int32() for _ in range(r.count(4))]))
+            r.tagged_fields()
+    rack_id = r.string(nullable=False) if version >= 11 else ""
+    r.tagged_fields()
+    return FetchRequest(
+        replica_id,
+        max_wait_ms,
+        min_bytes,
+        max_bytes,
+        isolation_level,
+        session_id,
+        session_epoch,
+        topics,
+        forgotten,
+        rack_id,
+    )  # type: ignore[arg-type]

@@ -10,20 +10,15 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from wire.headers import MalformedHeaderError, read_uvarint, skip_tagged_fields
-from wire.schema import SchemaDecodeError
+from wire.reader import Reader
 
 MIN_VERSION, MAX_VERSION = 3, 11
 _FLEXIBLE_FROM = 9
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_ACKS_TIMEOUT = struct.Struct(">hi")
+_ACKS_TIMEOUT = struct.Struct(">hi")  # acks, timeout
 _PARTITION_HEAD = struct.Struct(">ihqq")  # index, error, base offset, log append time
-
-
-class ProduceDecodeError(SchemaDecodeError):
-    """A produce request body that does not match its schema."""
 
 
 @dataclass(slots=True)
@@ -55,77 +50,10 @@ class PartitionResult:
     log_start_offset: int = -1
 
 
-class _Reader:
-    __slots__ = ("buf", "pos", "flexible")
-
-    def __init__(self, buf: bytes, pos: int, flexible: bool) -> None:
-        self.buf, self.pos, self.flexible = buf, pos, flexible
-
-    def _take(self, size: int) -> int:
-        start = self.pos
-        self.pos = start + size
-        if size < 0 or self.pos > len(self.buf):
-            raise ProduceDecodeError(f"need {size} bytes at {start}, have {len(self.buf) - start}")
-        return start
-
-    def int16(self) -> int:
-        return _I16.unpack_from(self.buf, self._take(2))[0]
-
-    def int32(self) -> int:
-        return _I32.unpack_from(self.buf, self._take(4))[0]
-
-    def _length(self) -> int:
-        """A length prefix; -1 means null."""
-        if self.flexible:
-            try:
-                n, self.pos = read_uvarint(self.buf, self.pos)
-            except MalformedHeaderError as e:
-                raise ProduceDecodeError(str(e)) from None
-            return n - 1
-        return self.int16()
-
-    def string(self, nullable: bool) -> str | None:
-        n = self._length()
-        if n < 0:
-            if nullable and n == -1:
-                return None
-            raise ProduceDecodeError(f"invalid string length {n}")
-        start = self._take(n)
-        try:
-            return self.buf[start : self.pos].decode()
-        except UnicodeDecodeError:
-            raise ProduceDecodeError("string is not UTF-8") from None
-
-    def records(self) -> bytes | None:
-        if self.flexible:
-            n = self._length()
-        else:
-            n = self.int32()
-        if n < 0:
-            if n == -1:
-                return None
-            raise ProduceDecodeError(f"invalid records length {n}")
-        start = self._take(n)
-        return self.buf[start : self.pos]
-
-    def count(self, min_element_size: int) -> int:
-        n = self._length() if self.flexible else self.int32()
-        if n < 0 or n * min_element_size > len(self.buf) - self.pos:
-            raise ProduceDecodeError(f"invalid array length {n}")
-        return n
-
-    def tagged_fields(self) -> None:
-        if self.flexible:
-            try:
-                self.pos = skip_tagged_fields(self.buf, self.pos)
-            except MalformedHeaderError as e:
-                raise ProduceDecodeError(str(e)) from None
-
-
 def decode_produce_request(version: int, buf: bytes, offset: int) -> ProduceRequest:
-    r = _Reader(buf, offset, version >= _FLEXIBLE_FROM)
+    r = Reader(buf, offset, version >= _FLEXIBLE_FROM)
     transactional_id = r.string(nullable=True)
-    acks, timeout_ms = _ACKS_TIMEOUT.unpack_from(buf, r._take(_ACKS_TIMEOUT.size))
+    acks, timeout_ms = r.unpack(_ACKS_TIMEOUT)
     topics = []
     for _ in range(r.count(2)):
         name = r.string(nullable=False)

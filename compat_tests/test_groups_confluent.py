@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 import zlib
 from collections.abc import Callable, Iterator
 
@@ -223,7 +224,9 @@ def test_million_records_with_commits(
     members += [Member(broker, topic, group, **{"fetch.max.bytes": 1 << 24}) for _ in range(3)]
     seen = bytearray(MILLION)
     crc = 0
+    deadline = time.monotonic() + 120
     while seen.count(0):
+        assert time.monotonic() < deadline, f"{seen.count(0)} records never arrived"
         for m in members:
             batch = [msg for msg in m.consumer.consume(20_000, 0.05) if not msg.error()]
             for msg in batch:

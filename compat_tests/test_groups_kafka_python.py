@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -54,24 +55,40 @@ def admin(broker: BrokerProcess) -> Iterator[KafkaAdminClient]:
     client.close()
 
 
+class Member:
+    """A consumer polling in its own thread, as applications run them (kafka-python drops a
+    join that completes while poll() is not running, so round-robin polling of several
+    consumers from one thread can rebalance forever)."""
+
+    def __init__(self, broker: BrokerProcess, topic: str, group: str) -> None:
+        self.consumer = consumer(broker, topic, group)
+        self.owned: set[int] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.consumer.poll(timeout_ms=100)
+            self.owned = {tp.partition for tp in self.consumer.assignment()}
+        self.consumer.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(TIMEOUT)
+
+
 @pytest.fixture
-def members() -> Iterator[list[KafkaConsumer]]:
-    started: list[KafkaConsumer] = []
+def members() -> Iterator[list[Member]]:
+    started: list[Member] = []
     yield started
-    for c in started:
-        c.close()
+    for m in started:
+        m.close()
 
 
-def wait_balanced(group: list[KafkaConsumer], what: str) -> list[set[int]]:
-    def owned() -> list[set[int]]:
-        return [{tp.partition for tp in c.assignment()} for c in group]
-
-    def step() -> None:
-        for c in group:
-            c.poll(timeout_ms=50)
-
-    wait_until(lambda: balanced(owned(), PARTITIONS), TIMEOUT, what, step)
-    return owned()
+def wait_balanced(group: list[Member], what: str) -> list[set[int]]:
+    wait_until(lambda: balanced([m.owned for m in group], PARTITIONS), TIMEOUT, what)
+    return [m.owned for m in group]
 
 
 def produce(broker: BrokerProcess, topic: str, per_partition: int) -> None:
@@ -83,10 +100,10 @@ def produce(broker: BrokerProcess, topic: str, per_partition: int) -> None:
 
 
 def test_members_join_and_leave(
-    broker: BrokerProcess, topic: str, members: list[KafkaConsumer], admin: KafkaAdminClient
+    broker: BrokerProcess, topic: str, members: list[Member], admin: KafkaAdminClient
 ) -> None:
     group = f"{topic}-g"
-    members += [consumer(broker, topic, group) for _ in range(3)]
+    members += [Member(broker, topic, group) for _ in range(3)]
     assert [len(s) for s in wait_balanced(members, "3 members")] == [2, 2, 2]
 
     described = admin.describe_groups([group])[group]
@@ -103,7 +120,7 @@ def test_members_join_and_leave(
         "group_type": "classic",
     } in listed
 
-    members.append(consumer(broker, topic, group))
+    members.append(Member(broker, topic, group))
     assert sorted(map(len, wait_balanced(members, "4 members"))) == [1, 1, 2, 2]
     members.pop(0).close()
     assert [len(s) for s in wait_balanced(members, "after a leave")] == [2, 2, 2]

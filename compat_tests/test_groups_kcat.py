@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import threading
 from collections.abc import Callable
 
 from kafka import KafkaAdminClient
@@ -45,10 +46,11 @@ def test_balanced_consumer_group(broker: BrokerProcess, new_topic: Callable[[str
             "-b",
             broker.bootstrap,
             "-C",
+            "-u",
             "-G",
             group,
             "-X",
-            "auto.commit.interval.ms=100",
+            "auto.offset.reset=earliest",
             "-f",
             "%p %o %s\n",
             topic,
@@ -56,6 +58,12 @@ def test_balanced_consumer_group(broker: BrokerProcess, new_topic: Callable[[str
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
     )
+    assert consumer.stdout is not None
+    lines_out: list[bytes] = []
+    reader = threading.Thread(
+        target=lambda: lines_out.extend(iter(consumer.stdout.readline, b"")), daemon=True
+    )
+    reader.start()
     admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
     try:
 
@@ -69,11 +77,10 @@ def test_balanced_consumer_group(broker: BrokerProcess, new_topic: Callable[[str
         assert described["protocol_data"] in ("range", "roundrobin")
         (only,) = described["members"]
         assert only["client_id"] == "rdkafka"
-        wait_until(lambda: committed(admin, group) == ends, TIMEOUT, "kcat to commit")
-
-        consumer.send_signal(signal.SIGINT)  # kcat closes its consumer: it leaves
-        out, _ = consumer.communicate(timeout=TIMEOUT)
-        assert len(out.splitlines()) == 40
+        wait_until(lambda: len(lines_out) == 40, TIMEOUT, "kcat to consume everything")
+        consumer.send_signal(signal.SIGINT)  # kcat commits and leaves the group
+        assert consumer.wait(TIMEOUT) == 0
+        assert committed(admin, group) == ends
         wait_until(
             lambda: admin.describe_groups([group])[group]["group_state"] == "Empty",
             TIMEOUT,

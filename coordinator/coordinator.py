@@ -464,7 +464,8 @@ class GroupCoordinator:
                 return True
             return None
 
-        self._join_purgatory.park([group.group_id], timeout_ms, try_complete)
+        if try_complete(False) is None:  # e.g. the last member left: complete at once
+            self._join_purgatory.park([group.group_id], timeout_ms, try_complete)
 
     def _park_initial_join(
         self, group: Group, rebalance_id: int, delay_ms: int, remaining_ms: int
@@ -700,10 +701,17 @@ class GroupCoordinator:
             self._join_purgatory.check(group.group_id)
 
     def _schedule_heartbeat(self, group: Group, member: Member, timeout_ms: int) -> None:
-        self._cancel_heartbeat(member)
-        member.heartbeat_timer = asyncio.get_running_loop().call_later(
-            timeout_ms / 1000, self._heartbeat_expired, group, member
-        )
+        """Push the member's session deadline out. Heartbeats and commits come often, so the
+        timer is only re-armed when it fires early, not moved on every call."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_ms / 1000
+        member.heartbeat_deadline = deadline
+        timer = member.heartbeat_timer
+        if timer is not None:
+            if timer.when() <= deadline:
+                return
+            timer.cancel()
+        member.heartbeat_timer = loop.call_at(deadline, self._heartbeat_expired, group, member)
 
     @staticmethod
     def _cancel_heartbeat(member: Member) -> None:
@@ -714,6 +722,12 @@ class GroupCoordinator:
     def _heartbeat_expired(self, group: Group, member: Member) -> None:
         member.heartbeat_timer = None
         if group.members.get(member.member_id) is not member:
+            return
+        loop = asyncio.get_running_loop()
+        if member.heartbeat_deadline > loop.time():
+            member.heartbeat_timer = loop.call_at(
+                member.heartbeat_deadline, self._heartbeat_expired, group, member
+            )
             return
         # A member waiting in a join or sync is alive (its request is parked), unless it
         # never completed its first join.
@@ -871,6 +885,21 @@ class GroupCoordinator:
             return ErrorCode.group_id_not_found, None
         return ErrorCode.none, group
 
+    def on_topic_deleted(self, topic: str) -> None:
+        """A deleted topic takes its committed offsets along, in every group (as Kafka
+        does), so a topic created again under the name starts without them."""
+        for group in self._groups.values():
+            doomed = [tp for tp in group.offsets if tp[0] == topic]
+            if not doomed:
+                continue
+            for tp in doomed:
+                del group.offsets[tp]
+            self._write(
+                group.group_id,
+                [(encode_offset_key(group.group_id, t, p), None) for t, p in doomed],
+                lambda e, g=group: _log_store_error(g, e),
+            )
+
     def groups(self) -> list[Group]:
         return [g for g in self._groups.values() if not g.is_(GroupState.DEAD)]
 
@@ -926,7 +955,7 @@ class GroupCoordinator:
         retention = self.settings.offsets_retention_ms
         removed = 0
         for group in list(self._groups.values()):
-            if not group.is_(GroupState.EMPTY):
+            if not group.is_(GroupState.EMPTY) or group.pending_members:
                 continue
             if group.protocol_type and group.state_timestamp >= 0:
                 expired = list(group.offsets) if group.state_timestamp + retention <= now else []
@@ -943,8 +972,9 @@ class GroupCoordinator:
                 ]
             removed += len(expired)
             if len(expired) == len(group.offsets):
-                if group.generation > 0 or group.offsets or group.protocol_type:
-                    logger.info("Group %s expired (%d offset(s))", group.group_id, len(expired))
+                logger.info(
+                    "Removing empty group %s (%d expired offset(s))", group.group_id, len(expired)
+                )
                 self._remove_group(group, lambda e, g=group: _log_store_error(g, e))
             elif expired:
                 for tp in expired:

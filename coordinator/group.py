@@ -44,6 +44,7 @@ class Member:
     join_waiter: asyncio.Future[Any] | None = None
     sync_waiter: asyncio.Future[Any] | None = None
     heartbeat_timer: asyncio.TimerHandle | None = None
+    heartbeat_deadline: float = 0.0  # event-loop time
     is_new: bool = False
 
     def metadata(self, protocol: str | None) -> bytes:

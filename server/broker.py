@@ -126,6 +126,7 @@ class Broker:
             if topic.name == OFFSETS_TOPIC:
                 self.groups.on_resign(index)
             self.replicas.remove(topic.name, index, delete=True)
+        self.groups.on_topic_deleted(topic.name)
 
     def _write_meta_properties(self, cluster_id: str) -> None:
         for log_dir in self.config.log_dirs:

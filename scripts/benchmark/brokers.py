@@ -43,6 +43,9 @@ def _gregor_command(port: int, data_dir: Path) -> list[str]:
         "advertised.listeners": listener,
         "log.dirs": str(data_dir),
         "num.partitions": "1",
+        # As in Kafka's shipped config/server.properties: no wait for more members before
+        # the first rebalance of a new group (the 3 s broker default is for production).
+        "group.initial.rebalance.delay.ms": "0",
     }
     cmd = [str(Path(sys.executable).with_name("gregor")), "serve"]
     for key, value in overrides.items():

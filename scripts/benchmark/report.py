@@ -54,11 +54,19 @@ ROWS: dict[str, tuple[Row, ...]] = {
         Row("p50 ms", "p50_ms", _number("p50_ms", 2)),
         Row("p99 ms", "p99_ms", _number("p99_ms", 2)),
     ),
+    "group-join": (
+        Row(
+            "join to first record s, all members",
+            "join_first_record_s",
+            _number("join_first_record_s", 3),
+        ),
+    ),
+    "group-commit": (Row("commits/s", "commits_s", _number("commits_s", 0)),),
 }
 
 NOTE = (
     "Ratio = Gregor/Tansu: above 1 is better for throughput, below 1 is better for CPU, "
-    "RSS and latency."
+    "RSS, latency and group join time."
 )
 
 

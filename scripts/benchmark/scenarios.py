@@ -9,6 +9,13 @@ from dataclasses import dataclass, field
 
 from .brokers import Broker
 from .drivers import MIB, Client, ConfluentClient, DriverError, JavaClient, JavaDriver
+from .groups import (
+    GROUP_MEMBERS,
+    GROUP_PARTITIONS,
+    JOIN_ROUNDS,
+    commit_throughput,
+    join_to_first_record,
+)
 from .procstats import cpu_seconds, memory_kib
 
 GIB = 1 << 30
@@ -166,6 +173,21 @@ SCENARIOS = [
         "latency",
         True,
         _latency,
+    ),
+    Scenario(
+        "group-join",
+        f"confluent-kafka, {GROUP_MEMBERS} consumers join a new group on "
+        f"{GROUP_PARTITIONS} partitions (median of {JOIN_ROUNDS})",
+        "group-join",
+        False,
+        lambda ctx: join_to_first_record(ctx.broker),
+    ),
+    Scenario(
+        "group-commit",
+        f"confluent-kafka, synchronous commits of {GROUP_PARTITIONS} offsets from one consumer",
+        "group-commit",
+        False,
+        lambda ctx: commit_throughput(ctx.broker),
     ),
 ]
 BY_NAME = {s.name: s for s in SCENARIOS}

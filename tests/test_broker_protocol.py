@@ -203,3 +203,76 @@ def test_port_in_use_is_a_clear_fatal_error(tmp_path: Path, broker: BrokerProces
     assert result.returncode == 1
     assert "Fatal error" in result.stderr and "address already in use" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_requests_behind_a_parked_one_are_held_back_not_buffered(
+    broker: BrokerProcess,
+) -> None:
+    """A long-poll fetch parks in the purgatory; the produce requests pipelined behind it
+    must wait in the client's socket, not pile up in the broker's memory."""
+    import datetime
+    import threading
+
+    from wire.records import build_batch
+
+    setup = WireClient(broker.port)
+    setup.call(3, 12, metadata_request(12, ["parked", "behind"]))
+    setup.close()
+    fetch_cls = request_type(1, 12)
+    fm = __import__(fetch_cls.__module__, fromlist=["x"])
+    fetch = fetch_cls(
+        max_wait=datetime.timedelta(seconds=30),
+        min_bytes=1,
+        max_bytes=1 << 20,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        forgotten_topics_data=(),
+        rack_id="",
+        topics=(
+            fm.FetchTopic(
+                topic="parked",
+                partitions=(
+                    fm.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20),
+                ),
+            ),
+        ),
+    )
+    produce_cls = request_type(0, 11)
+    pm = __import__(produce_cls.__module__, fromlist=["x"])
+    produce = produce_cls(
+        acks=1,
+        timeout=datetime.timedelta(seconds=5),
+        topic_data=(
+            pm.TopicProduceData(
+                name="behind",
+                partition_data=(
+                    pm.PartitionProduceData(
+                        index=0, records=build_batch([(None, bytes(100_000), [], 0)])
+                    ),
+                ),
+            ),
+        ),
+    )
+    frames = b"".join(request_frame(0, 11, i, produce) for i in range(10))
+    client = WireClient(broker.port)
+    client.send(request_frame(1, 12, 0, fetch))
+    sent = threading.Event()
+
+    def flood() -> None:
+        try:
+            for _ in range(100):  # 100 MB behind the parked fetch
+                client.send(frames)
+        except OSError:
+            pass
+        sent.set()
+
+    threading.Thread(target=flood, daemon=True).start()
+    assert not sent.wait(3)  # held back by TCP flow control
+    status = open(f"/proc/{broker._proc.pid}/status").read()  # type: ignore[union-attr]
+    peak_kib = int(next(x for x in status.splitlines() if x.startswith("VmHWM")).split()[1])
+    assert peak_kib < 150_000, f"broker peak RSS {peak_kib} KiB"
+    other = WireClient(broker.port)
+    assert other.call(18, 3, api_versions_request(3)).error_code == ErrorCode.none
+    other.close()
+    client.close()

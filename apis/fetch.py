@@ -41,7 +41,7 @@ def _answer(
 def _read(services: Services, request: FetchRequest) -> tuple[list[FetchTopic], int]:
     """Read every requested partition; return the topics and the bytes found (-1: an error
     that must be answered at once)."""
-    remaining = request.max_bytes
+    remaining = min(request.max_bytes, services.config["fetch.max.bytes"])
     found = 0
     errors = False
     first_with_data = True

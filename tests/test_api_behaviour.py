@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -345,3 +346,15 @@ def test_describe_configs_sources(client: WireClient) -> None:
         "message.max.bytes": ("20000", 4),
         "num.io.threads": ("8", 5),
     }
+
+
+def test_broker_fetch_max_bytes_caps_the_response(tmp_path: Path) -> None:
+    with BrokerProcess(tmp_path, {"fetch.max.bytes": "3000"}) as b:
+        c = WireClient(b.port)
+        create(c, "capped")
+        for _ in range(5):
+            produce(c, "capped", records(10, size=100))
+        one = len(records(10, size=100))
+        data = fetch(c, "capped", 0, max_bytes=1 << 20)
+        assert len(split_batches(data.records)) == 3000 // one
+        c.close()

@@ -11,6 +11,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from wire.headers import encode_uvarint
 from wire.reader import Reader
 
 _I16 = struct.Struct(">h")
@@ -46,15 +47,6 @@ class FetchTopic:
     partitions: list[FetchPartition] = field(default_factory=list)
 
 
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 def encode_fetch_response(
     version: int,
     topics: list[FetchTopic],
@@ -69,7 +61,7 @@ def encode_fetch_response(
     flexible = version >= 12
 
     def array_len(n: int) -> bytes:
-        return _uvarint(n + 1) if flexible else _I32.pack(n)
+        return encode_uvarint(n + 1) if flexible else _I32.pack(n)
 
     parts: list[bytes | Region] = []
     head = bytearray(_I32.pack(throttle_ms))
@@ -79,7 +71,7 @@ def encode_fetch_response(
     total = 0
     for topic in topics:
         name = topic.name.encode()
-        head += (_uvarint(len(name) + 1) if flexible else _I16.pack(len(name))) + name
+        head += (encode_uvarint(len(name) + 1) if flexible else _I16.pack(len(name))) + name
         head += array_len(len(topic.partitions))
         for p in topic.partitions:
             head += _PART_HEAD.pack(p.index, p.error_code, p.high_watermark, p.last_stable_offset)
@@ -100,7 +92,7 @@ def encode_fetch_response(
                 head += b"\x00" if flexible else b"\xff\xff\xff\xff"
             else:
                 size = len(records) if isinstance(records, bytes) else records.size
-                head += _uvarint(size + 1) if flexible else _I32.pack(size)
+                head += encode_uvarint(size + 1) if flexible else _I32.pack(size)
                 if size:
                     parts.append(bytes(head))
                     total += len(head)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+from wire.headers import encode_uvarint
 from wire.reader import Reader
 
 MIN_VERSION, MAX_VERSION = 3, 11
@@ -76,7 +77,7 @@ def encode_produce_response(
 
     def length(n: int) -> None:
         if flexible:
-            _put_uvarint(out, n + 1)
+            out.extend(encode_uvarint(n + 1))
         else:
             out.extend(_I32.pack(n))
 
@@ -84,7 +85,7 @@ def encode_produce_response(
     for name, partitions in topics:
         encoded = name.encode()
         if flexible:
-            _put_uvarint(out, len(encoded) + 1)
+            out += encode_uvarint(len(encoded) + 1)
         else:
             out += _I16.pack(len(encoded))
         out += encoded
@@ -104,10 +105,3 @@ def encode_produce_response(
     if flexible:
         out += b"\x00"
     return bytes(out)
-
-
-def _put_uvarint(out: bytearray, n: int) -> None:
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)

@@ -145,7 +145,8 @@ class Broker:
             path.write_text(f"version=1\ncluster.id={cluster_id}\nnode.id={self.broker_id}\n")
 
     async def run_background(self) -> None:
-        """The log manager's periodic work; runs until cancelled."""
+        """Periodic work (retention, flushes, checkpoints, idle connections, offset
+        expiry); runs until cancelled."""
         config = self.config
         flush_ms = config["log.flush.scheduler.interval.ms"]
         async with anyio.create_task_group() as tg:
@@ -159,6 +160,13 @@ class Broker:
                 DEFAULT_FLUSH_CHECK_MS if flush_ms == LONG_MAX else flush_ms,
                 self.logs.run_flush,
             )
+            idle_ms = config["connections.max.idle.ms"]
+            if idle_ms > 0:
+                tg.start_soon(
+                    self._every,
+                    max(min(idle_ms // 4, 30_000), 10),
+                    lambda _now: self.socket_server.close_idle(idle_ms / 1000),
+                )
             tg.start_soon(
                 self._every,
                 config["log.flush.offset.checkpoint.interval.ms"],

@@ -100,6 +100,7 @@ class Connection(asyncio.Protocol):
         self._in_flight = False
         self._reading = True
         self._closed = False
+        self.last_active = time.monotonic()
 
     # -- asyncio.Protocol -------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -117,8 +118,13 @@ class Connection(asyncio.Protocol):
         self.server.connections.discard(self)
 
     def data_received(self, data: bytes) -> None:
+        self.last_active = time.monotonic()
         self._buffer += data
         self.next_request()
+
+    @property
+    def idle(self) -> bool:
+        return not self._in_flight and not self._buffer
 
     # -- framing ----------------------------------------------------------------------
     def next_request(self) -> None:
@@ -246,6 +252,7 @@ class Connection(asyncio.Protocol):
 
     def done(self) -> None:
         """The in-flight request is finished (answered, or needs no answer)."""
+        self.last_active = time.monotonic()
         self._in_flight = False
         self.next_request()
 
@@ -303,6 +310,14 @@ class SocketServer:
                     request.connection.peer,
                 )
                 request.connection.close()
+
+    def close_idle(self, max_idle_s: float) -> None:
+        """Close connections with nothing in flight for ``connections.max.idle.ms``."""
+        cutoff = time.monotonic() - max_idle_s
+        for connection in list(self.connections):
+            if connection.idle and connection.last_active < cutoff:
+                logger.info("Closing idle connection from %s", connection.peer)
+                connection.close()
 
     async def stop_accepting(self) -> None:
         for server in self._servers:

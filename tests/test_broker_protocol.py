@@ -276,3 +276,12 @@ def test_requests_behind_a_parked_one_are_held_back_not_buffered(
     assert other.call(18, 3, api_versions_request(3)).error_code == ErrorCode.none
     other.close()
     client.close()
+
+
+def test_idle_connections_are_closed(tmp_path: Path) -> None:
+    with BrokerProcess(tmp_path, {"connections.max.idle.ms": "300"}) as b:
+        c = WireClient(b.port, timeout=20)
+        assert c.call(18, 3, api_versions_request(3)).error_code == ErrorCode.none
+        assert c.is_closed_by_peer()  # blocks until the broker closes it
+        c.close()
+    assert "Closing idle connection" in b.log_tail()

@@ -33,6 +33,7 @@ from wire.headers import (
     encode_response_header,
     peek_api,
 )
+from wire.offset_commit import decode_offset_commit_request
 from wire.produce import decode_produce_request
 from wire.schema import SchemaDecodeError, decode, encode, is_flexible, request_type
 
@@ -69,6 +70,7 @@ assert HANDLERS.keys() == versions.SUPPORTED.keys()
 FAST_DECODERS: dict[int, Callable[[int, bytes, int], Any]] = {
     versions.PRODUCE: decode_produce_request,
     versions.FETCH: decode_fetch_request,
+    versions.OFFSET_COMMIT: decode_offset_commit_request,
 }
 
 

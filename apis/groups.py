@@ -36,8 +36,10 @@ NO_AUTHORIZED_OPERATIONS = -(2**31)
 T = TypeVar("T")
 
 
-def then(result: asyncio.Future[T], respond: Callable[[T], Any]) -> Any:
+def then(result: T | asyncio.Future[T], respond: Callable[[T], Any]) -> Any:
     """The response now when the coordinator answered at once, else a future of it."""
+    if not isinstance(result, asyncio.Future):
+        return respond(result)
     if result.done():
         return respond(result.result())
     out: asyncio.Future[Any] = asyncio.get_running_loop().create_future()

@@ -7,39 +7,38 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from apis.context import NO_THROTTLE, RequestContext, Services, build, nested
+from apis.context import NO_THROTTLE, RawResponse, RequestContext, Services, build, nested
 from apis.groups import coordinator, then
 from coordinator.coordinator import CommitRequest
 from coordinator.group import TopicPartition
 from coordinator.records import OffsetValue
+from wire.offset_commit import OffsetCommitRequest, encode_offset_commit_response
 from wire.schema import response_type
-from wire.versions import OFFSET_COMMIT, OFFSET_DELETE, OFFSET_FETCH
+from wire.versions import OFFSET_DELETE, OFFSET_FETCH
 
 
 def _known(services: Services, topic: str, partition: int) -> bool:
     return services.metadata.partition(topic, partition) is not None
 
 
-def handle_commit(services: Services, ctx: RequestContext, request: Any) -> Any:
-    cls = response_type(OFFSET_COMMIT, ctx.api_version)
-    topic_cls = nested(cls, "OffsetCommitResponseTopic")
-    partition_cls = nested(cls, "OffsetCommitResponsePartition")
-    order: list[TopicPartition] = []
+def handle_commit(services: Services, ctx: RequestContext, request: OffsetCommitRequest) -> Any:
+    """Decoded by ``wire.offset_commit`` and answered as raw bytes: the synchronous-commit
+    hot path."""
     unknown: dict[TopicPartition, ErrorCode] = {}
     wanted = []
+    partition_of = services.metadata.partition
     for topic in request.topics:
+        name = topic.name
         for p in topic.partitions:
-            tp = (topic.name, p.partition_index)
-            order.append(tp)
-            if not _known(services, *tp):
-                unknown[tp] = ErrorCode.unknown_topic_or_partition
+            if partition_of(name, p.partition_index) is None:
+                unknown[(name, p.partition_index)] = ErrorCode.unknown_topic_or_partition
             else:
                 wanted.append(
                     CommitRequest(
-                        topic.name,
+                        name,
                         p.partition_index,
                         p.committed_offset,
-                        getattr(p, "committed_leader_epoch", -1),
+                        p.committed_leader_epoch,
                         p.committed_metadata,
                     )
                 )
@@ -47,20 +46,24 @@ def handle_commit(services: Services, ctx: RequestContext, request: Any) -> Any:
         request.group_id,
         request.generation_id_or_member_epoch,
         request.member_id,
-        getattr(request, "group_instance_id", None),
+        request.group_instance_id,
         wanted,
+        request.retention_time_ms,
     )
+    version = ctx.api_version
 
-    def respond(errors: dict[TopicPartition, ErrorCode]) -> Any:
-        errors = {**errors, **unknown}
-        by_topic: dict[str, list[Any]] = defaultdict(list)
-        for t, p in order:
-            by_topic[t].append(partition_cls(partition_index=p, error_code=errors[(t, p)]))
-        return build(
-            cls,
-            throttle_time=NO_THROTTLE,
-            topics=tuple(topic_cls(name=t, partitions=tuple(ps)) for t, ps in by_topic.items()),
-        )
+    def respond(errors: dict[TopicPartition, ErrorCode]) -> RawResponse:
+        if unknown:
+            errors = {**errors, **unknown}
+        topics = [
+            (
+                t.name,
+                [(p.partition_index, errors[(t.name, p.partition_index)]) for p in t.partitions],
+            )
+            for t in request.topics
+        ]
+        body = encode_offset_commit_response(version, topics)
+        return RawResponse([body], len(body))
 
     return then(result, respond)
 

@@ -27,6 +27,7 @@ from coordinator.loader import load_groups
 from coordinator.records import (
     OFFSETS_TOPIC,
     OffsetValue,
+    build_coordinator_batch,
     encode_group_key,
     encode_group_value,
     encode_offset_key,
@@ -36,13 +37,13 @@ from coordinator.records import (
 from log.errors import LogError
 from replica.manager import ReplicaManager
 from server.purgatory import Purgatory
-from wire.records import build_batch
 
 logger = logging.getLogger(__name__)
 
 # A new member that never completes its first join is dropped after this long.
 NEW_MEMBER_JOIN_TIMEOUT_MS = 300_000
 Records = list[tuple[bytes, bytes | None]]
+CommitErrors = dict[TopicPartition, ErrorCode]
 Done = Callable[[ErrorCode], None]
 
 
@@ -67,6 +68,8 @@ class Settings:
             initial_rebalance_delay_ms=config["group.initial.rebalance.delay.ms"],
             max_group_size=config["group.max.size"],
             offsets_retention_ms=config["offsets.retention.minutes"] * 60_000,
+            commit_timeout_ms=config["offsets.commit.timeout.ms"],
+            max_metadata_bytes=config["offset.metadata.max.bytes"],
         )
 
 
@@ -167,6 +170,7 @@ class GroupCoordinator:
         for timer in group.pending_members.values():
             timer.cancel()
         group.pending_members.clear()
+        self._cancel_pending_sync(group)
         for member in group.members.values():
             self._cancel_heartbeat(member)
             _resolve(member.join_waiter, JoinResult(error, member.member_id))
@@ -181,9 +185,9 @@ class GroupCoordinator:
             done(ErrorCode.not_coordinator)
             return
         now = self._now()
-        batch = build_batch([(key, value, (), now) for key, value in records])
+        batch = build_coordinator_batch(records, now)
         try:
-            appended = self._replicas.append(partition, batch, now)
+            appended = self._replicas.append(partition, batch, now, origin_client=False)
         except LogError as e:
             logger.warning("Writing to %s-%d failed: %s", OFFSETS_TOPIC, partition.index, e)
             done(_append_error(ErrorCode(e.error_code)))
@@ -433,6 +437,7 @@ class GroupCoordinator:
         if group.is_(GroupState.COMPLETING_REBALANCE):
             self._propagate_assignment_error(group, ErrorCode.rebalance_in_progress)
         initial = group.is_(GroupState.EMPTY)
+        self._cancel_pending_sync(group)
         group.transition(GroupState.PREPARING_REBALANCE, self._now())
         logger.info(
             "Preparing to rebalance group %s in state PreparingRebalance with old "
@@ -524,6 +529,41 @@ class GroupCoordinator:
                 self._join_result(group, member, with_members=member.member_id == group.leader_id),
             )
             self._schedule_heartbeat(group, member, member.session_timeout_ms)
+        self._schedule_pending_sync(group)
+
+    def _schedule_pending_sync(self, group: Group) -> None:
+        """Members that joined this generation must send SyncGroup within the rebalance
+        timeout, or they are removed so the group does not wait for them for ever."""
+        self._cancel_pending_sync(group)
+        group.pending_sync = set(group.members)
+        timeout_ms = max(m.rebalance_timeout_ms for m in group.members.values())
+        group.pending_sync_timer = asyncio.get_running_loop().call_later(
+            timeout_ms / 1000, self._pending_sync_expired, group, group.generation
+        )
+
+    @staticmethod
+    def _cancel_pending_sync(group: Group) -> None:
+        if group.pending_sync_timer is not None:
+            group.pending_sync_timer.cancel()
+            group.pending_sync_timer = None
+        group.pending_sync.clear()
+
+    def _pending_sync_expired(self, group: Group, generation: int) -> None:
+        group.pending_sync_timer = None
+        if group.generation != generation or group.state not in (
+            GroupState.COMPLETING_REBALANCE,
+            GroupState.STABLE,
+        ):
+            return
+        pending = [group.members[m] for m in group.pending_sync if m in group.members]
+        group.pending_sync.clear()
+        for member in pending:
+            logger.info(
+                "Member %s in group %s did not sync within the rebalance timeout, removing it",
+                member.member_id,
+                group.group_id,
+            )
+            self._remove_member_and_update(group, member, "pending sync expired")
 
     def _member_list(self, group: Group) -> tuple[tuple[str, str | None, bytes], ...]:
         return tuple(
@@ -570,6 +610,9 @@ class GroupCoordinator:
             return future
         member = group.members[member_id]
         self._schedule_heartbeat(group, member, member.session_timeout_ms)
+        group.pending_sync.discard(member_id)
+        if not group.pending_sync:
+            self._cancel_pending_sync(group)
         if group.is_(GroupState.STABLE):
             future.set_result(
                 SyncResult(
@@ -748,31 +791,37 @@ class GroupCoordinator:
         member_id: str,
         instance_id: str | None,
         offsets: list[CommitRequest],
-    ) -> asyncio.Future[dict[TopicPartition, ErrorCode]]:
-        future: asyncio.Future[dict[TopicPartition, ErrorCode]] = (
-            asyncio.get_running_loop().create_future()
-        )
+        retention_ms: int = -1,
+    ) -> CommitErrors | asyncio.Future[CommitErrors]:
+        """The error per partition, at once when the write committed synchronously (as on
+        one broker, the common case, so no future is made), else a future of it.
+        ``retention_ms`` is OffsetCommit v2-v4's retention time; -1 means the broker's."""
         error = self._commit_error(group_id, generation, member_id, instance_id)
         if error is not None:
-            future.set_result({(o.topic, o.partition): error for o in offsets})
-            return future
+            return {(o.topic, o.partition): error for o in offsets}
         group = self._groups.get(group_id)
         if group is None:  # a group that does not use group management
             group = self._groups[group_id] = Group(group_id, state_timestamp=self._now())
         now = self._now()
-        results: dict[TopicPartition, ErrorCode] = {}
+        expire = now + retention_ms if retention_ms >= 0 else -1
+        max_metadata = self.settings.max_metadata_bytes
+        results: CommitErrors = {}
         accepted: dict[TopicPartition, OffsetValue] = {}
+        records: Records = []
         for o in offsets:
             metadata = o.metadata or ""
-            if len(metadata.encode()) > self.settings.max_metadata_bytes:
+            # UTF-8 is at most 4 bytes a character: encode only when that could exceed.
+            if len(metadata) * 4 > max_metadata and len(metadata.encode()) > max_metadata:
                 results[(o.topic, o.partition)] = ErrorCode.offset_metadata_too_large
-            else:
-                accepted[(o.topic, o.partition)] = OffsetValue(
-                    o.offset, o.leader_epoch, metadata, now
-                )
+                continue
+            value = OffsetValue(o.offset, o.leader_epoch, metadata, now, expire)
+            accepted[(o.topic, o.partition)] = value
+            records.append(
+                (encode_offset_key(group_id, o.topic, o.partition), encode_offset_value(value))
+            )
         if not accepted:
-            future.set_result(results)
-            return future
+            return results
+        later: list[asyncio.Future[CommitErrors]] = []
 
         def stored(error: ErrorCode) -> None:
             if error == ErrorCode.none and not group.is_(GroupState.DEAD):
@@ -783,17 +832,14 @@ class GroupCoordinator:
                     error = ErrorCode.invalid_commit_offset_size
             for tp in accepted:
                 results[tp] = error
-            future.set_result(results)
+            if later:
+                later[0].set_result(results)
 
-        self._write(
-            group_id,
-            [
-                (encode_offset_key(group_id, t, p), encode_offset_value(v))
-                for (t, p), v in accepted.items()
-            ],
-            stored,
-        )
-        return future
+        self._write(group_id, records, stored)
+        if next(iter(accepted)) in results:  # stored already ran
+            return results
+        later.append(asyncio.get_running_loop().create_future())
+        return later[0]
 
     def _commit_error(
         self, group_id: str, generation: int, member_id: str, instance_id: str | None
@@ -949,29 +995,16 @@ class GroupCoordinator:
         self._write(group.group_id, records, done)
 
     def expire_offsets(self, now_ms: int | None = None) -> int:
-        """Drop offsets past retention and the empty groups left without any (KIP-211:
-        a group's offsets start to age when it becomes empty). Returns how many went."""
+        """Drop offsets past retention, and the empty groups left without any. Returns how
+        many offsets went."""
         now = self._now() if now_ms is None else now_ms
-        retention = self.settings.offsets_retention_ms
         removed = 0
         for group in list(self._groups.values()):
-            if not group.is_(GroupState.EMPTY) or group.pending_members:
+            if group.pending_members:  # a member is joining: leave the group be
                 continue
-            if group.protocol_type and group.state_timestamp >= 0:
-                expired = list(group.offsets) if group.state_timestamp + retention <= now else []
-            else:
-                expired = [
-                    tp
-                    for tp, v in group.offsets.items()
-                    if (
-                        v.expire_timestamp
-                        if v.expire_timestamp >= 0
-                        else v.commit_timestamp + retention
-                    )
-                    <= now
-                ]
+            expired = self._expired_offsets(group, now)
             removed += len(expired)
-            if len(expired) == len(group.offsets):
+            if group.is_(GroupState.EMPTY) and len(expired) == len(group.offsets):
                 logger.info(
                     "Removing empty group %s (%d expired offset(s))", group.group_id, len(expired)
                 )
@@ -985,6 +1018,35 @@ class GroupCoordinator:
                     lambda e, g=group: _log_store_error(g, e),
                 )
         return removed
+
+    def _expired_offsets(self, group: Group, now: int) -> list[TopicPartition]:
+        """Kafka 2.1+ (KIP-211): an offset committed with its own retention (OffsetCommit
+        v2-v4) expires then; any other ages from when its group became empty, from its
+        commit in a group without group management, and in a stable consumer group only
+        once its topic is no longer subscribed. Other offsets of live groups never do."""
+        retention = self.settings.offsets_retention_ms
+
+        def due(value: OffsetValue, base: int) -> bool:
+            if value.expire_timestamp >= 0:
+                return value.expire_timestamp <= now
+            return base + retention <= now
+
+        offsets = group.offsets.items()
+        if not group.protocol_type:
+            return [tp for tp, v in offsets if due(v, v.commit_timestamp)]
+        if group.is_(GroupState.EMPTY):
+            empty_since = group.state_timestamp
+            return [
+                tp
+                for tp, v in offsets
+                if due(v, empty_since if empty_since >= 0 else v.commit_timestamp)
+            ]
+        if group.is_(GroupState.STABLE) and group.protocol_type == "consumer":
+            subscribed = group.subscribed_topics()
+            if subscribed is not None:
+                stale = [(tp, v) for tp, v in offsets if tp[0] not in subscribed]
+                return [tp for tp, v in stale if due(v, v.commit_timestamp)]
+        return []
 
 
 def _resolve(future: asyncio.Future[Any] | None, result: Any) -> None:

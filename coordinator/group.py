@@ -72,6 +72,10 @@ class Group:
     members: dict[str, Member] = field(default_factory=dict)
     static_members: dict[str, str] = field(default_factory=dict)  # instance id -> member id
     pending_members: dict[str, asyncio.TimerHandle] = field(default_factory=dict)
+    # Members of the current generation that have not sent SyncGroup yet, and the timer
+    # that removes them after the rebalance timeout.
+    pending_sync: set[str] = field(default_factory=set)
+    pending_sync_timer: asyncio.TimerHandle | None = None
     offsets: dict[TopicPartition, OffsetValue] = field(default_factory=dict)
     new_member_added: bool = False
 
@@ -96,6 +100,7 @@ class Group:
         member = self.members.pop(member_id, None)
         if member is None:
             return None
+        self.pending_sync.discard(member_id)
         if member.group_instance_id is not None:
             self.static_members.pop(member.group_instance_id, None)
         if self.leader_id == member_id:
@@ -107,6 +112,9 @@ class Group:
         member.member_id = new_id
         self.members[new_id] = member
         self.static_members[instance_id] = new_id
+        if old_id in self.pending_sync:
+            self.pending_sync.discard(old_id)
+            self.pending_sync.add(new_id)
         if self.leader_id == old_id:
             self.leader_id = new_id
         return member

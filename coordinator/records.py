@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from functools import lru_cache
+
+from crc32c import crc32c
 
 OFFSETS_TOPIC = "__consumer_offsets"
 
@@ -22,6 +25,8 @@ _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
 _OFFSET_V3_HEAD = struct.Struct(">hqi")  # version, offset, leader epoch
+_OFFSET_V1_HEAD = struct.Struct(">hq")  # version, offset
+_TWO_I64 = struct.Struct(">qq")
 
 
 class RecordFormatError(ValueError):
@@ -71,6 +76,7 @@ class GroupValue:
     members: tuple[MemberValue, ...]
 
 
+@lru_cache(maxsize=65536)  # asked on every request of a group
 def partition_for(group_id: str, partitions: int) -> int:
     """Kafka's choice: ``Utils.abs(groupId.hashCode) % partitions`` with Java's String hash."""
     h = 0
@@ -94,6 +100,7 @@ def _bytes(value: bytes) -> bytes:
     return _I32.pack(len(value)) + value
 
 
+@lru_cache(maxsize=65536)  # the same few keys on every commit of a consumer
 def encode_offset_key(group: str, topic: str, partition: int) -> bytes:
     return _I16.pack(OFFSET_KEY_VERSION) + _string(group) + _string(topic) + _I32.pack(partition)
 
@@ -103,6 +110,14 @@ def encode_group_key(group: str) -> bytes:
 
 
 def encode_offset_value(value: OffsetValue) -> bytes:
+    """Version 3, or version 1 when the commit asked for its own retention (only v1 has
+    an expire timestamp), as Kafka does."""
+    if value.expire_timestamp >= 0:
+        return (
+            _OFFSET_V1_HEAD.pack(1, value.offset)
+            + _string(value.metadata)
+            + _TWO_I64.pack(value.commit_timestamp, value.expire_timestamp)
+        )
     return (
         _OFFSET_V3_HEAD.pack(OFFSET_VALUE_VERSION, value.offset, value.leader_epoch)
         + _string(value.metadata)
@@ -268,3 +283,44 @@ def decode_group_value(value: bytes) -> GroupValue:
         )
     r.skip_tags()
     return GroupValue(protocol_type, generation, protocol, leader, state_timestamp, tuple(members))
+
+
+# -- batches ----------------------------------------------------------------------------
+# RecordBatch v2 header: base offset, length, leader epoch, magic, crc, attributes,
+# last offset delta, base and max timestamp, producer id, epoch, base sequence, count.
+_BATCH_HEADER = struct.Struct(">qiibIhiqqqhii")
+_CRC_FROM = 21  # the CRC covers attributes to the end
+_CRC = struct.Struct(">I")
+
+
+def _varint(out: bytearray, value: int) -> None:
+    n = (value << 1) ^ (value >> 63)  # zigzag
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+
+
+def build_coordinator_batch(records: list[tuple[bytes, bytes | None]], timestamp: int) -> bytes:
+    """One uncompressed batch of keyed records, all stamped ``timestamp`` and without
+    headers: what the coordinator writes on every commit, so it skips the general builder."""
+    out = bytearray(_BATCH_HEADER.size)
+    for delta, (key, value) in enumerate(records):
+        body = bytearray(b"\x00\x00")  # attributes, timestamp delta
+        _varint(body, delta)
+        _varint(body, len(key))
+        body += key
+        if value is None:
+            body.append(1)  # zigzag(-1)
+        else:
+            _varint(body, len(value))
+            body += value
+        body.append(0)  # no headers
+        _varint(out, len(body))
+        out += body
+    count = len(records)
+    _BATCH_HEADER.pack_into(
+        out, 0, 0, len(out) - 12, -1, 2, 0, 0, count - 1, timestamp, timestamp, -1, -1, -1, count
+    )
+    _CRC.pack_into(out, 17, crc32c(memoryview(out)[_CRC_FROM:]))
+    return bytes(out)

@@ -218,10 +218,17 @@ class Log:
 
     # -- appends ---------------------------------------------------------------------------
     def append_as_leader(
-        self, records: bytes | bytearray | memoryview, *, leader_epoch: int, now_ms: int
+        self,
+        records: bytes | bytearray | memoryview,
+        *,
+        leader_epoch: int,
+        now_ms: int,
+        origin_client: bool = True,
     ) -> AppendResult:
         """Validate, assign offsets from the log end and write the batches in one call.
-        A retried batch of an idempotent producer returns its original offsets instead."""
+        A retried batch of an idempotent producer returns its original offsets instead.
+        ``origin_client=False`` marks batches the broker built itself (Kafka's append
+        origin COORDINATOR): the checks that only guard against client input are skipped."""
         config = self.config
         data = bytearray(records)  # the one copy: broker-owned fields are patched in it
         headers = split_batches(data)
@@ -230,11 +237,13 @@ class Log:
         for h in headers:
             self._check_size(h)
             validate_batch(data, h)
+            if not origin_client:
+                continue
             if h.is_control:
                 raise InvalidRecordError("clients may not produce control batches")
             if not config.log_append_time:
                 self._check_timestamps(h, now_ms)
-        if config.compact:
+        if config.compact and origin_client:
             check_keys_present(data, headers)
         if needs_recompression(config.compression_type, headers):
             data, headers = recompress(data, headers, config.compression_type)

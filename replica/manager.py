@@ -84,8 +84,11 @@ class ReplicaManager:
             self.logs.delete(topic, index)
         self._on_data(tp)
 
-    def append(self, partition: Partition, records: bytes, now_ms: int) -> AppendResult:
-        result = partition.append_as_leader(records, now_ms)
+    def append(
+        self, partition: Partition, records: bytes, now_ms: int, *, origin_client: bool = True
+    ) -> AppendResult:
+        """``origin_client=False`` for batches the broker's coordinators built themselves."""
+        result = partition.append_as_leader(records, now_ms, origin_client=origin_client)
         self._on_data((partition.topic, partition.index))
         return result
 

@@ -25,8 +25,12 @@ class Partition:
     def is_leader(self) -> bool:
         return self.leader == self.broker_id
 
-    def append_as_leader(self, records: bytes, now_ms: int) -> AppendResult:
-        result = self.log.append_as_leader(records, leader_epoch=self.leader_epoch, now_ms=now_ms)
+    def append_as_leader(
+        self, records: bytes, now_ms: int, *, origin_client: bool = True
+    ) -> AppendResult:
+        result = self.log.append_as_leader(
+            records, leader_epoch=self.leader_epoch, now_ms=now_ms, origin_client=origin_client
+        )
         self.maybe_advance_high_watermark()
         return result
 

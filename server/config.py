@@ -129,6 +129,8 @@ KEYS: dict[str, ConfigKey] = {
         _k("offsets.topic.segment.bytes", "int", "104857600", 1),
         _k("offsets.retention.minutes", "int", "10080", 1),
         _k("offsets.retention.check.interval.ms", "long", "600000", 1),
+        _k("offsets.commit.timeout.ms", "int", "5000", 1),
+        _k("offset.metadata.max.bytes", "int", "4096", 0),
         _k("group.initial.rebalance.delay.ms", "int", "3000", 0),
         _k("group.min.session.timeout.ms", "int", "6000"),
         _k("group.max.session.timeout.ms", "int", "1800000"),

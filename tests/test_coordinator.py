@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import struct
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,7 @@ from coordinator.group import GroupState
 from coordinator.records import OFFSETS_TOPIC, partition_for
 from log import LogManager
 from replica.manager import ReplicaManager
+from server.config import BrokerConfig
 from server.purgatory import Purgatory
 
 PARTITIONS = 3
@@ -223,20 +225,23 @@ def test_static_member_rejoins_without_rebalance(stack: Stack) -> None:
     run(scenario)
 
 
-def commit(
+async def commit(
     c: GroupCoordinator,
     group: str,
     offsets: dict[tuple[str, int], int],
     generation: int = -1,
     member: str = "",
-) -> asyncio.Future[dict[tuple[str, int], ErrorCode]]:
-    return c.commit_offsets(
+    retention_ms: int = -1,
+) -> dict[tuple[str, int], ErrorCode]:
+    result = c.commit_offsets(
         group,
         generation,
         member,
         None,
         [CommitRequest(t, p, o, 4, f"meta-{o}") for (t, p), o in offsets.items()],
+        retention_ms,
     )
+    return await result if isinstance(result, asyncio.Future) else result
 
 
 def test_state_is_rebuilt_from_the_log(stack: Stack) -> None:
@@ -275,8 +280,8 @@ def test_commit_completes_only_once_replicated(stack: Stack) -> None:
         partition = stack.replicas.get(OFFSETS_TOPIC, partition_for("g", PARTITIONS))
         assert partition is not None
         partition.isr = [0, 1]  # a follower that has not caught up holds the HW back
-        pending = commit(c, "g", {("t", 0): 3})
-        assert not pending.done()
+        pending = c.commit_offsets("g", -1, "", None, [CommitRequest("t", 0, 3, 4, None)])
+        assert isinstance(pending, asyncio.Future) and not pending.done()
         assert c.fetch_offsets("g", [("t", 0)])[1][("t", 0)] is None
         partition.follower_ends[1] = partition.log.log_end_offset
         partition.maybe_advance_high_watermark()
@@ -386,3 +391,105 @@ def test_deleted_topic_takes_its_offsets(stack: Stack) -> None:
         assert set(stack.coordinator().fetch_offsets("g", None)[1]) == {("u", 0)}
 
     run(scenario)
+
+
+async def join_with_rebalance_timeout(
+    c: GroupCoordinator, group: str, timeout_ms: int
+) -> JoinResult:
+    def attempt(member: str) -> asyncio.Future[JoinResult]:
+        return c.join(
+            group,
+            member,
+            None,
+            "client",
+            "/h",
+            "consumer",
+            PROTOCOLS,
+            SESSION,
+            timeout_ms,
+            require_known_member_id=True,
+        )
+
+    first = await attempt("")
+    return await attempt(first.member_id)
+
+
+def test_member_that_never_syncs_is_removed_after_the_rebalance_timeout(stack: Stack) -> None:
+    async def scenario() -> None:
+        c = stack.coordinator()
+        joined = await join_with_rebalance_timeout(c, "g", 30)
+        group = c.describe("g")[1]
+        assert group is not None and group.state is GroupState.COMPLETING_REBALANCE
+        assert group.pending_sync == {joined.member_id}
+        # Heartbeats keep its session alive; only the pending-sync timeout removes it.
+        assert c.heartbeat("g", 1, joined.member_id, None) == ErrorCode.none
+        await until(lambda: not group.members)
+        assert group.state is GroupState.EMPTY and group.generation == 2
+
+    run(scenario)
+
+
+def test_member_that_syncs_cancels_the_pending_sync_timeout(stack: Stack) -> None:
+    async def scenario() -> None:
+        c = stack.coordinator()
+        joined = await join_with_rebalance_timeout(c, "g", 30)
+        group = c.describe("g")[1]
+        assert group is not None and group.pending_sync_timer is not None
+        synced = await c.sync("g", 1, joined.member_id, None, None, None, {})
+        assert synced.error == ErrorCode.none
+        assert group.pending_sync_timer is None and not group.pending_sync
+        assert group.state is GroupState.STABLE and joined.member_id in group.members
+
+    run(scenario)
+
+
+def subscription(*topics: str) -> bytes:
+    """ConsumerProtocolSubscription v0 without user data."""
+    out = struct.pack(">hi", 0, len(topics))
+    for t in topics:
+        out += struct.pack(">h", len(t)) + t.encode()
+    return out + struct.pack(">i", -1)
+
+
+def test_commit_retention_time_and_unsubscribed_topics_expire(stack: Stack) -> None:
+    async def scenario() -> None:
+        c = stack.coordinator(offsets_retention_ms=1000)
+        joined = await join_new(c, "g", protocols=[("range", subscription("t"))])
+        await c.sync("g", 1, joined.member_id, None, None, None, {})
+        member = joined.member_id
+        assert await commit(c, "g", {("t", 0): 1, ("u", 0): 2}, 1, member) == {
+            ("t", 0): ErrorCode.none,
+            ("u", 0): ErrorCode.none,
+        }
+        assert await commit(c, "g", {("u", 1): 3, ("t", 1): 3}, 1, member, retention_ms=300) == {
+            ("u", 1): ErrorCode.none,
+            ("t", 1): ErrorCode.none,
+        }
+        stack.clock[0] += 400
+        # ("u", 1) asked for 300 ms; ("t", 1) too, but a stable group's subscribed topics
+        # never expire; the rest is young.
+        assert c.expire_offsets() == 1
+        assert set(c.fetch_offsets("g", None)[1]) == {("t", 0), ("t", 1), ("u", 0)}
+        stack.clock[0] += 1000
+        # "u" is no longer subscribed by the stable group: it ages from its commit.
+        assert c.expire_offsets() == 1
+        assert set(c.fetch_offsets("g", None)[1]) == {("t", 0), ("t", 1)}
+        assert await commit(c, "g", {("t", 2): 4}, 1, member, retention_ms=10_000) == {
+            ("t", 2): ErrorCode.none
+        }
+        c.shutdown()
+        reloaded = stack.coordinator()
+        offsets = reloaded.fetch_offsets("g", None)[1]
+        assert set(offsets) == {("t", 0), ("t", 1), ("t", 2)}
+        assert offsets[("t", 2)].expire_timestamp == stack.clock[0] + 10_000  # type: ignore[union-attr]
+
+    run(scenario)
+
+
+def test_settings_from_broker_config() -> None:
+    settings = Settings.from_config(
+        BrokerConfig({"offsets.commit.timeout.ms": "1234", "offset.metadata.max.bytes": "99"})
+    )
+    assert (settings.commit_timeout_ms, settings.max_metadata_bytes) == (1234, 99)
+    defaults = Settings.from_config(BrokerConfig({}))
+    assert (defaults.commit_timeout_ms, defaults.max_metadata_bytes) == (5000, 4096)

@@ -14,6 +14,7 @@ from coordinator.records import (
     OffsetKey,
     OffsetValue,
     RecordFormatError,
+    build_coordinator_batch,
     decode_group_value,
     decode_key,
     decode_offset_value,
@@ -23,6 +24,7 @@ from coordinator.records import (
     encode_offset_value,
     partition_for,
 )
+from wire.records import build_batch, decode_records, split_batches, validate_batch
 
 
 def java_hash(s: str) -> int:
@@ -138,3 +140,24 @@ def test_subscription_topics() -> None:
     sub = struct.pack(">hi", 1, 2) + b"\x00\x01a" + b"\x00\x02bc" + struct.pack(">i", -1)
     assert parse_subscription_topics(sub) == ["a", "bc"]
     assert parse_subscription_topics(b"\x00") is None
+
+
+def test_offset_value_v1_carries_the_expire_timestamp() -> None:
+    value = OffsetValue(42, -1, "m", 1000, 5000)
+    raw = encode_offset_value(value)
+    assert struct.unpack_from(">h", raw)[0] == 1
+    assert decode_offset_value(raw) == value
+
+
+def test_coordinator_batch_is_the_general_builders_batch() -> None:
+    records = [
+        (encode_offset_key("g", "t" * 70, i), encode_offset_value(OffsetValue(i, 3, "", 7)))
+        for i in range(70)
+    ]
+    records.append((encode_group_key("g"), None))  # a tombstone
+    now = 1_700_000_000_000
+    batch = build_coordinator_batch(records, now)
+    assert batch == build_batch([(k, v, (), now) for k, v in records])
+    (header,) = split_batches(batch)
+    validate_batch(batch, header)
+    assert [(r.key, r.value) for r in decode_records(batch, header)] == records

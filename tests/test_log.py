@@ -432,6 +432,18 @@ def test_compacted_topic_requires_keys(tmp_path: Path) -> None:
     assert log.append_as_leader(batch(2), leader_epoch=0, now_ms=NOW).last_offset == 1
 
 
+def test_broker_built_batches_skip_client_checks_but_not_crc(tmp_path: Path) -> None:
+    log = open_log(tmp_path, cleanup_policy="compact")
+    keyless = build_batch([(None, b"v", [], NOW)])
+    appended = log.append_as_leader(keyless, leader_epoch=0, now_ms=NOW, origin_client=False)
+    assert appended.last_offset == 0
+    corrupt = bytearray(batch(1))
+    corrupt[-1] ^= 1
+    with pytest.raises(CorruptRecordError):
+        log.append_as_leader(bytes(corrupt), leader_epoch=0, now_ms=NOW, origin_client=False)
+    assert log.log_end_offset == 1
+
+
 def test_sequential_reads_follow_the_tail_across_appends_and_truncation(tmp_path: Path) -> None:
     log = open_log(tmp_path, index_interval_bytes=1 << 20)
     next_offset = 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+from wire.headers import encode_uvarint
 from wire.reader import Reader
 
 MIN_VERSION, MAX_VERSION = 2, 9
@@ -55,18 +56,19 @@ def decode_offset_commit_request(version: int, buf: bytes, offset: int) -> Offse
     instance_id = r.string(nullable=True) if version >= 7 else None
     with_epoch = version >= 6
     head = _OFFSET_EPOCH if with_epoch else _OFFSET
+    unpack, string, tagged_fields = r.unpack, r.string, r.tagged_fields
     topics = []
     for _ in range(r.count(2)):
-        name = r.string(nullable=False)
+        name = string(nullable=False)
         partitions = []
         for _ in range(r.count(head.size + 1)):
             if with_epoch:
-                index, committed, epoch = r.unpack(head)
+                index, committed, epoch = unpack(head)
             else:
-                (index, committed), epoch = r.unpack(head), -1
-            partitions.append(CommitPartition(index, committed, epoch, r.string(nullable=True)))
-            r.tagged_fields()
-        r.tagged_fields()
+                (index, committed), epoch = unpack(head), -1
+            partitions.append(CommitPartition(index, committed, epoch, string(nullable=True)))
+            tagged_fields()
+        tagged_fields()
         topics.append(CommitTopic(name, partitions))  # type: ignore[arg-type]
     r.tagged_fields()
     return OffsetCommitRequest(
@@ -91,7 +93,7 @@ def encode_offset_commit_response(
     for name, partitions in topics:
         encoded = name.encode()
         if flexible:
-            _put_uvarint(out, len(encoded) + 1)
+            out += encode_uvarint(len(encoded) + 1)
         else:
             out += _I16.pack(len(encoded))
         out += encoded
@@ -109,13 +111,6 @@ def encode_offset_commit_response(
 
 def _length(out: bytearray, flexible: bool, n: int) -> None:
     if flexible:
-        _put_uvarint(out, n + 1)
+        out += encode_uvarint(n + 1)
     else:
         out += _I32.pack(n)
-
-
-def _put_uvarint(out: bytearray, n: int) -> None:
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)

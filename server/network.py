@@ -72,11 +72,6 @@ class RequestChannel:
     def full(self) -> bool:
         return len(self._queue) >= self.capacity
 
-    @property
-    def handler_idle(self) -> bool:
-        """Nothing queued and a handler task waiting for work."""
-        return not self._queue and any(not w.done() for w in self._waiters)
-
     def wait_for_room(self, connection: Connection) -> None:
         self._blocked.append(connection)
 
@@ -105,8 +100,6 @@ class Connection(asyncio.Protocol):
         self._in_flight = False
         self._reading = True
         self._closed = False
-        self._dispatching = False
-        self._waiting_for_room = False
         self.last_active = time.monotonic()
 
     # -- asyncio.Protocol -------------------------------------------------------------
@@ -135,60 +128,41 @@ class Connection(asyncio.Protocol):
 
     # -- framing ----------------------------------------------------------------------
     def next_request(self) -> None:
-        """Submit the next complete frame, if any and if no request is in flight.
-
-        A request handled inline (see ``SocketServer.dispatch``) finishes before
-        ``submit_frame`` returns; its ``done()`` lands back here re-entrantly, so the
-        re-entrant call returns at once and this loop moves on to the next frame.
-        """
-        if self._dispatching or self._closed:
+        """Submit the next complete frame, if any and if no request is in flight."""
+        if self._closed:
             return
-        self._dispatching = True
-        try:
-            while self._submit_frame() and not self._in_flight and not self._closed:
-                pass
-        finally:
-            self._dispatching = False
-        # Bound what one connection may hold in memory: stop reading while the request
-        # queue is full, or while a request is in flight and plenty is already buffered.
-        self._set_reading(
-            not (
-                self._waiting_for_room
-                or (self._in_flight and len(self._buffer) >= _READ_BUFFER_LIMIT)
-            )
-        )
-
-    def _submit_frame(self) -> bool:
-        """Hand the next complete frame to the server; False when there is none to hand."""
         if self._in_flight:
-            return False
-        buffer = self._buffer
-        if len(buffer) < _SIZE:
-            return False
-        size = int.from_bytes(buffer[:_SIZE], "big", signed=True)
-        if size < 0 or size > self.server.max_request_size:
-            logger.warning(
-                "Closing connection from %s: request size %d is outside 0..%d "
-                "(socket.request.max.bytes)",
-                self.peer,
-                size,
-                self.server.max_request_size,
-            )
-            self.close()
-            return False
-        end = _SIZE + size
-        if len(buffer) < end:
-            return False
+            # Bound what one connection may hold in memory while its request runs.
+            if len(self._buffer) >= _READ_BUFFER_LIMIT:
+                self._set_reading(False)
+            return
         channel = self.server.channel
-        self._waiting_for_room = channel.full
-        if self._waiting_for_room:
-            channel.wait_for_room(self)
-            return False
-        frame = bytes(buffer[_SIZE:end])
-        del buffer[:end]
-        self._in_flight = True
-        self.server.dispatch(Request(self, frame, time.monotonic_ns()))
-        return True
+        buffer = self._buffer
+        if len(buffer) >= _SIZE:
+            size = int.from_bytes(buffer[:_SIZE], "big", signed=True)
+            if size < 0 or size > self.server.max_request_size:
+                logger.warning(
+                    "Closing connection from %s: request size %d is outside 0..%d "
+                    "(socket.request.max.bytes)",
+                    self.peer,
+                    size,
+                    self.server.max_request_size,
+                )
+                self.close()
+                return
+            end = _SIZE + size
+            if len(buffer) >= end:
+                if channel.full:
+                    channel.wait_for_room(self)
+                    self._set_reading(False)
+                    return
+                frame = bytes(buffer[_SIZE:end])
+                del buffer[:end]
+                self._in_flight = True
+                channel.submit(Request(self, frame, time.monotonic_ns()))
+        # Bound what one connection may hold in memory: stop reading while a request is
+        # in flight and plenty is already buffered.
+        self._set_reading(not (self._in_flight and len(buffer) >= _READ_BUFFER_LIMIT))
 
     def _set_reading(self, reading: bool) -> None:
         if self.transport is None or reading == self._reading or self._closed:
@@ -325,28 +299,17 @@ class SocketServer:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def dispatch(self, request: Request) -> None:
-        """Queue a request for the handler pool, or, when a handler task is idle and
-        nothing is queued, run it at once on that handler's behalf: handlers are
-        synchronous, so waking the task would only add a trip around the event loop."""
-        if self.channel.handler_idle:
-            self._handle(request)
-        else:
-            self.channel.submit(request)
-
     async def _work(self) -> None:
         while True:
-            self._handle(await self.channel.take())
-
-    def _handle(self, request: Request) -> None:
-        try:
-            self.handler(request.connection, request.frame)
-        except Exception:
-            logger.exception(
-                "Unexpected error handling a request from %s; closing it",
-                request.connection.peer,
-            )
-            request.connection.close()
+            request = await self.channel.take()
+            try:
+                self.handler(request.connection, request.frame)
+            except Exception:
+                logger.exception(
+                    "Unexpected error handling a request from %s; closing it",
+                    request.connection.peer,
+                )
+                request.connection.close()
 
     def close_idle(self, max_idle_s: float) -> None:
         """Close connections with nothing in flight for ``connections.max.idle.ms``."""

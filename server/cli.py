@@ -14,6 +14,7 @@ from pathlib import Path
 
 import anyio
 
+from log.errors import KafkaStorageError
 from server.config import BrokerConfig, ConfigError, read_properties
 
 logger = logging.getLogger("gregor")
@@ -75,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         logger.error("Fatal error during startup: %s", e)
         return 1
-    except OSError as e:  # e.g. the listener's port is taken, a log dir is not writable
+    except (OSError, KafkaStorageError) as e:  # a port taken, a log dir locked or unwritable
         logger.error("Fatal error: %s", e)
         return 1
     except KeyboardInterrupt:

@@ -285,3 +285,25 @@ def test_idle_connections_are_closed(tmp_path: Path) -> None:
         assert c.is_closed_by_peer()  # blocks until the broker closes it
         c.close()
     assert "Closing idle connection" in b.log_tail()
+
+
+def test_log_dir_in_use_is_a_clear_fatal_error(tmp_path: Path, broker: BrokerProcess) -> None:
+    listener = "PLAINTEXT://127.0.0.1:0"
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "server.cli",
+            "serve",
+            "--override",
+            f"listeners={listener}",
+            "--override",
+            f"log.dirs={broker.data_dir}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1
+    assert "Fatal error" in result.stderr and "locked by another process" in result.stderr
+    assert "Traceback" not in result.stderr

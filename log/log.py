@@ -192,17 +192,7 @@ class Log:
                     continue
                 epochs.assign(h.partition_leader_epoch, h.base_offset)
                 if h.producer_id >= 0:
-                    state.apply_batch(
-                        h.producer_id,
-                        h.producer_epoch,
-                        h.base_sequence,
-                        h.last_sequence,
-                        h.base_offset,
-                        h.last_offset,
-                        h.max_timestamp,
-                        h.is_transactional,
-                        h.is_control,
-                    )
+                    state.apply_batch(h)
         state.map_end_offset = self.log_end_offset
         state.truncate_head(self.log_start_offset)
         epochs.truncate_from_start(self.log_start_offset)
@@ -270,18 +260,7 @@ class Log:
                     )
             assign_offsets(data, h, next_offset, leader_epoch, append_time)
             if h.producer_id >= 0:
-                info = infos.get(h.producer_id)
-                if info is None:
-                    info = infos[h.producer_id] = state.prepare(h.producer_id, validate=True)
-                info.append_data(
-                    h.producer_epoch,
-                    h.base_sequence,
-                    h.last_sequence,
-                    h.base_offset,
-                    h.last_offset,
-                    h.max_timestamp,
-                    h.is_transactional,
-                )
+                state.stage(infos, h, validate=True)
             next_offset = h.next_offset
             record_count += h.record_count
         first_offset = self.log_end_offset
@@ -334,23 +313,8 @@ class Log:
         infos: dict[int, ProducerAppendInfo] = {}
         for h in headers:
             self.leader_epochs.assign(h.partition_leader_epoch, h.base_offset)
-            if h.producer_id < 0:
-                continue
-            info = infos.get(h.producer_id)
-            if info is None:
-                info = infos[h.producer_id] = state.prepare(h.producer_id, validate=False)
-            if h.is_control:
-                info.append_control(h.producer_epoch, h.max_timestamp)
-            else:
-                info.append_data(
-                    h.producer_epoch,
-                    h.base_sequence,
-                    h.last_sequence,
-                    h.base_offset,
-                    h.last_offset,
-                    h.max_timestamp,
-                    h.is_transactional,
-                )
+            if h.producer_id >= 0:
+                state.stage(infos, h, validate=False)
         self._write(records, headers, None)
         state.commit(infos, self.log_end_offset)
         self._flush_if_too_many_messages()

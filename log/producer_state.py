@@ -18,6 +18,7 @@ from pathlib import Path
 import crc32c
 
 from log.errors import InvalidProducerEpochError, OutOfOrderSequenceError
+from wire.records import BatchHeader
 
 NUM_BATCHES_TO_RETAIN = 5
 NO_PRODUCER_EPOCH = -1
@@ -102,6 +103,24 @@ class ProducerStateEntry:
         self.batches.append(BatchMetadata(last_seq, last_offset, offset_delta, timestamp))
         self.last_timestamp = timestamp
 
+    def apply(self, h: BatchHeader) -> None:
+        """Take one batch into the entry, unchecked: a data batch, or a transaction marker
+        that ends the ongoing transaction (the txn index is future work)."""
+        if h.is_control:
+            self.set_epoch(h.producer_epoch)
+            self.current_txn_first_offset = -1
+            self.last_timestamp = h.max_timestamp
+            return
+        self.add_batch(
+            h.producer_epoch,
+            h.last_sequence,
+            h.last_offset,
+            h.last_offset - h.base_offset,
+            h.max_timestamp,
+        )
+        if h.is_transactional and self.current_txn_first_offset < 0:
+            self.current_txn_first_offset = h.base_offset
+
 
 def _in_sequence(last_seq: int, next_seq: int) -> bool:
     return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == INT_MAX)
@@ -145,33 +164,17 @@ class ProducerAppendInfo:
                 f"follow {last_seq}"
             )
 
-    def append_data(
-        self,
-        epoch: int,
-        first_seq: int,
-        last_seq: int,
-        first_offset: int,
-        last_offset: int,
-        max_timestamp: int,
-        is_transactional: bool,
-    ) -> None:
+    def append(self, h: BatchHeader) -> None:
         if self.validate:
-            self._check(epoch, first_seq)
-        self.updated.add_batch(
-            epoch, last_seq, last_offset, last_offset - first_offset, max_timestamp
-        )
-        if is_transactional and self.updated.current_txn_first_offset < 0:
-            self.updated.current_txn_first_offset = first_offset
-
-    def append_control(self, epoch: int, max_timestamp: int) -> None:
-        # A transaction marker ends the ongoing transaction (the txn index is future work).
-        if self.validate and epoch < self.updated.producer_epoch:
-            raise InvalidProducerEpochError(
-                f"marker epoch {epoch} is older than {self.updated.producer_epoch}"
-            )
-        self.updated.set_epoch(epoch)
-        self.updated.current_txn_first_offset = -1
-        self.updated.last_timestamp = max_timestamp
+            if h.is_control:
+                if h.producer_epoch < self.updated.producer_epoch:
+                    raise InvalidProducerEpochError(
+                        f"marker epoch {h.producer_epoch} is older than "
+                        f"{self.updated.producer_epoch}"
+                    )
+            else:
+                self._check(h.producer_epoch, h.base_sequence)
+        self.updated.apply(h)
 
 
 class ProducerStateManager:
@@ -189,38 +192,28 @@ class ProducerStateManager:
         entry = self.producers.get(producer_id)
         return entry.find_duplicate(epoch, first_seq, last_seq) if entry else None
 
-    def prepare(self, producer_id: int, *, validate: bool) -> ProducerAppendInfo:
-        return ProducerAppendInfo(self.producers.get(producer_id), producer_id, validate)
+    def stage(
+        self, infos: dict[int, ProducerAppendInfo], h: BatchHeader, *, validate: bool
+    ) -> None:
+        """Add a batch of producer ``h.producer_id`` to the changes staged in ``infos``."""
+        info = infos.get(h.producer_id)
+        if info is None:
+            info = infos[h.producer_id] = ProducerAppendInfo(
+                self.producers.get(h.producer_id), h.producer_id, validate
+            )
+        info.append(h)
 
     def commit(self, infos: dict[int, ProducerAppendInfo], end_offset: int) -> None:
         for producer_id, info in infos.items():
             self.producers[producer_id] = info.updated
         self.map_end_offset = end_offset
 
-    def apply_batch(
-        self,
-        producer_id: int,
-        epoch: int,
-        first_seq: int,
-        last_seq: int,
-        first_offset: int,
-        last_offset: int,
-        max_timestamp: int,
-        is_transactional: bool,
-        is_control: bool,
-    ) -> None:
+    def apply_batch(self, h: BatchHeader) -> None:
         """Replay one batch header without validation (log recovery)."""
-        entry = self.producers.get(producer_id)
+        entry = self.producers.get(h.producer_id)
         if entry is None:
-            entry = self.producers[producer_id] = ProducerStateEntry(producer_id)
-        if is_control:
-            entry.set_epoch(epoch)
-            entry.current_txn_first_offset = -1
-            entry.last_timestamp = max_timestamp
-            return
-        entry.add_batch(epoch, last_seq, last_offset, last_offset - first_offset, max_timestamp)
-        if is_transactional and entry.current_txn_first_offset < 0:
-            entry.current_txn_first_offset = first_offset
+            entry = self.producers[h.producer_id] = ProducerStateEntry(h.producer_id)
+        entry.apply(h)
 
     # -- housekeeping ----------------------------------------------------------------------
     def truncate_head(self, log_start_offset: int) -> None:

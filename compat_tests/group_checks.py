@@ -6,6 +6,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 
 from kafka import KafkaAdminClient, TopicPartition
+from kafka.admin import NewTopic
 
 SESSION_OVERRIDES = {
     # Clients may then use short session timeouts, so the expiry tests stay quick.
@@ -52,3 +53,13 @@ def end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
         return {tp.partition: o for tp, o in ends.items()}
     finally:
         c.close()
+
+
+def create_topic(bootstrap: str, name: str, partitions: int) -> str:
+    """Create the group tests' topic with kafka-python's admin client; return its name."""
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])
+    finally:
+        admin.close()
+    return name

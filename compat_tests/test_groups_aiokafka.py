@@ -8,11 +8,9 @@ from collections.abc import Callable
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener
-from kafka import KafkaAdminClient
-from kafka.admin import NewTopic
 
 from compat_tests.broker import BrokerProcess
-from compat_tests.group_checks import SESSION_OVERRIDES, balanced, end_offsets
+from compat_tests.group_checks import SESSION_OVERRIDES, balanced, create_topic, end_offsets
 
 BROKER_OVERRIDES = SESSION_OVERRIDES
 PARTITIONS = 6
@@ -32,13 +30,7 @@ class Counting(ConsumerRebalanceListener):  # type: ignore[misc]
 
 @pytest.fixture
 def topic(broker: BrokerProcess, new_topic: Callable[[str], str]) -> str:
-    name = new_topic("aiokafka-group")
-    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
-    try:
-        admin.create_topics([NewTopic(name, num_partitions=PARTITIONS, replication_factor=1)])
-    finally:
-        admin.close()
-    return name
+    return create_topic(broker.bootstrap, new_topic("aiokafka-group"), PARTITIONS)
 
 
 async def member(

@@ -9,7 +9,6 @@ from collections.abc import Callable, Iterator
 
 import pytest
 from kafka import KafkaAdminClient, KafkaProducer
-from kafka.admin import NewTopic
 
 from compat_tests import java_client as java
 from compat_tests.broker import BrokerProcess
@@ -17,6 +16,7 @@ from compat_tests.group_checks import (
     SESSION_OVERRIDES,
     balanced,
     committed,
+    create_topic,
     end_offsets,
     wait_until,
 )
@@ -109,13 +109,7 @@ def members() -> Iterator[list[JavaMember]]:
 
 @pytest.fixture
 def topic(broker: BrokerProcess, new_topic: Callable[[str], str]) -> str:
-    name = new_topic("java-group")
-    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
-    try:
-        admin.create_topics([NewTopic(name, num_partitions=PARTITIONS, replication_factor=1)])
-    finally:
-        admin.close()
-    return name
+    return create_topic(broker.bootstrap, new_topic("java-group"), PARTITIONS)
 
 
 def start(

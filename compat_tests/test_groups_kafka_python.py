@@ -7,7 +7,6 @@ from collections.abc import Callable, Iterator
 
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
-from kafka.admin import NewTopic
 from kafka.structs import OffsetAndMetadata
 
 from compat_tests.broker import BrokerProcess
@@ -15,6 +14,7 @@ from compat_tests.group_checks import (
     SESSION_OVERRIDES,
     balanced,
     committed,
+    create_topic,
     end_offsets,
     wait_until,
 )
@@ -39,13 +39,7 @@ def consumer(broker: BrokerProcess, topic: str, group: str, **configs: object) -
 
 @pytest.fixture
 def topic(broker: BrokerProcess, new_topic: Callable[[str], str]) -> str:
-    name = new_topic("kafka-python-group")
-    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
-    try:
-        admin.create_topics([NewTopic(name, num_partitions=PARTITIONS, replication_factor=1)])
-    finally:
-        admin.close()
-    return name
+    return create_topic(broker.bootstrap, new_topic("kafka-python-group"), PARTITIONS)
 
 
 @pytest.fixture

@@ -183,9 +183,9 @@ def test_sigterm_shuts_down_cleanly(tmp_path: Path) -> None:
     assert "shut down completed" in b.log_tail()
 
 
-def test_port_in_use_is_a_clear_fatal_error(tmp_path: Path, broker: BrokerProcess) -> None:
-    listener = f"PLAINTEXT://127.0.0.1:{broker.port}"
-    result = subprocess.run(
+def serve_in_foreground(listener: str, log_dir: Path) -> subprocess.CompletedProcess[str]:
+    """Run ``gregor serve`` until it exits (these tests expect it to fail at start-up)."""
+    return subprocess.run(
         [
             sys.executable,
             "-m",
@@ -194,12 +194,17 @@ def test_port_in_use_is_a_clear_fatal_error(tmp_path: Path, broker: BrokerProces
             "--override",
             f"listeners={listener}",
             "--override",
-            f"log.dirs={tmp_path}",
+            f"log.dirs={log_dir}",
         ],
         capture_output=True,
         text=True,
         timeout=60,
     )
+
+
+def test_port_in_use_is_a_clear_fatal_error(tmp_path: Path, broker: BrokerProcess) -> None:
+    listener = f"PLAINTEXT://127.0.0.1:{broker.port}"
+    result = serve_in_foreground(listener, tmp_path)
     assert result.returncode == 1
     assert "Fatal error" in result.stderr and "address already in use" in result.stderr
     assert "Traceback" not in result.stderr
@@ -289,21 +294,7 @@ def test_idle_connections_are_closed(tmp_path: Path) -> None:
 
 def test_log_dir_in_use_is_a_clear_fatal_error(tmp_path: Path, broker: BrokerProcess) -> None:
     listener = "PLAINTEXT://127.0.0.1:0"
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "server.cli",
-            "serve",
-            "--override",
-            f"listeners={listener}",
-            "--override",
-            f"log.dirs={broker.data_dir}",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = serve_in_foreground(listener, broker.data_dir)
     assert result.returncode == 1
     assert "Fatal error" in result.stderr and "locked by another process" in result.stderr
     assert "Traceback" not in result.stderr

@@ -6,11 +6,16 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from apis.context import NO_THROTTLE, RequestContext, Services, build, nested
+from apis.context import (
+    NO_AUTHORIZED_OPERATIONS,
+    NO_THROTTLE,
+    RequestContext,
+    Services,
+    build,
+    nested,
+)
 from wire.schema import response_type
 from wire.versions import DESCRIBE_CLUSTER, INIT_PRODUCER_ID
-
-NO_AUTHORIZED_OPERATIONS = -(2**31)
 
 
 def handle_describe_cluster(services: Services, ctx: RequestContext, request: Any) -> Any:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import cache
@@ -18,6 +18,8 @@ if TYPE_CHECKING:
     from server.purgatory import Purgatory
 
 NO_THROTTLE = timedelta(0)
+# Authorized-operations fields when the client did not ask for them.
+NO_AUTHORIZED_OPERATIONS = -(2**31)
 
 
 @dataclass(slots=True)
@@ -50,11 +52,8 @@ class Services:
     controller: EmbeddedController
     replicas: ReplicaManager
     fetch_purgatory: Purgatory
+    now_ms: Callable[[], int]  # the broker's wall clock, in milliseconds
     groups: GroupCoordinator | None = None
-
-    @staticmethod
-    def now_ms() -> int:
-        return time.time_ns() // 1_000_000
 
 
 @cache

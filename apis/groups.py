@@ -11,7 +11,14 @@ from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
-from apis.context import NO_THROTTLE, RequestContext, Services, build, nested
+from apis.context import (
+    NO_AUTHORIZED_OPERATIONS,
+    NO_THROTTLE,
+    RequestContext,
+    Services,
+    build,
+    nested,
+)
 from controller.metadata import TopicInfo
 from controller.topics import TopicError
 from coordinator.coordinator import GroupCoordinator, JoinResult, SyncResult
@@ -32,7 +39,6 @@ from wire.versions import (
 logger = logging.getLogger(__name__)
 
 GROUP_KEY = 0
-NO_AUTHORIZED_OPERATIONS = -(2**31)
 T = TypeVar("T")
 
 

@@ -7,7 +7,14 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from apis.context import NO_THROTTLE, RequestContext, Services, build, nested
+from apis.context import (
+    NO_AUTHORIZED_OPERATIONS,
+    NO_THROTTLE,
+    RequestContext,
+    Services,
+    build,
+    nested,
+)
 from apis.groups import ensure_offsets_topic
 from apis.topics import create_topic
 from controller.metadata import TopicInfo
@@ -17,7 +24,6 @@ from wire.schema import response_type
 from wire.versions import METADATA
 
 logger = logging.getLogger(__name__)
-NO_AUTHORIZED_OPERATIONS = -(2**31)
 
 
 def handle(services: Services, ctx: RequestContext, request: Any) -> Any:

@@ -102,17 +102,13 @@ class CommitRequest:
     metadata: str | None
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 class GroupCoordinator:
     def __init__(
         self,
         settings: Settings,
         replicas: ReplicaManager,
         append_purgatory: Purgatory,
-        now_ms: Callable[[], int] = _now_ms,
+        now_ms: Callable[[], int],
     ) -> None:
         self.settings = settings
         self._replicas = replicas

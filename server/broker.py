@@ -44,7 +44,7 @@ class Broker:
             self.broker_id, self.logs, config.raw, self.fetch_purgatory.check
         )
         self.groups = GroupCoordinator(
-            Settings.from_config(config), self.replicas, self.fetch_purgatory
+            Settings.from_config(config), self.replicas, self.fetch_purgatory, now_ms=now_ms
         )
         self.dispatcher: Dispatcher | None = None
         self.socket_server = SocketServer(
@@ -80,6 +80,7 @@ class Broker:
             self.controller,
             self.replicas,
             self.fetch_purgatory,
+            now_ms,
             self.groups,
         )
         self.dispatcher = Dispatcher(services)

@@ -7,7 +7,6 @@ import logging
 import socket
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import anyio
 
@@ -19,7 +18,7 @@ from coordinator.coordinator import GroupCoordinator, Settings
 from coordinator.records import OFFSETS_TOPIC
 from log.manager import LogManager
 from replica.manager import ReplicaManager
-from server.config import LONG_MAX, BrokerConfig, ConfigError, parse_listener
+from server.config import LONG_MAX, BrokerConfig, ConfigError, parse_listener, read_properties
 from server.network import Connection, SocketServer
 from server.purgatory import Purgatory
 
@@ -132,7 +131,7 @@ class Broker:
     def _write_meta_properties(self, cluster_id: str) -> None:
         for log_dir in self.config.log_dirs:
             path = log_dir / "meta.properties"
-            existing = _read_simple_properties(path)
+            existing = read_properties(path) if path.exists() else {}
             if existing.get("cluster.id", cluster_id) != cluster_id:
                 raise ConfigError(
                     f"The cluster id {cluster_id} doesn't match the stored "
@@ -197,14 +196,3 @@ class Broker:
         await self.socket_server.drain(SHUTDOWN_GRACE_S)
         self.logs.shutdown(self.replicas.high_watermarks())
         logger.info("[KafkaServer id=%d] shut down completed", self.broker_id)
-
-
-def _read_simple_properties(path: Path) -> dict[str, str]:
-    if not path.exists():
-        return {}
-    pairs = (
-        line.split("=", 1)
-        for line in path.read_text().splitlines()
-        if "=" in line and not line.startswith("#")
-    )
-    return {k.strip(): v.strip() for k, v in pairs}

@@ -7,6 +7,7 @@ atomically on every change, and are replayed into the metadata cache at start-up
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import os
@@ -158,6 +159,4 @@ class EmbeddedController:
 
 def _new_cluster_id() -> str:
     """22-character URL-safe base64 of a random UUID, as Kafka generates cluster ids."""
-    import base64
-
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")

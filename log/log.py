@@ -220,7 +220,12 @@ class Log:
         ``origin_client=False`` marks batches the broker built itself (Kafka's append
         origin COORDINATOR): the checks that only guard against client input are skipped."""
         config = self.config
-        data = bytearray(records)  # the one copy: broker-owned fields are patched in it
+        # Broker-owned fields are patched in place: in the request's own buffer when it is
+        # writable (a large frame, received in place), else in the one copy made here.
+        if isinstance(records, memoryview) and not records.readonly:
+            data: bytearray | memoryview = records
+        else:
+            data = bytearray(records)
         headers = split_batches(data)
         if not headers:
             return AppendResult(-1, -1, -1, self.log_start_offset, 0)

@@ -18,7 +18,7 @@ def needs_recompression(compression_type: str, headers: list[BatchHeader]) -> bo
 
 
 def recompress(
-    data: bytearray, headers: list[BatchHeader], compression_type: str
+    data: bytearray | memoryview, headers: list[BatchHeader], compression_type: str
 ) -> tuple[bytearray, list[BatchHeader]]:
     """Rewrite every batch not already in the topic's codec, keeping producer id, epoch,
     sequence, transactional flag and record timestamps."""
@@ -41,7 +41,7 @@ def recompress(
     return out, split_batches(out)
 
 
-def check_keys_present(data: bytearray, headers: list[BatchHeader]) -> None:
+def check_keys_present(data: bytearray | memoryview, headers: list[BatchHeader]) -> None:
     """Compacted topics reject records without a key (INVALID_RECORD)."""
     for h in headers:
         for record in decode_records(data, h, max_decompressed=MAX_DECOMPRESSED):

@@ -85,7 +85,12 @@ class ReplicaManager:
         self._on_data(tp)
 
     def append(
-        self, partition: Partition, records: bytes, now_ms: int, *, origin_client: bool = True
+        self,
+        partition: Partition,
+        records: bytes | memoryview,
+        now_ms: int,
+        *,
+        origin_client: bool = True,
     ) -> AppendResult:
         """``origin_client=False`` for batches the broker's coordinators built themselves."""
         result = partition.append_as_leader(records, now_ms, origin_client=origin_client)

@@ -55,7 +55,7 @@ class Broker:
         self.controller: EmbeddedController | None = None
         self.bound_ports: dict[str, int] = {}
 
-    def _dispatch(self, conn: Connection, frame: bytes) -> None:
+    def _dispatch(self, conn: Connection, frame: bytes | bytearray) -> None:
         assert self.dispatcher is not None
         self.dispatcher(conn, frame)
 

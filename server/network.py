@@ -26,6 +26,10 @@ logger = logging.getLogger(__name__)
 _SIZE = 4
 # A connection stops reading from its socket once this much is buffered unread.
 _READ_BUFFER_LIMIT = 1 << 20
+# Reads land in one chunk shared by every connection (the bytes are moved out before the
+# next read); a frame at least this large is read straight into a buffer of its own.
+_CHUNK = 256 * 1024
+_LARGE_FRAME = 64 * 1024
 
 
 class FileRegion(Protocol):
@@ -49,7 +53,7 @@ class _Remainder:
 @dataclass(slots=True)
 class Request:
     connection: Connection
-    frame: bytes
+    frame: bytes | bytearray
 
 
 class RequestChannel:
@@ -93,15 +97,24 @@ class RequestChannel:
         return request
 
 
-class Connection(asyncio.Protocol):
-    """One client connection: frames in, responses out, one request in flight."""
+class Connection(asyncio.BufferedProtocol):
+    """One client connection: frames in, responses out, one request in flight.
+
+    Received bytes are split into frames as they arrive; a large frame (a produce request,
+    say) is received in place, so its bytes are copied once, by the kernel.
+    """
 
     def __init__(self, server: SocketServer, listener: str) -> None:
         self.server = server
         self.listener = listener
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
-        self._buffer = bytearray()
+        self._buffer = bytearray()  # received, not yet a whole frame
+        self._frames: collections.deque[bytes | bytearray] = collections.deque()
+        self._held = 0  # bytes in _frames
+        self._large: bytearray | None = None  # a large frame being received in place
+        self._filled = 0  # bytes of _large received so far
+        self._bad_size: int | None = None  # the invalid size prefix that ends the stream
         self._in_flight = False
         self._reading = True
         self._closed = False
@@ -122,52 +135,90 @@ class Connection(asyncio.Protocol):
         self._closed = True
         self.server.connections.discard(self)
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._large is not None:
+            return memoryview(self._large)[self._filled :]
+        return self.server.read_chunk
+
+    def buffer_updated(self, nbytes: int) -> None:
         self.last_active = time.monotonic()
-        self._buffer += data
+        if self._large is None:
+            self._buffer += self.server.read_chunk[:nbytes]
+            self._split()
+        else:
+            self._filled += nbytes
+            if self._filled == len(self._large):
+                self._push(self._large)
+                self._large = None
         self.next_request()
 
     @property
     def idle(self) -> bool:
-        return not self._in_flight and not self._buffer
+        return not (self._in_flight or self._buffer or self._frames or self._large)
 
     # -- framing ----------------------------------------------------------------------
-    def next_request(self) -> None:
-        """Submit the next complete frame, if any and if no request is in flight."""
-        if self._closed:
-            return
-        if self._in_flight:
-            # Bound what one connection may hold in memory while its request runs.
-            if len(self._buffer) >= _READ_BUFFER_LIMIT:
-                self._set_reading(False)
-            return
-        channel = self.server.channel
+    def _split(self) -> None:
+        """Move the whole frames out of the buffer; start receiving a large one in place."""
         buffer = self._buffer
-        if len(buffer) >= _SIZE:
-            size = int.from_bytes(buffer[:_SIZE], "big", signed=True)
-            if size < 0 or size > self.server.max_request_size:
-                logger.warning(
-                    "Closing connection from %s: request size %d is outside 0..%d "
-                    "(socket.request.max.bytes)",
-                    self.peer,
-                    size,
-                    self.server.max_request_size,
-                )
-                self.close()
+        pos = 0
+        with memoryview(buffer) as view:
+            while len(buffer) - pos >= _SIZE and self._bad_size is None:
+                size = int.from_bytes(view[pos : pos + _SIZE], "big", signed=True)
+                start = pos + _SIZE
+                end = start + size
+                if size < 0 or size > self.server.max_request_size:
+                    self._bad_size = size  # reported when the frames before it are done
+                elif end <= len(buffer):
+                    self._push(bytes(view[start:end]))
+                    pos = end
+                elif size >= _LARGE_FRAME:
+                    self._large = bytearray(size)
+                    self._filled = len(buffer) - start
+                    self._large[: self._filled] = view[start:]
+                    pos = len(buffer)
+                    break
+                else:
+                    break
+        del buffer[:pos]
+
+    def _push(self, frame: bytes | bytearray) -> None:
+        self._frames.append(frame)
+        self._held += len(frame)
+
+    def next_request(self) -> None:
+        """Hand over the next whole frame, if any and if no request is in flight."""
+        if self._closed or self._in_flight:
+            self._bound_memory()
+            return
+        if self._frames:
+            channel = self.server.channel
+            if channel.full:
+                channel.wait_for_room(self)
+                self._set_reading(False)
                 return
-            end = _SIZE + size
-            if len(buffer) >= end:
-                if channel.full:
-                    channel.wait_for_room(self)
-                    self._set_reading(False)
-                    return
-                frame = bytes(buffer[_SIZE:end])
-                del buffer[:end]
-                self._in_flight = True
-                self.server.dispatch(Request(self, frame))
-        # Bound what one connection may hold in memory: stop reading while a request is
-        # in flight and plenty is already buffered.
-        self._set_reading(not (self._in_flight and len(buffer) >= _READ_BUFFER_LIMIT))
+            frame = self._frames.popleft()
+            self._held -= len(frame)
+            self._in_flight = True
+            self.server.dispatch(Request(self, frame))
+        elif self._bad_size is not None:
+            logger.warning(
+                "Closing connection from %s: request size %d is outside 0..%d "
+                "(socket.request.max.bytes)",
+                self.peer,
+                self._bad_size,
+                self.server.max_request_size,
+            )
+            self.close()
+            return
+        self._bound_memory()
+
+    def _bound_memory(self) -> None:
+        """Stop reading while a request is in flight and plenty is already held, or once
+        the stream has gone bad."""
+        held = self._held + len(self._buffer) + self._filled
+        self._set_reading(
+            self._bad_size is None and not (self._in_flight and held >= _READ_BUFFER_LIMIT)
+        )
 
     def _set_reading(self, reading: bool) -> None:
         if self.transport is None or reading == self._reading or self._closed:
@@ -272,7 +323,7 @@ class SocketServer:
 
     def __init__(
         self,
-        handler: Callable[[Connection, bytes], None],
+        handler: Callable[[Connection, bytes | bytearray], None],
         *,
         io_threads: int,
         queued_max_requests: int,
@@ -287,6 +338,7 @@ class SocketServer:
         self._tasks: set[asyncio.Task[None]] = set()
         self._workers: list[asyncio.Task[None]] = []
         self._handling = False
+        self.read_chunk = memoryview(bytearray(_CHUNK))
 
     async def listen(self, name: str, host: str, port: int) -> int:
         """Start a listener; return the bound port (useful when ``port`` is 0)."""
@@ -330,6 +382,7 @@ class SocketServer:
             request.connection.close()
         finally:
             self._handling = False
+        self.read_chunk = memoryview(bytearray(_CHUNK))
 
     def close_idle(self, max_idle_s: float) -> None:
         """Close connections with nothing in flight for ``connections.max.idle.ms``."""

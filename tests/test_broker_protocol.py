@@ -88,6 +88,69 @@ def test_pipelined_requests_are_answered_in_order(client: WireClient) -> None:
         assert client.read_response(18, v, i).error_code == ErrorCode.none
 
 
+def produce_request(topic: str, batch: bytes) -> object:
+    import datetime
+
+    cls = request_type(0, 11)
+    pm = __import__(cls.__module__, fromlist=["x"])
+    data = pm.PartitionProduceData(index=0, records=batch)
+    return cls(
+        acks=1,
+        timeout=datetime.timedelta(seconds=5),
+        topic_data=(pm.TopicProduceData(name=topic, partition_data=(data,)),),
+    )
+
+
+def fetch_first_batch(client: WireClient, topic: str) -> bytes:
+    import datetime
+
+    cls = request_type(1, 12)
+    fm = __import__(cls.__module__, fromlist=["x"])
+    partition = fm.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20)
+    request = cls(
+        max_wait=datetime.timedelta(0),
+        min_bytes=0,
+        max_bytes=1 << 20,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        forgotten_topics_data=(),
+        rack_id="",
+        topics=(fm.FetchTopic(topic=topic, partitions=(partition,)),),
+    )
+    [response] = client.call(1, 12, request).responses
+    return response.partitions[0].records
+
+
+def test_a_large_request_dripped_in_pieces_is_stored_intact(client: WireClient) -> None:
+    """A frame above the in-place threshold, arriving a few bytes at a time and followed
+    in the same segment by the next request, is received whole and stored byte for byte."""
+    from wire.records import build_batch, decode_records, split_batches
+
+    topic = "dripped"
+    client.call(3, 12, metadata_request(12, [topic]))
+    value = random.Random(7).randbytes(300_000)
+    frame = request_frame(0, 11, 1, produce_request(topic, build_batch([(b"k", value, [], 5)])))
+    follower = request_frame(18, 3, 2, api_versions_request(3))
+    pieces = [frame[:3], frame[3:4], frame[4:1000], frame[1000:70_000], frame[70_000:-10]]
+    for piece in pieces:
+        client.send(piece)
+    client.send(frame[-10:] + follower)
+    [produced] = client.read_response(0, 11, 1).responses
+    assert produced.partition_responses[0].error_code == ErrorCode.none
+    assert client.read_response(18, 3, 2).error_code == ErrorCode.none
+    stored = fetch_first_batch(client, topic)
+    [header] = split_batches(stored)
+    [record] = decode_records(stored, header)
+    assert (record.key, record.value, record.timestamp) == (b"k", value, 5)
+
+
+def test_a_request_before_a_bad_size_is_answered_before_the_close(client: WireClient) -> None:
+    client.send(request_frame(18, 3, 1, api_versions_request(3)) + struct.pack(">i", -1))
+    assert client.read_response(18, 3, 1).error_code == ErrorCode.none
+    assert client.is_closed_by_peer()
+
+
 @pytest.mark.parametrize("version", [0, 4, 9, 12])
 def test_metadata_auto_creates_topics(
     client: WireClient, broker: BrokerProcess, version: int

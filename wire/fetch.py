@@ -140,7 +140,7 @@ class FetchRequest:
     rack_id: str
 
 
-def decode_fetch_request(version: int, buf: bytes, offset: int) -> FetchRequest:
+def decode_fetch_request(version: int, buf: bytes | bytearray, offset: int) -> FetchRequest:
     """Decode FetchRequest v4-v12 (every consumer poll: kept off the generic schema walk)."""
     r = Reader(buf, offset, version >= 12)
     replica_id, max_wait_ms, min_bytes, max_bytes = r.unpack(_REQUEST_HEAD)

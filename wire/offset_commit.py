@@ -47,7 +47,9 @@ class OffsetCommitRequest:
     topics: list[CommitTopic]
 
 
-def decode_offset_commit_request(version: int, buf: bytes, offset: int) -> OffsetCommitRequest:
+def decode_offset_commit_request(
+    version: int, buf: bytes | bytearray, offset: int
+) -> OffsetCommitRequest:
     r = Reader(buf, offset, version >= _FLEXIBLE_FROM)
     group_id = r.string(nullable=False)
     generation = r.int32()

@@ -25,7 +25,7 @@ _PARTITION_HEAD = struct.Struct(">ihqq")  # index, error, base offset, log appen
 @dataclass(slots=True)
 class PartitionData:
     index: int
-    records: bytes | None
+    records: memoryview | None
 
 
 @dataclass(slots=True)
@@ -51,7 +51,7 @@ class PartitionResult:
     log_start_offset: int = -1
 
 
-def decode_produce_request(version: int, buf: bytes, offset: int) -> ProduceRequest:
+def decode_produce_request(version: int, buf: bytes | bytearray, offset: int) -> ProduceRequest:
     r = Reader(buf, offset, version >= _FLEXIBLE_FROM)
     transactional_id = r.string(nullable=True)
     acks, timeout_ms = r.unpack(_ACKS_TIMEOUT)

@@ -23,7 +23,7 @@ class Reader:
 
     __slots__ = ("buf", "pos", "flexible")
 
-    def __init__(self, buf: bytes, pos: int, flexible: bool) -> None:
+    def __init__(self, buf: bytes | bytearray, pos: int, flexible: bool) -> None:
         self.buf, self.pos, self.flexible = buf, pos, flexible
 
     def _take(self, size: int) -> int:
@@ -77,7 +77,8 @@ class Reader:
         except UnicodeDecodeError:
             raise BodyDecodeError("string is not UTF-8") from None
 
-    def records(self) -> bytes | None:
+    def records(self) -> memoryview | None:
+        """A view into the request, not a copy: the log copies it once, to patch offsets."""
         if self.flexible:
             n = self._length()
         else:
@@ -87,7 +88,7 @@ class Reader:
                 return None
             raise BodyDecodeError(f"invalid records length {n}")
         start = self._take(n)
-        return self.buf[start : self.pos]
+        return memoryview(self.buf)[start : self.pos]
 
     def count(self, min_element_size: int) -> int:
         n = self._length() if self.flexible else self.int32()

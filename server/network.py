@@ -382,7 +382,6 @@ class SocketServer:
             request.connection.close()
         finally:
             self._handling = False
-        self.read_chunk = memoryview(bytearray(_CHUNK))
 
     def close_idle(self, max_idle_s: float) -> None:
         """Close connections with nothing in flight for ``connections.max.idle.ms``."""

@@ -1,12 +1,12 @@
 """The socket server: connections, framing, the request channel and the handler pool.
 
-Each connection hands at most one request at a time to the server and reads the next
-frame only after the previous one was answered (Kafka mutes the channel the same way), so
-requests are handled and answered in order while clients may pipeline. A bounded channel
-feeds ``num.io.threads`` handler tasks; a handler answers at once or parks the request in
-the purgatory and moves on to the next one. Handlers are synchronous, so a request that
+Each connection hands at most one request at a time to the server and the next one only
+after the previous one was answered (Kafka mutes the channel the same way), so requests
+are handled and answered in order while clients may pipeline. A bounded channel feeds
+``num.io.threads`` handler tasks; a handler answers at once or parks the request in the
+purgatory and moves on to the next one. Handlers are synchronous, so a request that
 arrives while nothing is queued or running is handled at once, without a trip around the
-event loop to wake a handler task (that trip is a third of a small request's latency).
+event loop to wake a handler task.
 """
 
 from __future__ import annotations
@@ -120,7 +120,7 @@ class Connection(asyncio.BufferedProtocol):
         self._closed = False
         self.last_active = time.monotonic()
 
-    # -- asyncio.Protocol -------------------------------------------------------------
+    # -- asyncio.BufferedProtocol -----------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import random
 import struct
 import subprocess
@@ -89,8 +90,6 @@ def test_pipelined_requests_are_answered_in_order(client: WireClient) -> None:
 
 
 def produce_request(topic: str, batch: bytes) -> object:
-    import datetime
-
     cls = request_type(0, 11)
     pm = __import__(cls.__module__, fromlist=["x"])
     data = pm.PartitionProduceData(index=0, records=batch)
@@ -101,15 +100,14 @@ def produce_request(topic: str, batch: bytes) -> object:
     )
 
 
-def fetch_first_batch(client: WireClient, topic: str) -> bytes:
-    import datetime
-
+def fetch_request(topic: str, max_wait: datetime.timedelta, min_bytes: int) -> object:
+    """Fetch v12 of partition 0 from offset 0."""
     cls = request_type(1, 12)
     fm = __import__(cls.__module__, fromlist=["x"])
     partition = fm.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20)
-    request = cls(
-        max_wait=datetime.timedelta(0),
-        min_bytes=0,
+    return cls(
+        max_wait=max_wait,
+        min_bytes=min_bytes,
         max_bytes=1 << 20,
         isolation_level=0,
         session_id=0,
@@ -118,6 +116,10 @@ def fetch_first_batch(client: WireClient, topic: str) -> bytes:
         rack_id="",
         topics=(fm.FetchTopic(topic=topic, partitions=(partition,)),),
     )
+
+
+def fetch_first_batch(client: WireClient, topic: str) -> bytes:
+    request = fetch_request(topic, datetime.timedelta(0), 0)
     [response] = client.call(1, 12, request).responses
     return response.partitions[0].records
 
@@ -278,7 +280,6 @@ def test_requests_behind_a_parked_one_are_held_back_not_buffered(
 ) -> None:
     """A long-poll fetch parks in the purgatory; the produce requests pipelined behind it
     must wait in the client's socket, not pile up in the broker's memory."""
-    import datetime
     import threading
 
     from wire.records import build_batch
@@ -286,42 +287,8 @@ def test_requests_behind_a_parked_one_are_held_back_not_buffered(
     setup = WireClient(broker.port)
     setup.call(3, 12, metadata_request(12, ["parked", "behind"]))
     setup.close()
-    fetch_cls = request_type(1, 12)
-    fm = __import__(fetch_cls.__module__, fromlist=["x"])
-    fetch = fetch_cls(
-        max_wait=datetime.timedelta(seconds=30),
-        min_bytes=1,
-        max_bytes=1 << 20,
-        isolation_level=0,
-        session_id=0,
-        session_epoch=-1,
-        forgotten_topics_data=(),
-        rack_id="",
-        topics=(
-            fm.FetchTopic(
-                topic="parked",
-                partitions=(
-                    fm.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20),
-                ),
-            ),
-        ),
-    )
-    produce_cls = request_type(0, 11)
-    pm = __import__(produce_cls.__module__, fromlist=["x"])
-    produce = produce_cls(
-        acks=1,
-        timeout=datetime.timedelta(seconds=5),
-        topic_data=(
-            pm.TopicProduceData(
-                name="behind",
-                partition_data=(
-                    pm.PartitionProduceData(
-                        index=0, records=build_batch([(None, bytes(100_000), [], 0)])
-                    ),
-                ),
-            ),
-        ),
-    )
+    fetch = fetch_request("parked", datetime.timedelta(seconds=30), 1)
+    produce = produce_request("behind", build_batch([(None, bytes(100_000), [], 0)]))
     frames = b"".join(request_frame(0, 11, i, produce) for i in range(10))
     client = WireClient(broker.port)
     client.send(request_frame(1, 12, 0, fetch))

@@ -27,7 +27,6 @@ from coordinator.loader import load_groups
 from coordinator.records import (
     OFFSETS_TOPIC,
     OffsetValue,
-    build_coordinator_batch,
     encode_group_key,
     encode_group_value,
     encode_offset_key,
@@ -37,6 +36,7 @@ from coordinator.records import (
 from log.errors import LogError
 from replica.manager import ReplicaManager
 from server.purgatory import Purgatory
+from wire.records import build_batch
 
 logger = logging.getLogger(__name__)
 
@@ -181,7 +181,7 @@ class GroupCoordinator:
             done(ErrorCode.not_coordinator)
             return
         now = self._now()
-        batch = build_coordinator_batch(records, now)
+        batch = build_batch([(key, value, (), now) for key, value in records])
         try:
             appended = self._replicas.append(partition, batch, now, origin_client=False)
         except LogError as e:

@@ -12,8 +12,6 @@ import struct
 from dataclasses import dataclass
 from functools import lru_cache
 
-from crc32c import crc32c
-
 OFFSETS_TOPIC = "__consumer_offsets"
 
 OFFSET_KEY_VERSION = 1
@@ -283,57 +281,3 @@ def decode_group_value(value: bytes) -> GroupValue:
         )
     r.skip_tags()
     return GroupValue(protocol_type, generation, protocol, leader, state_timestamp, tuple(members))
-
-
-# -- batches ----------------------------------------------------------------------------
-# RecordBatch v2 header: base offset, length, leader epoch, magic, crc, attributes,
-# last offset delta, base and max timestamp, producer id, epoch, base sequence, count.
-_BATCH_HEADER = struct.Struct(">qiibIhiqqqhii")
-_CRC_FROM = 21  # the CRC covers attributes to the end
-_CRC = struct.Struct(">I")
-
-
-def _encode_varint(value: int) -> bytes:
-    n = (value << 1) ^ (value >> 63)  # zigzag
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-# Every varint of a commit's batch (lengths of keys, values and records; offset deltas) is
-# small, so they are looked up rather than encoded.
-_SMALL_VARINTS = [_encode_varint(n) for n in range(4096)]
-
-
-def _varint(value: int) -> bytes:
-    return _SMALL_VARINTS[value] if 0 <= value < 4096 else _encode_varint(value)
-
-
-def build_coordinator_batch(records: list[tuple[bytes, bytes | None]], timestamp: int) -> bytes:
-    """One uncompressed batch of keyed records, all stamped ``timestamp`` and without
-    headers: what the coordinator writes on every commit, so it skips the general builder."""
-    parts = [bytes(_BATCH_HEADER.size)]
-    for delta, (key, value) in enumerate(records):
-        # attributes, timestamp delta, offset delta, key, value (null: zigzag -1), no headers
-        body = b"".join(
-            (
-                b"\x00\x00",
-                _varint(delta),
-                _varint(len(key)),
-                key,
-                b"\x01" if value is None else _varint(len(value)),
-                value or b"",
-                b"\x00",
-            )
-        )
-        parts += (_varint(len(body)), body)
-    out = bytearray().join(parts)
-    count = len(records)
-    _BATCH_HEADER.pack_into(
-        out, 0, 0, len(out) - 12, -1, 2, 0, 0, count - 1, timestamp, timestamp, -1, -1, -1, count
-    )
-    _CRC.pack_into(out, 17, crc32c(memoryview(out)[_CRC_FROM:]))
-    return bytes(out)

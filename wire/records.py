@@ -73,6 +73,7 @@ LOG_APPEND_TIME = 1
 # valueLength and header count, one byte each.
 _MIN_RECORD_SIZE = 7
 _INT32_MAX = 2**31 - 1
+_NULL_LENGTH = b"\x01"  # zigzag varint -1
 
 
 @dataclass(slots=True)
@@ -250,17 +251,25 @@ def assign_offsets(
     header.crc = crc
 
 
-def encode_varint(value: int) -> bytes:
-    """Zigzag + base-128 encoding used for record fields (varint and varlong alike)."""
+def _zigzag_varint(value: int) -> bytes:
     n = (value << 1) ^ (value >> 63)
-    if n < 0x80:
-        return bytes((n,))
     out = bytearray()
     while n >= 0x80:
         out.append((n & 0x7F) | 0x80)
         n >>= 7
     out.append(n)
     return bytes(out)
+
+
+# Nearly every varint a batch needs (lengths, deltas, counts) is small: those are looked up.
+_SMALL_VARINTS = tuple(_zigzag_varint(n) for n in range(4096))
+
+
+def encode_varint(value: int) -> bytes:
+    """Zigzag + base-128 encoding used for record fields (varint and varlong alike)."""
+    if 0 <= value < 4096:
+        return _SMALL_VARINTS[value]
+    return _zigzag_varint(value)
 
 
 def decode_varint(data: bytes, pos: int, max_bytes: int = 10) -> tuple[int, int]:
@@ -334,31 +343,30 @@ def decode_records(
     return records
 
 
-def _encode_bytes(out: bytearray, value: bytes | None) -> None:
-    if value is None:
-        out += encode_varint(-1)
-    else:
-        out += encode_varint(len(value))
-        out += value
+def _length_prefixed(value: bytes | None) -> tuple[bytes, bytes]:
+    return (_NULL_LENGTH, b"") if value is None else (encode_varint(len(value)), value)
 
 
-def _encode_record(
+def _append_record(
+    out: list[bytes],
     offset_delta: int,
     timestamp_delta: int,
     key: bytes | None,
     value: bytes | None,
     headers: Sequence[tuple[str, bytes | None]],
-) -> bytearray:
-    body = bytearray(b"\x00")  # attributes
-    body += encode_varint(timestamp_delta)
-    body += encode_varint(offset_delta)
-    _encode_bytes(body, key)
-    _encode_bytes(body, value)
-    body += encode_varint(len(headers))
+) -> None:
+    parts = [
+        b"\x00",  # attributes
+        encode_varint(timestamp_delta),
+        encode_varint(offset_delta),
+        *_length_prefixed(key),
+        *_length_prefixed(value),
+        encode_varint(len(headers)),
+    ]
     for name, header_value in headers:
-        _encode_bytes(body, name.encode())
-        _encode_bytes(body, header_value)
-    return encode_varint(len(body)) + body
+        parts += (*_length_prefixed(name.encode()), *_length_prefixed(header_value))
+    body = b"".join(parts)
+    out += (encode_varint(len(body)), body)
 
 
 def build_batch(
@@ -378,10 +386,10 @@ def build_batch(
     if not records:
         raise ValueError("a record batch needs at least one record")
     base_timestamp = records[0][3]
-    body = bytearray()
+    encoded: list[bytes] = []
     for delta, (key, value, headers, timestamp) in enumerate(records):
-        body += _encode_record(delta, timestamp - base_timestamp, key, value, headers)
-    payload = compress(compression, body)
+        _append_record(encoded, delta, timestamp - base_timestamp, key, value, headers)
+    payload = compress(compression, b"".join(encoded))
     attributes = (
         compression
         | (TIMESTAMP_TYPE_MASK if timestamp_type == LOG_APPEND_TIME else 0)

@@ -35,13 +35,6 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
         yield b
 
 
-@pytest.fixture
-def client(broker: BrokerProcess) -> Iterator[WireClient]:
-    c = WireClient(broker.port)
-    yield c
-    c.close()
-
-
 def create(
     client: WireClient,
     name: str,

@@ -27,13 +27,6 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
         yield b
 
 
-@pytest.fixture
-def client(broker: BrokerProcess) -> Iterator[WireClient]:
-    c = WireClient(broker.port)
-    yield c
-    c.close()
-
-
 def api_versions_request(version: int) -> object:
     cls = request_type(18, version)
     if version >= 3:

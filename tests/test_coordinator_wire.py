@@ -29,13 +29,6 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
         yield b
 
 
-@pytest.fixture
-def client(broker: BrokerProcess) -> Iterator[WireClient]:
-    c = WireClient(broker.port)
-    yield c
-    c.close()
-
-
 def req(api: int, version: int, **fields: Any) -> Any:
     return build(request_type(api, version), **fields)
 

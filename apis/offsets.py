@@ -25,23 +25,15 @@ def handle_commit(services: Services, ctx: RequestContext, request: OffsetCommit
     """Decoded by ``wire.offset_commit`` and answered as raw bytes: the synchronous-commit
     hot path."""
     unknown: dict[TopicPartition, ErrorCode] = {}
-    wanted = []
-    partition_of = services.metadata.partition
+    wanted: list[CommitRequest] = []
     for topic in request.topics:
         name = topic.name
+        known = services.metadata.partition_indexes(name)
         for p in topic.partitions:
-            if partition_of(name, p.partition_index) is None:
-                unknown[(name, p.partition_index)] = ErrorCode.unknown_topic_or_partition
+            if p[0] in known:
+                wanted.append((name, *p))
             else:
-                wanted.append(
-                    CommitRequest(
-                        name,
-                        p.partition_index,
-                        p.committed_offset,
-                        p.committed_leader_epoch,
-                        p.committed_metadata,
-                    )
-                )
+                unknown[(name, p[0])] = ErrorCode.unknown_topic_or_partition
     result = coordinator(services).commit_offsets(
         request.group_id,
         request.generation_id_or_member_epoch,
@@ -58,7 +50,7 @@ def handle_commit(services: Services, ctx: RequestContext, request: OffsetCommit
         topics = [
             (
                 t.name,
-                [(p.partition_index, errors[(t.name, p.partition_index)]) for p in t.partitions],
+                [(p[0], errors[(t.name, p[0])]) for p in t.partitions],
             )
             for t in request.topics
         ]

@@ -7,6 +7,7 @@ controller's UpdateMetadata) and read by the API handlers.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Container
 from dataclasses import dataclass, field
 
 
@@ -58,6 +59,11 @@ class MetadataCache:
 
     def topic_name(self, topic_id: uuid.UUID) -> str | None:
         return self._ids.get(topic_id)
+
+    def partition_indexes(self, topic: str) -> Container[int]:
+        """The topic's partition indexes; none for an unknown topic."""
+        info = self.topics.get(topic)
+        return () if info is None else info.partitions
 
     def partition(self, topic: str, index: int) -> PartitionInfo | None:
         info = self.topics.get(topic)

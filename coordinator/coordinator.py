@@ -93,13 +93,9 @@ class SyncResult:
     assignment: bytes = b""
 
 
-@dataclass(slots=True)  # not frozen: six per commit, and frozen costs 4x to make
-class CommitRequest:
-    topic: str
-    partition: int
-    offset: int
-    leader_epoch: int
-    metadata: str | None
+# (topic, partition, offset, leader epoch, metadata): a plain tuple, one per partition of
+# every commit.
+CommitRequest = tuple[str, int, int, int, str | None]
 
 
 class GroupCoordinator:
@@ -794,7 +790,7 @@ class GroupCoordinator:
         ``retention_ms`` is OffsetCommit v2-v4's retention time; -1 means the broker's."""
         error = self._commit_error(group_id, generation, member_id, instance_id)
         if error is not None:
-            return {(o.topic, o.partition): error for o in offsets}
+            return {(o[0], o[1]): error for o in offsets}
         group = self._groups.get(group_id)
         if group is None:  # a group that does not use group management
             group = self._groups[group_id] = Group(group_id, state_timestamp=self._now())
@@ -804,16 +800,16 @@ class GroupCoordinator:
         results: CommitErrors = {}
         accepted: dict[TopicPartition, OffsetValue] = {}
         records: Records = []
-        for o in offsets:
-            metadata = o.metadata or ""
+        for topic, partition, offset, leader_epoch, metadata in offsets:
+            metadata = metadata or ""
             # UTF-8 is at most 4 bytes a character: encode only when that could exceed.
             if len(metadata) * 4 > max_metadata and len(metadata.encode()) > max_metadata:
-                results[(o.topic, o.partition)] = ErrorCode.offset_metadata_too_large
+                results[(topic, partition)] = ErrorCode.offset_metadata_too_large
                 continue
-            value = OffsetValue(o.offset, o.leader_epoch, metadata, now, expire)
-            accepted[(o.topic, o.partition)] = value
+            value = OffsetValue(offset, leader_epoch, metadata, now, expire)
+            accepted[(topic, partition)] = value
             records.append(
-                (encode_offset_key(group_id, o.topic, o.partition), encode_offset_value(value))
+                (encode_offset_key(group_id, topic, partition), encode_offset_value(value))
             )
         if not accepted:
             return results

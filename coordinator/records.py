@@ -22,7 +22,7 @@ GROUP_VALUE_VERSION = 3
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
-_OFFSET_V3_HEAD = struct.Struct(">hqi")  # version, offset, leader epoch
+_OFFSET_V3_HEAD = struct.Struct(">hqih")  # version, offset, leader epoch, metadata length
 _OFFSET_V1_HEAD = struct.Struct(">hq")  # version, offset
 _TWO_I64 = struct.Struct(">qq")
 
@@ -116,9 +116,10 @@ def encode_offset_value(value: OffsetValue) -> bytes:
             + _string(value.metadata)
             + _TWO_I64.pack(value.commit_timestamp, value.expire_timestamp)
         )
+    metadata = value.metadata.encode()
     return (
-        _OFFSET_V3_HEAD.pack(OFFSET_VALUE_VERSION, value.offset, value.leader_epoch)
-        + _string(value.metadata)
+        _OFFSET_V3_HEAD.pack(OFFSET_VALUE_VERSION, value.offset, value.leader_epoch, len(metadata))
+        + metadata
         + _I64.pack(value.commit_timestamp)
     )
 

@@ -13,7 +13,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from controller.metadata import PartitionInfo
-from coordinator.coordinator import CommitRequest, GroupCoordinator, JoinResult, Settings
+from coordinator.coordinator import GroupCoordinator, JoinResult, Settings
 from coordinator.group import GroupState
 from coordinator.records import OFFSETS_TOPIC, partition_for
 from log import LogManager
@@ -238,7 +238,7 @@ async def commit(
         generation,
         member,
         None,
-        [CommitRequest(t, p, o, 4, f"meta-{o}") for (t, p), o in offsets.items()],
+        [(t, p, o, 4, f"meta-{o}") for (t, p), o in offsets.items()],
         retention_ms,
     )
     return await result if isinstance(result, asyncio.Future) else result
@@ -280,7 +280,7 @@ def test_commit_completes_only_once_replicated(stack: Stack) -> None:
         partition = stack.replicas.get(OFFSETS_TOPIC, partition_for("g", PARTITIONS))
         assert partition is not None
         partition.isr = [0, 1]  # a follower that has not caught up holds the HW back
-        pending = c.commit_offsets("g", -1, "", None, [CommitRequest("t", 0, 3, 4, None)])
+        pending = c.commit_offsets("g", -1, "", None, [("t", 0, 3, 4, None)])
         assert isinstance(pending, asyncio.Future) and not pending.done()
         assert c.fetch_offsets("g", [("t", 0)])[1][("t", 0)] is None
         partition.follower_ends[1] = partition.log.log_end_offset

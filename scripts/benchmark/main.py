@@ -6,6 +6,7 @@ import argparse
 import json
 import platform
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -98,6 +99,19 @@ def _run_one(
     return result
 
 
+def median_result(runs: list[dict]) -> dict:
+    """The median of each measurement over a scenario's rounds, the rounds kept alongside;
+    the first failure if any round failed."""
+    for run in runs:
+        if "error" in run:
+            return run
+    if len(runs) == 1:
+        return runs[0]
+    merged: dict = {key: statistics.median(run[key] for run in runs) for key in runs[0]}
+    merged["rounds"] = runs
+    return merged
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     signal.signal(signal.SIGTERM, _terminate)
@@ -118,9 +132,12 @@ def main(argv: list[str] | None = None) -> int:
             # Scenario-major order: both brokers see the same machine state, drift hits both.
             for scenario in chosen:
                 _log(f"{scenario.name}: {scenario.title.format(big=big)}")
+                runs: dict[str, list[dict]] = {name: [] for name in brokers}
+                for _ in range(scenario.rounds):
+                    for name in brokers:
+                        runs[name].append(_run_one(scenario, name, sizes, java, Path(tmp)))
                 for name in brokers:
-                    result = _run_one(scenario, name, sizes, java, Path(tmp))
-                    results[name][scenario.name] = result
+                    results[name][scenario.name] = median_result(runs[name])
     except KeyboardInterrupt:
         _log("interrupted; brokers stopped and temporary files removed")
         return 130

@@ -1,3 +1,4 @@
+from benchmark.main import median_result
 from benchmark.report import markdown_table
 
 SCENARIOS = [("t", "Java tuned", "throughput"), ("lat", "Latency", "latency")]
@@ -37,3 +38,15 @@ def test_single_broker_has_no_ratio_column() -> None:
     table = markdown_table(SCENARIOS[:1], {"tansu": {"t": GOOD}}, {"tansu": "Tansu"})
     assert table.splitlines()[0] == "| scenario | metric | Tansu |"
     assert "1.50 M rec/s" in table
+
+
+def test_rounds_report_the_median_of_each_measurement() -> None:
+    runs = [{"commits_s": 3000.0}, {"commits_s": 3600.0}, {"commits_s": 3300.0}]
+    merged = median_result(runs)
+    assert merged["commits_s"] == 3300.0
+    assert merged["rounds"] == runs
+
+
+def test_a_failed_round_fails_the_scenario() -> None:
+    assert median_result([{"commits_s": 1.0}, {"error": "boom"}]) == {"error": "boom"}
+    assert median_result([{"commits_s": 2.0}]) == {"commits_s": 2.0}

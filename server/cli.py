@@ -10,12 +10,14 @@ import argparse
 import logging
 import signal
 import sys
+from functools import partial
 from pathlib import Path
 
 import anyio
 
 from log.errors import KafkaStorageError
 from server.config import BrokerConfig, ConfigError, read_properties
+from server.polling import new_event_loop
 
 logger = logging.getLogger("gregor")
 
@@ -72,7 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     props.update(dict(args.override))
     try:
         config = BrokerConfig(props)
-        anyio.run(_serve, config)
+        loop_factory = partial(new_event_loop, config["gregor.idle.poll.us"])
+        anyio.run(_serve, config, backend_options={"loop_factory": loop_factory})
     except ConfigError as e:
         logger.error("Fatal error during startup: %s", e)
         return 1

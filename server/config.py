@@ -110,6 +110,8 @@ KEYS: dict[str, ConfigKey] = {
         _k("socket.send.buffer.bytes", "int", "102400", -1),
         _k("socket.receive.buffer.bytes", "int", "102400", -1),
         _k("connections.max.idle.ms", "long", "600000"),
+        # Gregor's own: how long the event loop polls before it sleeps (server/polling.py)
+        _k("gregor.idle.poll.us", "int", "200", 0),
         _k("fetch.max.bytes", "int", "57671680", 1024),
         _k("replica.lag.time.max.ms", "long", "30000", 0),
         _k("request.timeout.ms", "int", "30000", 0),

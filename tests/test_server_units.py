@@ -59,6 +59,7 @@ def test_retention_precedence_ms_over_minutes_over_hours() -> None:
         ("log.message.timestamp.type", "Sometimes"),
         ("listeners", "nonsense"),
         ("listeners", "PLAINTEXT://:99999"),
+        ("gregor.idle.poll.us", "-1"),
     ],
 )
 def test_invalid_values_name_the_key(key: str, value: str) -> None:

@@ -5,7 +5,8 @@ waiting for each acknowledgement) goes to sleep in ``epoll_wait`` after every re
 is woken for the next request a hundred or so microseconds later. On a virtual machine
 that wake-up is costly: the idle vCPU has halted, and restarting it adds tens of
 microseconds to every round trip. Polling first, without blocking, catches the next
-request on a running CPU (Seastar and Redpanda do the same, ``idle-poll-time-us``).
+request on a running CPU (Seastar, the engine under Redpanda, does the same with its
+``idle-poll-time-us``).
 
 The polling window adapts as Linux's haltpoll cpuidle governor does: it grows while the
 next request arrives within ``max_poll_s`` of the previous wake-up and shrinks when

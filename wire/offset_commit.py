@@ -11,7 +11,7 @@ import struct
 from dataclasses import dataclass
 
 from wire.headers import encode_uvarint
-from wire.reader import BodyDecodeError, Reader
+from wire.reader import Reader
 
 MIN_VERSION, MAX_VERSION = 2, 9
 _FLEXIBLE_FROM = 8
@@ -21,8 +21,6 @@ _I32 = struct.Struct(">i")
 _OFFSET = struct.Struct(">iq")  # partition index, committed offset
 _OFFSET_EPOCH = struct.Struct(">iqi")  # ... and committed leader epoch (v6+)
 _RESULT = struct.Struct(">ih")  # partition index, error code
-# Flexible encodings of a partition's metadata (null or empty) followed by no tagged fields.
-_NO_METADATA: dict[bytes, tuple[str | None]] = {b"\x00\x00": (None,), b"\x01\x00": ("",)}
 
 
 # (partition index, committed offset, committed leader epoch, committed metadata): a plain
@@ -55,11 +53,19 @@ def decode_offset_commit_request(
     member_id = r.string(nullable=False)
     retention_ms = r.int64() if version <= 4 else -1
     instance_id = r.string(nullable=True) if version >= 7 else None
+    with_epoch = version >= 6
+    head = _OFFSET_EPOCH if with_epoch else _OFFSET
     topics = []
     for _ in range(r.count(2)):
         name = r.string(nullable=False)
-        topics.append(CommitTopic(name, _partitions(r, version >= 6)))  # type: ignore[arg-type]
+        partitions: list[CommitPartition] = []
+        for _ in range(r.count(head.size + 1)):
+            fields = r.unpack(head)
+            metadata = r.string(nullable=True)
+            r.tagged_fields()
+            partitions.append((*fields, metadata) if with_epoch else (*fields, -1, metadata))
         r.tagged_fields()
+        topics.append(CommitTopic(name, partitions))  # type: ignore[arg-type]
     r.tagged_fields()
     return OffsetCommitRequest(
         group_id,  # type: ignore[arg-type]
@@ -69,29 +75,6 @@ def decode_offset_commit_request(
         retention_ms,
         topics,
     )
-
-
-def _partitions(r: Reader, with_epoch: bool) -> list[CommitPartition]:
-    head = _OFFSET_EPOCH if with_epoch else _OFFSET
-    count = r.count(head.size + 1)
-    buf, flexible = r.buf, r.flexible
-    partitions: list[CommitPartition] = []
-    for _ in range(count):
-        pos = r.pos
-        end = pos + head.size
-        if end + 2 > len(buf):  # a metadata length, then (flexible) the tagged fields
-            raise BodyDecodeError(f"truncated partition at {pos}")
-        fields = head.unpack_from(buf, pos)
-        tail = _NO_METADATA.get(bytes(buf[end : end + 2])) if flexible else None
-        if tail is not None:  # null or empty metadata and no tagged fields: nearly always
-            r.pos = end + 2
-            metadata = tail[0]
-        else:
-            r.pos = end
-            metadata = r.string(nullable=True)
-            r.tagged_fields()
-        partitions.append((*fields, metadata) if with_epoch else (*fields, -1, metadata))
-    return partitions
 
 
 def encode_offset_commit_response(

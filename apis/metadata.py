@@ -18,7 +18,7 @@ from apis.context import (
 from apis.groups import ensure_offsets_topic
 from apis.topics import create_topic
 from controller.metadata import TopicInfo
-from controller.topics import TopicError, check_topic_name
+from controller.topics import INTERNAL_TOPICS, TopicError, check_topic_name
 from coordinator.records import OFFSETS_TOPIC
 from wire.schema import response_type
 from wire.versions import METADATA
@@ -106,7 +106,10 @@ def handle(services: Services, ctx: RequestContext, request: Any) -> Any:
                 except TopicError as e:
                     topics.append(error_entry(e.code, name))
                     continue
-                if not auto_create:
+                # Internal topics get their shape from the broker's own settings: the group
+                # coordinator's for __consumer_offsets; __transaction_state waits for the
+                # transaction coordinator that will own it.
+                if not auto_create or (name in INTERNAL_TOPICS and name != OFFSETS_TOPIC):
                     topics.append(error_entry(ErrorCode.unknown_topic_or_partition, name))
                     continue
                 try:

@@ -11,7 +11,7 @@ from kio.schema.errors import ErrorCode
 from apis.configs import describe_topic_configs
 from apis.context import NO_THROTTLE, RequestContext, Services, build, nested
 from controller.metadata import TopicInfo
-from controller.topics import TopicError
+from controller.topics import TopicError, check_client_creatable, check_client_deletable
 from log.config import validate_topic_configs
 from wire.schema import response_type
 from wire.versions import CREATE_TOPICS, DELETE_TOPICS
@@ -33,7 +33,9 @@ def create_topic(
     *,
     validate_only: bool = False,
 ) -> TopicInfo:
-    """Create a topic; -1 means the broker default for partitions and replication."""
+    """Create a topic a client asked for (CreateTopics or Metadata auto-creation); -1 means
+    the broker default for partitions and replication."""
+    check_client_creatable(name)
     if partitions == -1:
         partitions = services.config["num.partitions"]
     if replication_factor == -1:
@@ -48,13 +50,56 @@ def create_topic(
     )
 
 
+Requested = tuple[int, int, dict[str, str]]  # partitions, replication factor, configs
+
+
+def _requested(
+    services: Services, ctx: RequestContext, entry: Any, counts: Counter[str]
+) -> Requested:
+    """What one CreatableTopic asks for; a TopicError if the request itself is invalid."""
+    if counts[entry.name] > 1:
+        raise TopicError(
+            ErrorCode.invalid_request,
+            f"Create topics request from client `{ctx.client_id}` contains "
+            f"multiple entries for the following topics: {entry.name}",
+        )
+    partitions, replication = entry.num_partitions, entry.replication_factor
+    if entry.assignments:
+        if partitions != -1 or replication != -1:
+            raise TopicError(
+                ErrorCode.invalid_request,
+                "Both numPartitions or replicationFactor and "
+                "replicasAssignments were set. Both cannot be used at the "
+                "same time.",
+            )
+        partitions = len(entry.assignments)
+        replication = len(entry.assignments[0].broker_ids)
+        known = services.metadata.brokers
+        if any(b not in known for a in entry.assignments for b in a.broker_ids):
+            raise TopicError(
+                ErrorCode.invalid_replica_assignment,
+                "Replica assignment names unknown brokers",
+            )
+    return partitions, replication, {c.name: c.value for c in entry.configs}
+
+
 def handle_create(services: Services, ctx: RequestContext, request: Any) -> Any:
     cls = response_type(CREATE_TOPICS, ctx.api_version)
     result_cls = nested(cls, "CreatableTopicResult")
     config_cls = nested(cls, "CreatableTopicConfigs") if ctx.api_version >= 5 else None
     counts = Counter(t.name for t in request.topics)
-    results = []
+    # Every topic is validated before any is created, so a refused topic changes nothing;
+    # creation then checks again (an earlier topic of the request may collide with it).
+    checked: list[Requested | TopicError] = []
     for entry in request.topics:
+        try:
+            requested = _requested(services, ctx, entry, counts)
+            create_topic(services, entry.name, *requested, validate_only=True)
+            checked.append(requested)
+        except TopicError as e:
+            checked.append(e)
+    results = []
+    for entry, requested in zip(request.topics, checked, strict=True):
         fields: dict[str, Any] = {
             "name": entry.name,
             "topic_id": None,
@@ -63,37 +108,10 @@ def handle_create(services: Services, ctx: RequestContext, request: Any) -> Any:
             "configs": None,
         }
         try:
-            if counts[entry.name] > 1:
-                raise TopicError(
-                    ErrorCode.invalid_request,
-                    f"Create topics request from client `{ctx.client_id}` contains "
-                    f"multiple entries for the following topics: {entry.name}",
-                )
-            partitions, replication = entry.num_partitions, entry.replication_factor
-            if entry.assignments:
-                if partitions != -1 or replication != -1:
-                    raise TopicError(
-                        ErrorCode.invalid_request,
-                        "Both numPartitions or replicationFactor and "
-                        "replicasAssignments were set. Both cannot be used at the "
-                        "same time.",
-                    )
-                partitions = len(entry.assignments)
-                replication = len(entry.assignments[0].broker_ids)
-                known = services.metadata.brokers
-                if any(b not in known for a in entry.assignments for b in a.broker_ids):
-                    raise TopicError(
-                        ErrorCode.invalid_replica_assignment,
-                        "Replica assignment names unknown brokers",
-                    )
-            configs = {c.name: c.value for c in entry.configs}
+            if isinstance(requested, TopicError):
+                raise requested
             topic = create_topic(
-                services,
-                entry.name,
-                partitions,
-                replication,
-                configs,
-                validate_only=request.validate_only,
+                services, entry.name, *requested, validate_only=request.validate_only
             )
             fields.update(
                 error_code=ErrorCode.none,
@@ -139,6 +157,7 @@ def handle_delete(services: Services, ctx: RequestContext, request: Any) -> Any:
                     )
             if not services.config["delete.topic.enable"]:
                 raise TopicError(ErrorCode.topic_deletion_disabled, "Topic deletion is disabled.")
+            check_client_deletable(name)
             topic_id = services.controller.delete_topic(name).topic_id
         except TopicError as e:
             code, message = e.code, e.message

@@ -10,6 +10,8 @@ import uuid
 from collections.abc import Container
 from dataclasses import dataclass, field
 
+from controller.topics import unify_collision_chars
+
 
 @dataclass(slots=True)
 class BrokerInfo:
@@ -46,16 +48,25 @@ class MetadataCache:
         self.brokers: dict[int, BrokerInfo] = {}
         self.topics: dict[str, TopicInfo] = {}
         self._ids: dict[uuid.UUID, str] = {}
+        self._unified: dict[str, str] = {}  # name with '.' as '_' -> the topic holding it
 
     def put_topic(self, topic: TopicInfo) -> None:
         self.topics[topic.name] = topic
         self._ids[topic.topic_id] = topic.name
+        self._unified[unify_collision_chars(topic.name)] = topic.name
 
     def remove_topic(self, name: str) -> TopicInfo | None:
         topic = self.topics.pop(name, None)
         if topic is not None:
             self._ids.pop(topic.topic_id, None)
+            self._unified.pop(unify_collision_chars(name), None)
         return topic
+
+    def colliding_topic(self, name: str) -> str | None:
+        """Another topic whose name equals `name` once '.' and '_' are treated alike (they
+        would share metric names), as Kafka refuses to create such a pair."""
+        other = self._unified.get(unify_collision_chars(name))
+        return None if other == name else other
 
     def topic_name(self, topic_id: uuid.UUID) -> str | None:
         return self._ids.get(topic_id)

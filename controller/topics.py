@@ -38,3 +38,35 @@ def check_topic_name(name: str) -> None:
             f"Topic name {name!r} is illegal, it contains a character other than "
             "ASCII alphanumerics, '.', '_' and '-'",
         )
+
+
+def unify_collision_chars(name: str) -> str:
+    return name.replace(".", "_")
+
+
+def collision_error(name: str, existing: str) -> TopicError:
+    return TopicError(
+        ErrorCode.invalid_topic_exception,
+        f"Topic '{name}' collides with existing topic: {existing}",
+    )
+
+
+_UNIFIED_INTERNAL = {unify_collision_chars(t): t for t in INTERNAL_TOPICS}
+
+
+def check_client_creatable(name: str) -> None:
+    """Internal topics are created by the broker itself, with their own settings: a client may
+    not create one (nor a name that would collide with one) and choose its shape."""
+    if name in INTERNAL_TOPICS:
+        raise TopicError(
+            ErrorCode.invalid_topic_exception,
+            f"Topic '{name}' is an internal topic: the broker creates it itself.",
+        )
+    internal = _UNIFIED_INTERNAL.get(unify_collision_chars(name))
+    if internal is not None:
+        raise collision_error(name, internal)
+
+
+def check_client_deletable(name: str) -> None:
+    if name in INTERNAL_TOPICS:
+        raise TopicError(ErrorCode.invalid_topic_exception, f"Cannot delete internal topic {name}.")

@@ -26,7 +26,8 @@ CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 LOCK_FILE = ".lock"
 DELETE_DIR_SUFFIX = "-delete"
 # Directories of an in-progress replica move or a stray replica: not ours to open.
-_SKIPPED_DIR_SUFFIXES = ("-future", "-stray")
+_STRAY_DIR_SUFFIX = "-stray"
+_SKIPPED_DIR_SUFFIXES = ("-future", _STRAY_DIR_SUFFIX)
 _DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000
 
 TopicPartition = tuple[str, int]
@@ -146,11 +147,14 @@ class LogManager:
         for d in self._dir_of.values():
             counts[d] += 1
         log_dir = min(self.log_dirs, key=lambda d: counts[d])
-        log = Log.open(
-            log_dir / f"{topic}-{partition}",
-            config,
-            now_ms=self._now_ms if now_ms is None else now_ms,
-        )
+        directory = log_dir / f"{topic}-{partition}"
+        new = not directory.exists()
+        try:
+            log = Log.open(directory, config, now_ms=self._now_ms if now_ms is None else now_ms)
+        except OSError:
+            if new:  # nothing in it to keep
+                shutil.rmtree(directory, ignore_errors=True)
+            raise
         self._logs[tp] = log
         self._dir_of[tp] = log_dir
         return log
@@ -165,6 +169,25 @@ class LogManager:
         log_dir = self._dir_of.pop(tp)
         log.rename_dir(log_dir / f"{topic}-{partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
         self._deleting.append((log, None))
+
+    def discard(self, topic: str, partition: int) -> None:
+        """Close and remove at once the log of a topic whose creation was not committed:
+        no reader can hold its files."""
+        tp = (topic, partition)
+        log = self._logs.pop(tp, None)
+        if log is not None:
+            del self._dir_of[tp]
+            log.delete()
+
+    def set_aside_stray(self, topic: str, partition: int) -> Path:
+        """Close the log of a partition the metadata does not know and rename its directory
+        to `<topic>-<partition>.<uuid>-stray`, kept for the operator as Kafka does."""
+        tp = (topic, partition)
+        log = self._logs.pop(tp)
+        log_dir = self._dir_of.pop(tp)
+        log.rename_dir(log_dir / f"{topic}-{partition}.{uuid.uuid4().hex}{_STRAY_DIR_SUFFIX}")
+        log.close()
+        return log.directory
 
     def all_logs(self) -> Iterable[tuple[TopicPartition, Log]]:
         return list(self._logs.items())

@@ -16,6 +16,8 @@ from controller.embedded import EmbeddedController
 from controller.metadata import BrokerInfo, TopicInfo
 from coordinator.coordinator import GroupCoordinator, Settings
 from coordinator.records import OFFSETS_TOPIC
+from log.checkpoint import fsync_dir, write_atomically
+from log.errors import KafkaStorageError
 from log.manager import LogManager
 from replica.manager import ReplicaManager
 from server.config import LONG_MAX, BrokerConfig, ConfigError, parse_listener, read_properties
@@ -27,6 +29,7 @@ logger = logging.getLogger(__name__)
 SHUTDOWN_GRACE_S = 10.0
 # How often flush.ms is checked when log.flush.scheduler.interval.ms is left unset.
 DEFAULT_FLUSH_CHECK_MS = 1000
+META_PROPERTIES = "meta.properties"
 
 
 def now_ms() -> int:
@@ -68,11 +71,15 @@ class Broker:
         self.controller = EmbeddedController(
             self.config.log_dirs[0],
             BrokerInfo(self.broker_id, endpoints, self.config["broker.rack"]),
+            on_create=self._create_logs,
+            on_abort=self._discard_logs,
             on_lead=self._lead,
             on_delete=self._forget,
         )
-        self._write_meta_properties(self.controller.cluster_id)
+        self._check_meta_properties()
+        self._set_aside_stray_logs()
         self.controller.start()
+        self._write_meta_properties()
         services = Services(
             self.config,
             self.controller.cache,
@@ -115,6 +122,47 @@ class Broker:
             )
         return endpoints
 
+    def _create_logs(self, topic: TopicInfo) -> None:
+        """Create a new topic's logs and make their directory entries durable, before the
+        controller commits the topic; if any cannot be created, remove those that were."""
+        config = self.replicas.log_config(topic.configs)
+        try:
+            for index in topic.partitions:
+                self.logs.get_or_create(topic.name, index, config, now_ms=now_ms())
+            for log_dir in self.config.log_dirs:
+                fsync_dir(log_dir)
+        except OSError:
+            self._discard_logs(topic)
+            raise
+
+    def _discard_logs(self, topic: TopicInfo) -> None:
+        for index in topic.partitions:
+            self.logs.discard(topic.name, index)
+
+    def _set_aside_stray_logs(self) -> None:
+        """Logs of partitions the metadata does not know (a topic whose creation or deletion
+        a crash interrupted) are renamed aside as Kafka does with stray logs, never deleted."""
+        assert self.controller is not None
+        cache = self.controller.cache
+        for (topic, index), _ in self.logs.all_logs():
+            if cache.partition(topic, index) is None:
+                path = self.logs.set_aside_stray(topic, index)
+                logger.warning(
+                    "Log of %s-%d is not in the metadata (%s): set aside as %s",
+                    topic,
+                    index,
+                    self.controller.path,
+                    path,
+                )
+        for topic in cache.topics.values():
+            missing = [i for i in topic.partitions if self.logs.get(topic.name, i) is None]
+            if missing:
+                logger.warning(
+                    "The logs of %s partition(s) %s are missing: they start empty",
+                    topic.name,
+                    missing,
+                )
+
     def _lead(self, topic: TopicInfo) -> None:
         for info in topic.partitions.values():
             self.replicas.become_leader(topic.name, info, topic.configs)
@@ -128,21 +176,59 @@ class Broker:
             self.replicas.remove(topic.name, index, delete=True)
         self.groups.on_topic_deleted(topic.name)
 
-    def _write_meta_properties(self, cluster_id: str) -> None:
+    def _meta_properties(self) -> bytes:
+        assert self.controller is not None
+        return (
+            f"version=1\ncluster.id={self.controller.cluster_id}\nnode.id={self.broker_id}\n"
+        ).encode()
+
+    def _check_meta_properties(self) -> None:
+        """Every log dir's meta.properties must name this cluster and node. One that does not
+        parse is fatal, as in Kafka (its only log dir would be offline): it is written
+        atomically, so a torn one was damaged outside the broker."""
+        assert self.controller is not None
+        cluster_id = self.controller.cluster_id
         for log_dir in self.config.log_dirs:
-            path = log_dir / "meta.properties"
-            existing = read_properties(path) if path.exists() else {}
-            if existing.get("cluster.id", cluster_id) != cluster_id:
-                raise ConfigError(
-                    f"The cluster id {cluster_id} doesn't match the stored "
-                    f"cluster.id {existing['cluster.id']} in {path}"
+            path = log_dir / META_PROPERTIES
+            path.with_name(path.name + ".tmp").unlink(missing_ok=True)  # a crash mid-write
+            if not path.exists():
+                continue
+            try:
+                stored = read_properties(path)
+            except (OSError, UnicodeDecodeError) as e:
+                raise KafkaStorageError(f"{path} is unreadable: {e}") from None
+            if (
+                stored.get("version") != "1"
+                or not stored.get("cluster.id")
+                or not stored.get("node.id")
+            ):
+                raise KafkaStorageError(
+                    f"{path} is torn or malformed (it needs version=1, cluster.id and node.id)"
                 )
-            if existing.get("node.id", str(self.broker_id)) != str(self.broker_id):
+            if stored["cluster.id"] != cluster_id:
                 raise ConfigError(
-                    f"Stored node id {existing['node.id']} in {path} doesn't "
+                    f"The cluster id {cluster_id} doesn't match the stored cluster.id "
+                    f"{stored['cluster.id']} in {path}"
+                    + (
+                        f" (the metadata file {self.controller.path} is missing)"
+                        if self.controller.fresh
+                        else ""
+                    )
+                )
+            if stored["node.id"] != str(self.broker_id):
+                raise ConfigError(
+                    f"Stored node id {stored['node.id']} in {path} doesn't "
                     f"match broker.id {self.broker_id}"
                 )
-            path.write_text(f"version=1\ncluster.id={cluster_id}\nnode.id={self.broker_id}\n")
+
+    def _write_meta_properties(self) -> None:
+        """Written once the metadata file exists (so a meta.properties never names a cluster
+        whose metadata was not saved), atomically, and only when it changes."""
+        content = self._meta_properties()
+        for log_dir in self.config.log_dirs:
+            path = log_dir / META_PROPERTIES
+            if not path.exists() or path.read_bytes() != content:
+                write_atomically(path, content)
 
     async def run_background(self) -> None:
         """Periodic work (retention, flushes, checkpoints, idle connections, offset

@@ -55,6 +55,11 @@ class BrokerProcess:
         return f"127.0.0.1:{self.port}"
 
     @property
+    def pid(self) -> int:
+        assert self._proc is not None, "broker not started"
+        return self._proc.pid
+
+    @property
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 

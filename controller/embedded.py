@@ -144,7 +144,7 @@ class EmbeddedController:
             return topic
         try:
             self._on_create(topic)
-        except OSError as e:
+        except (OSError, KafkaStorageError) as e:
             raise _storage_error(name, e) from None
         self.cache.put_topic(topic)
         try:
@@ -217,7 +217,7 @@ def _load(path: Path) -> dict:
         ) from None
 
 
-def _storage_error(topic: str, error: OSError) -> TopicError:
+def _storage_error(topic: str, error: Exception) -> TopicError:
     logger.error("Could not create topic %s: %s", topic, error)
     return TopicError(
         ErrorCode.kafka_storage_error, f"Could not create the logs of topic '{topic}': {error}"

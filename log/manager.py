@@ -147,14 +147,11 @@ class LogManager:
         for d in self._dir_of.values():
             counts[d] += 1
         log_dir = min(self.log_dirs, key=lambda d: counts[d])
-        directory = log_dir / f"{topic}-{partition}"
-        new = not directory.exists()
-        try:
-            log = Log.open(directory, config, now_ms=self._now_ms if now_ms is None else now_ms)
-        except OSError:
-            if new:  # nothing in it to keep
-                shutil.rmtree(directory, ignore_errors=True)
-            raise
+        log = Log.open(
+            log_dir / f"{topic}-{partition}",
+            config,
+            now_ms=self._now_ms if now_ms is None else now_ms,
+        )
         self._logs[tp] = log
         self._dir_of[tp] = log_dir
         return log
@@ -171,13 +168,15 @@ class LogManager:
         self._deleting.append((log, None))
 
     def discard(self, topic: str, partition: int) -> None:
-        """Close and remove at once the log of a topic whose creation was not committed:
-        no reader can hold its files."""
+        """Close and remove at once the log of a topic whose creation was not committed (no
+        reader can hold its files), and the directory of one that failed to open."""
         tp = (topic, partition)
         log = self._logs.pop(tp, None)
         if log is not None:
             del self._dir_of[tp]
             log.delete()
+        for log_dir in self.log_dirs:
+            shutil.rmtree(log_dir / f"{topic}-{partition}", ignore_errors=True)
 
     def set_aside_stray(self, topic: str, partition: int) -> Path:
         """Close the log of a partition the metadata does not know and rename its directory

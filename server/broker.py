@@ -131,7 +131,7 @@ class Broker:
                 self.logs.get_or_create(topic.name, index, config, now_ms=now_ms())
             for log_dir in self.config.log_dirs:
                 fsync_dir(log_dir)
-        except OSError:
+        except (OSError, KafkaStorageError):
             self._discard_logs(topic)
             raise
 

@@ -77,7 +77,7 @@ class Broker:
             on_delete=self._forget,
         )
         self._check_meta_properties()
-        self._set_aside_stray_logs()
+        self._check_logs_against_metadata()
         self.controller.start()
         self._write_meta_properties()
         services = Services(
@@ -139,9 +139,10 @@ class Broker:
         for index in topic.partitions:
             self.logs.discard(topic.name, index)
 
-    def _set_aside_stray_logs(self) -> None:
+    def _check_logs_against_metadata(self) -> None:
         """Logs of partitions the metadata does not know (a topic whose creation or deletion
-        a crash interrupted) are renamed aside as Kafka does with stray logs, never deleted."""
+        a crash interrupted) are renamed aside as Kafka does with stray logs, never deleted;
+        partitions it knows without a log start empty, with a warning."""
         assert self.controller is not None
         cache = self.controller.cache
         for (topic, index), _ in self.logs.all_logs():

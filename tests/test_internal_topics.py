@@ -10,6 +10,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
 
 from apis.context import build, nested
@@ -170,3 +173,19 @@ def test_names_colliding_on_dot_and_underscore_are_refused(tmp_path: Path) -> No
         assert delete(client, "a.b").error_code == ErrorCode.none
         assert create_one(client, "a_b").error_code == ErrorCode.none
         client.close()
+
+
+def test_admin_client_sees_internal_topics_refused(tmp_path: Path) -> None:
+    """librdkafka's AdminClient surfaces Kafka's error, and keeps working afterwards."""
+    with BrokerProcess(tmp_path) as broker:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        for future in (
+            admin.create_topics([NewTopic(OFFSETS, 1, 1)], operation_timeout=10)[OFFSETS],
+            admin.delete_topics([OFFSETS], operation_timeout=10)[OFFSETS],
+        ):
+            with pytest.raises(KafkaException) as refused:
+                future.result(timeout=30)
+            assert refused.value.args[0].code() == KafkaError.TOPIC_EXCEPTION
+        admin.create_topics([NewTopic("fine", 1, 1)])["fine"].result(timeout=30)
+        assert "fine" in admin.list_topics(timeout=10).topics
+        del admin  # before the broker stops, or librdkafka logs its reconnects

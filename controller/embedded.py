@@ -167,7 +167,14 @@ class EmbeddedController:
                 "This server does not host this topic-partition.",
             )
         self.cache.remove_topic(name)
-        self._save()
+        try:
+            self._save()
+        except OSError as e:
+            self.cache.put_topic(topic)
+            logger.error("Could not delete topic %s: %s", name, e)
+            raise TopicError(
+                ErrorCode.kafka_storage_error, f"Could not save the deletion of '{name}': {e}"
+            ) from None
         logger.info("Deleted topic %s", name)
         self._on_delete(topic)
         return topic

@@ -177,12 +177,6 @@ class Broker:
             self.replicas.remove(topic.name, index, delete=True)
         self.groups.on_topic_deleted(topic.name)
 
-    def _meta_properties(self) -> bytes:
-        assert self.controller is not None
-        return (
-            f"version=1\ncluster.id={self.controller.cluster_id}\nnode.id={self.broker_id}\n"
-        ).encode()
-
     def _check_meta_properties(self) -> None:
         """Every log dir's meta.properties must name this cluster and node. One that does not
         parse is fatal, as in Kafka (its only log dir would be offline): it is written
@@ -225,7 +219,9 @@ class Broker:
     def _write_meta_properties(self) -> None:
         """Written once the metadata file exists (so a meta.properties never names a cluster
         whose metadata was not saved), atomically, and only when it changes."""
-        content = self._meta_properties()
+        assert self.controller is not None
+        cluster_id = self.controller.cluster_id
+        content = f"version=1\ncluster.id={cluster_id}\nnode.id={self.broker_id}\n".encode()
         for log_dir in self.config.log_dirs:
             path = log_dir / META_PROPERTIES
             if not path.exists() or path.read_bytes() != content:

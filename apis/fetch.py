@@ -29,16 +29,14 @@ def handle(
     # wait for (the Java consumer sends a fetch of no partitions when it closes).
     if request.max_wait_ms <= 0 or available >= request.min_bytes or available < 0 or not found:
         return _answer(ctx, topics)
-    replicas = services.replicas
     delayed = DelayedFetch(
         [PartitionFetch.after_read(*f) for f in found],
         request.min_bytes,
-        replicas.hosts,
         lambda: _answer(ctx, _read(services, request, None)[0]),
     )
     if delayed.ready():
         return _answer(ctx, topics)
-    return replicas.fetch_purgatory.park(delayed.keys, request.max_wait_ms, delayed)
+    return services.replicas.fetch_purgatory.park(delayed.keys, request.max_wait_ms, delayed)
 
 
 def _answer(

@@ -55,10 +55,10 @@ class PartitionFetch:
 
     def bytes_available(self) -> int | None:
         """Bytes readable now from the fetch offset; None when the fetch must be answered
-        at once (leadership changed, or the offset is no longer in the end's segment: a
-        roll, retention or truncation)."""
+        at once (leadership changed or the partition was removed, or the offset is no
+        longer in the end's segment: a roll, retention or truncation)."""
         partition = self.partition
-        if not partition.is_leader or partition.leader_epoch != self.leader_epoch:
+        if partition.leader_epoch != self.leader_epoch or not partition.is_leader:
             return None
         start = self.start
         if start is None:
@@ -80,7 +80,6 @@ class DelayedFetch(DelayedOperation[R]):
         self,
         partitions: list[PartitionFetch],
         min_bytes: int,
-        hosted: Callable[[Partition], bool],
         respond: Callable[[], R],
     ) -> None:
         self.name = f"Fetch of {len(partitions)} partition(s)"
@@ -90,7 +89,6 @@ class DelayedFetch(DelayedOperation[R]):
                 state
             )
         self._min_bytes = min_bytes
-        self._hosted = hosted
         self._respond = respond
         self.accumulated = sum(state.available for state in partitions)
 
@@ -101,14 +99,12 @@ class DelayedFetch(DelayedOperation[R]):
     def ready(self) -> bool:
         """Whether the fetch can be answered now, as first read (before parking)."""
         return self.accumulated >= self._min_bytes or any(
-            not self._hosted(s.partition) or s.bytes_available() is None
-            for states in self._by_key.values()
-            for s in states
+            s.bytes_available() is None for states in self._by_key.values() for s in states
         )
 
     def try_complete(self, key: Hashable) -> R | None:
         for state in self._by_key.get(key, ()):
-            available = state.bytes_available() if self._hosted(state.partition) else None
+            available = state.bytes_available()
             if available is None:
                 return self._respond()
             self.accumulated += available - state.available

@@ -43,10 +43,6 @@ class ReplicaManager:
     def get(self, topic: str, index: int) -> Partition | None:
         return self._partitions.get((topic, index))
 
-    def hosts(self, partition: Partition) -> bool:
-        """Whether ``partition`` is still the one hosted under its name (not deleted)."""
-        return self._partitions.get((partition.topic, partition.index)) is partition
-
     def __iter__(self) -> Iterator[Partition]:
         return iter(self._partitions.values())
 
@@ -89,8 +85,10 @@ class ReplicaManager:
     def remove(self, topic: str, index: int, *, delete: bool) -> None:
         tp = (topic, index)
         partition = self._partitions.pop(tp, None)
-        if partition is not None and delete:
-            self.logs.delete(topic, index)
+        if partition is not None:
+            partition.leader = -1  # requests still holding it see it is not led here
+            if delete:
+                self.logs.delete(topic, index)
         self._on_data(tp)
 
     def append(

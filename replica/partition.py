@@ -69,11 +69,15 @@ class Partition:
         return cached
 
     def position_of(self, offset: int) -> LogPosition:
-        """The position of the batch holding ``offset`` (at most the log end)."""
-        if offset >= self.log.log_end_offset:
+        """The position of the batch holding ``offset``, clamped to the log's bounds."""
+        log = self.log
+        if offset >= log.log_end_offset:
             return self.log_end_position()
-        region = self.log.read(
-            offset, max_bytes=1, max_offset=self.log.log_end_offset, min_one_batch=True
+        region = log.read(
+            max(offset, log.log_start_offset),
+            max_bytes=1,
+            max_offset=log.log_end_offset,
+            min_one_batch=True,
         )
         return LogPosition(offset, region.segment_base, region.position)
 

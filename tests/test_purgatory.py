@@ -155,7 +155,7 @@ def park_fetch(replicas: ReplicaManager, min_bytes: int) -> tuple[asyncio.Future
         end = partition.high_watermark
         region = partition.read(end, 1 << 20, min_one_batch=True)
         states.append(PartitionFetch.after_read(partition, end, region, 1 << 20))
-    delayed = DelayedFetch(states, min_bytes, replicas.hosts, lambda: answers.append(1) or "ok")
+    delayed = DelayedFetch(states, min_bytes, lambda: answers.append(1) or "ok")
     assert not delayed.ready()
     return replicas.fetch_purgatory.park(delayed.keys, 60_000, delayed), answers
 

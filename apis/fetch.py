@@ -33,6 +33,7 @@ def handle(
         [PartitionFetch.after_read(*f) for f in found],
         request.min_bytes,
         lambda: _answer(ctx, _read(services, request, None)[0]),
+        f"fetch from {ctx.client_id!r} at {ctx.peer}",
     )
     if delayed.ready():
         return _answer(ctx, topics)

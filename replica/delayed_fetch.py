@@ -81,8 +81,9 @@ class DelayedFetch(DelayedOperation[R]):
         partitions: list[PartitionFetch],
         min_bytes: int,
         respond: Callable[[], R],
+        name: str = "fetch",
     ) -> None:
-        self.name = f"Fetch of {len(partitions)} partition(s)"
+        self.name = f"{name} of {len(partitions)} partition(s)"
         self._by_key: dict[Hashable, list[PartitionFetch]] = {}
         for state in partitions:
             self._by_key.setdefault((state.partition.topic, state.partition.index), []).append(

@@ -31,6 +31,8 @@ class Partition:
     high_watermark: int = 0
     # Offsets of the followers' logs, as reported by their fetches (for ISR and HW).
     follower_ends: dict[int, int] = field(default_factory=dict)
+    # Where the high watermark lies; valid while the log below it is unchanged (a follower's
+    # truncation below it, once replication exists, must reset it).
     _hw_position: LogPosition | None = field(default=None, repr=False)
 
     @property

@@ -127,3 +127,15 @@ def test_a_parked_fetch_is_answered_when_its_topic_is_deleted(broker: BrokerProc
     [topic] = answer(parked).responses
     assert topic.partitions[0].error_code == ErrorCode.unknown_topic_or_partition
 
+
+
+def test_a_fetch_behind_the_active_segment_is_not_parked(broker: BrokerProcess) -> None:
+    """Kafka answers at once a fetch whose offset lies in an older segment than the high
+    watermark, whatever its min_bytes: more data is there to be read."""
+    producer = WireClient(broker.port)
+    create(producer, "behind", configs={"segment.bytes": "2000"})
+    for _ in range(2):  # the second batch does not fit in the first segment
+        produce(producer, "behind", records(10, size=100))
+    producer.close()
+    [topic] = answer(park(broker, {"behind": [0]}, min_bytes=10 << 20)).responses
+    assert split_batches(topic.partitions[0].records)[0].record_count == 10

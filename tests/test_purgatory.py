@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from apis.dispatch import Dispatcher
 from controller.metadata import PartitionInfo
 from log import LogManager
 from replica.delayed_fetch import DelayedFetch, PartitionFetch
@@ -216,3 +217,33 @@ def test_a_parked_fetch_is_answered_on_a_leader_change_or_deletion(
         assert deleted.done()
 
     asyncio.run(scenario())
+
+
+def test_a_request_whose_parked_operation_failed_gets_its_connection_closed() -> None:
+    class Channel:
+        peer = "test"
+        listener = "PLAINTEXT"
+
+        def __init__(self) -> None:
+            self.closed = False
+            self.sent: list[object] = []
+
+        def send(self, parts: list[object], size: int) -> None:
+            self.sent.append(parts)
+
+        def done(self) -> None:
+            pass
+
+        def close(self) -> None:
+            self.closed = True
+
+    async def scenario() -> Channel:
+        purgatory: Purgatory[str] = Purgatory("Test")
+        future = purgatory.park(["k"], 60_000, Broken(force_fails=True))
+        purgatory.check("k")
+        channel = Channel()
+        Dispatcher._send_parked(channel, 1, False, future)
+        return channel
+
+    channel = asyncio.run(scenario())
+    assert channel.closed and channel.sent == []

@@ -15,7 +15,6 @@ if TYPE_CHECKING:
     from coordinator.coordinator import GroupCoordinator
     from replica.manager import ReplicaManager
     from server.config import BrokerConfig
-    from server.purgatory import Purgatory
 
 NO_THROTTLE = timedelta(0)
 # Authorized-operations fields when the client did not ask for them.
@@ -51,7 +50,6 @@ class Services:
     metadata: MetadataCache
     controller: EmbeddedController
     replicas: ReplicaManager
-    fetch_purgatory: Purgatory
     now_ms: Callable[[], int]  # the broker's wall clock, in milliseconds
     groups: GroupCoordinator | None = None
 

@@ -144,10 +144,19 @@ class Dispatcher:
             conn.done()
         elif isinstance(result, asyncio.Future):
             result.add_done_callback(
-                lambda f: self._send(conn, correlation_id, flexible_response, f.result())
+                lambda f: self._send_parked(conn, correlation_id, flexible_response, f)
             )
         else:
             self._send(conn, correlation_id, flexible_response, result)
+
+    @classmethod
+    def _send_parked(
+        cls, conn: Channel, correlation_id: int, flexible: bool, parked: asyncio.Future
+    ) -> None:
+        if parked.exception() is not None:  # already logged by the purgatory that failed it
+            conn.close()
+        else:
+            cls._send(conn, correlation_id, flexible, parked.result())
 
     @staticmethod
     def _send(conn: Channel, correlation_id: int, flexible: bool, response: Any) -> None:

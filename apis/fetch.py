@@ -8,7 +8,14 @@ from kio.schema.errors import ErrorCode
 
 from apis.context import RawResponse, RequestContext, Services
 from apis.errors import STORAGE_ERRORS, error_code, not_hosted
+from log.log import ReadResult
+from replica.delayed_fetch import DelayedFetch, PartitionFetch
+from replica.partition import Partition
 from wire.fetch import FetchPartition, FetchRequest, FetchTopic, encode_fetch_response
+
+# What a read found per partition, kept in case the fetch parks:
+# (partition, fetch offset, region read, the partition's byte limit).
+_Found = tuple[Partition, int, ReadResult, int]
 
 
 def handle(
@@ -16,19 +23,21 @@ def handle(
 ) -> RawResponse | asyncio.Future:
     if ctx.api_version >= 7 and request.session_id != 0:  # we never hand out sessions
         return _answer(ctx, [], ErrorCode.fetch_session_id_not_found)
-    topics, available = _read(services, request)
-    max_wait = request.max_wait_ms
-    if max_wait <= 0 or available >= request.min_bytes or available < 0:
+    found: list[_Found] = []
+    topics, available = _read(services, request, found)
+    # Answered at once, as Kafka does: no wait asked, enough data, an error, or nothing to
+    # wait for (the Java consumer sends a fetch of no partitions when it closes).
+    if request.max_wait_ms <= 0 or available >= request.min_bytes or available < 0 or not found:
         return _answer(ctx, topics)
-    keys = [(t.topic, p.partition) for t in request.topics for p in t.partitions]
-
-    def try_complete(force: bool) -> RawResponse | None:
-        topics, available = _read(services, request)
-        if force or available >= request.min_bytes or available < 0:
-            return _answer(ctx, topics)
-        return None
-
-    return services.fetch_purgatory.park(keys, max_wait, try_complete)
+    delayed = DelayedFetch(
+        [PartitionFetch.after_read(*f) for f in found],
+        request.min_bytes,
+        lambda: _answer(ctx, _read(services, request, None)[0]),
+        f"fetch from {ctx.client_id!r} at {ctx.peer}",
+    )
+    if delayed.ready():
+        return _answer(ctx, topics)
+    return services.replicas.fetch_purgatory.park(delayed.keys, request.max_wait_ms, delayed)
 
 
 def _answer(
@@ -38,11 +47,13 @@ def _answer(
     return RawResponse(parts, size)
 
 
-def _read(services: Services, request: FetchRequest) -> tuple[list[FetchTopic], int]:
+def _read(
+    services: Services, request: FetchRequest, found: list[_Found] | None
+) -> tuple[list[FetchTopic], int]:
     """Read every requested partition; return the topics and the bytes found (-1: an error
-    that must be answered at once)."""
+    that must be answered at once). Each partition read without error goes to ``found``."""
     remaining = min(request.max_bytes, services.config["fetch.max.bytes"])
-    found = 0
+    total = 0
     errors = False
     first_with_data = True
     topics = []
@@ -87,8 +98,10 @@ def _read(services: Services, request: FetchRequest) -> tuple[list[FetchTopic], 
                 errors = True
                 continue
             result.records = region
+            if found is not None:
+                found.append((partition, fp.fetch_offset, region, fp.partition_max_bytes))
             if region.size:
                 first_with_data = False
                 remaining = max(remaining - region.size, 0)
-                found += region.size
-    return topics, -1 if errors else found
+                total += region.size
+    return topics, -1 if errors else total

@@ -35,7 +35,7 @@ from coordinator.records import (
 )
 from log.errors import LogError
 from replica.manager import ReplicaManager
-from server.purgatory import Purgatory
+from replica.purgatory import Purgatory
 from wire.records import build_batch
 
 logger = logging.getLogger(__name__)

@@ -58,6 +58,7 @@ class ReadResult:
     first_offset: int
     log_start_offset: int
     log_end_offset: int
+    segment_base: int  # base offset of the segment the region is in (fetch positions)
 
 
 class _PendingDelete:
@@ -420,10 +421,17 @@ class Log:
                     header.base_offset,
                     self.log_start_offset,
                     self.log_end_offset,
+                    segment.base_offset,
                 )
         active = self.active_segment
         return ReadResult(
-            active.fd, active.size, 0, offset, self.log_start_offset, self.log_end_offset
+            active.fd,
+            active.size,
+            0,
+            offset,
+            self.log_start_offset,
+            self.log_end_offset,
+            active.base_offset,
         )
 
     def _segment_batch(self, segment: LogSegment, header: BatchHeader) -> bytes:

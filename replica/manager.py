@@ -1,19 +1,24 @@
 """The ReplicaManager: every Produce and Fetch goes through it.
 
 It owns the partitions this broker hosts, applies leadership decisions from the
-controller, and tells the purgatory when a partition's data changed.
+controller, and owns the purgatories of the requests that wait on partitions: fetches
+(for data) and produces (for replication, acks=all; the group coordinator's own writes
+wait there too, as in Kafka, where they are appends with acks=all). Every change of a
+partition's data or leadership checks both, for that partition only.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 from controller.metadata import PartitionInfo
 from log.config import LogConfig
 from log.log import AppendResult
 from log.manager import LogManager
 from replica.partition import Partition
+from replica.purgatory import Purgatory
 
 logger = logging.getLogger(__name__)
 
@@ -26,12 +31,12 @@ class ReplicaManager:
         broker_id: int,
         logs: LogManager,
         broker_props: Mapping[str, str],
-        on_data: Callable[[TopicPartition], None],
     ) -> None:
         self.broker_id = broker_id
         self.logs = logs
         self._broker_props = broker_props
-        self._on_data = on_data
+        self.fetch_purgatory: Purgatory[Any] = Purgatory("Fetch")
+        self.produce_purgatory: Purgatory[Any] = Purgatory("Produce")
         self._partitions: dict[TopicPartition, Partition] = {}
         self._checkpointed_hw: dict[TopicPartition, int] = logs.read_high_watermarks()
 
@@ -80,8 +85,10 @@ class ReplicaManager:
     def remove(self, topic: str, index: int, *, delete: bool) -> None:
         tp = (topic, index)
         partition = self._partitions.pop(tp, None)
-        if partition is not None and delete:
-            self.logs.delete(topic, index)
+        if partition is not None:
+            partition.leader = -1  # requests still holding it see it is not led here
+            if delete:
+                self.logs.delete(topic, index)
         self._on_data(tp)
 
     def append(
@@ -96,6 +103,16 @@ class ReplicaManager:
         result = partition.append_as_leader(records, now_ms, origin_client=origin_client)
         self._on_data((partition.topic, partition.index))
         return result
+
+    def _on_data(self, tp: TopicPartition) -> None:
+        """A partition's data, high watermark or leadership changed."""
+        self.fetch_purgatory.check(tp)
+        self.produce_purgatory.check(tp)
+
+    def shutdown(self) -> None:
+        """Answer every parked request with what it has."""
+        self.fetch_purgatory.expire_all()
+        self.produce_purgatory.expire_all()
 
     def high_watermarks(self) -> dict[TopicPartition, int]:
         return {tp: p.high_watermark for tp, p in self._partitions.items()}

@@ -7,6 +7,17 @@ from dataclasses import dataclass, field
 from log.log import AppendResult, Log, ReadResult
 
 
+@dataclass(frozen=True, slots=True)
+class LogPosition:
+    """Where an offset lies in the log: the segment holding it and the byte position of
+    its batch there (Kafka's LogOffsetMetadata). Bytes between two positions in one
+    segment are a subtraction; parked fetches count what became available that way."""
+
+    offset: int
+    segment_base: int
+    position: int
+
+
 @dataclass(eq=False)
 class Partition:
     topic: str
@@ -20,6 +31,9 @@ class Partition:
     high_watermark: int = 0
     # Offsets of the followers' logs, as reported by their fetches (for ISR and HW).
     follower_ends: dict[int, int] = field(default_factory=dict)
+    # Where the high watermark lies; valid while the log below it is unchanged (a follower's
+    # truncation below it, once replication exists, must reset it).
+    _hw_position: LogPosition | None = field(default=None, repr=False)
 
     @property
     def is_leader(self) -> bool:
@@ -44,6 +58,30 @@ class Partition:
             self.high_watermark = end
             return True
         return False
+
+    def log_end_position(self) -> LogPosition:
+        active = self.log.active_segment
+        return LogPosition(self.log.log_end_offset, active.base_offset, active.size)
+
+    def high_watermark_position(self) -> LogPosition:
+        """Computed once per high watermark (appends after it do not move it), not per fetch."""
+        cached = self._hw_position
+        if cached is None or cached.offset != self.high_watermark:
+            cached = self._hw_position = self.position_of(self.high_watermark)
+        return cached
+
+    def position_of(self, offset: int) -> LogPosition:
+        """The position of the batch holding ``offset``, clamped to the log's bounds."""
+        log = self.log
+        if offset >= log.log_end_offset:
+            return self.log_end_position()
+        region = log.read(
+            max(offset, log.log_start_offset),
+            max_bytes=1,
+            max_offset=log.log_end_offset,
+            min_one_batch=True,
+        )
+        return LogPosition(offset, region.segment_base, region.position)
 
     def read(self, offset: int, max_bytes: int, min_one_batch: bool) -> ReadResult:
         """Committed data only: nothing at or above the high watermark."""

@@ -22,7 +22,6 @@ from log.manager import LogManager
 from replica.manager import ReplicaManager
 from server.config import LONG_MAX, BrokerConfig, ConfigError, parse_listener, read_properties
 from server.network import Connection, SocketServer
-from server.purgatory import Purgatory
 
 logger = logging.getLogger(__name__)
 
@@ -41,12 +40,12 @@ class Broker:
         self.config = config
         self.broker_id = config.broker_id
         self.logs = LogManager(config.log_dirs, config.raw)
-        self.fetch_purgatory: Purgatory = Purgatory("Fetch")
-        self.replicas = ReplicaManager(
-            self.broker_id, self.logs, config.raw, self.fetch_purgatory.check
-        )
+        self.replicas = ReplicaManager(self.broker_id, self.logs, config.raw)
         self.groups = GroupCoordinator(
-            Settings.from_config(config), self.replicas, self.fetch_purgatory, now_ms=now_ms
+            Settings.from_config(config),
+            self.replicas,
+            self.replicas.produce_purgatory,
+            now_ms=now_ms,
         )
         self.dispatcher: Dispatcher | None = None
         self.socket_server = SocketServer(
@@ -85,7 +84,6 @@ class Broker:
             self.controller.cache,
             self.controller,
             self.replicas,
-            self.fetch_purgatory,
             now_ms,
             self.groups,
         )
@@ -274,7 +272,7 @@ class Broker:
         logger.info("[KafkaServer id=%d] shutting down", self.broker_id)
         await self.socket_server.stop_accepting()
         self.groups.shutdown()  # parked joins and syncs answer NOT_COORDINATOR
-        self.fetch_purgatory.expire_all()  # parked fetches answer with what they have
+        self.replicas.shutdown()  # parked fetches answer with what they have
         await asyncio.sleep(0)
         await self.socket_server.drain(SHUTDOWN_GRACE_S)
         self.logs.shutdown(self.replicas.high_watermarks())

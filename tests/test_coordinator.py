@@ -18,8 +18,8 @@ from coordinator.group import GroupState
 from coordinator.records import OFFSETS_TOPIC, partition_for
 from log import LogManager
 from replica.manager import ReplicaManager
+from replica.purgatory import Purgatory
 from server.config import BrokerConfig
-from server.purgatory import Purgatory
 
 PARTITIONS = 3
 SESSION = 60_000
@@ -54,13 +54,12 @@ class Stack:
 def stack(tmp_path: Path) -> Iterator[Stack]:
     logs = LogManager([tmp_path], {})
     logs.startup(1_700_000_000_000)
-    purgatory: Purgatory = Purgatory("Fetch")
-    replicas = ReplicaManager(0, logs, {}, purgatory.check)
+    replicas = ReplicaManager(0, logs, {})
     for i in range(PARTITIONS):
         replicas.become_leader(
             OFFSETS_TOPIC, PartitionInfo(i, 0, 0, [0], [0]), {"cleanup.policy": "compact"}
         )
-    yield Stack(replicas, purgatory, [1_700_000_000_000])
+    yield Stack(replicas, replicas.produce_purgatory, [1_700_000_000_000])
     logs.shutdown(replicas.high_watermarks())
 
 

@@ -1,14 +1,12 @@
-"""Unit tests of pure server pieces: configuration parsing and the purgatory."""
+"""Unit tests of pure server pieces: configuration parsing."""
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import pytest
 
 from server.config import BrokerConfig, ConfigError, parse_listener, read_properties
-from server.purgatory import Purgatory
 
 
 def test_properties_file_parsing(tmp_path: Path) -> None:
@@ -78,29 +76,3 @@ def test_listener_parsing() -> None:
     assert parse_listener("PLAINTEXT://[::1]:9092") == ("PLAINTEXT", "::1", 9092)
 
 
-def test_purgatory_completes_on_check_and_on_deadline() -> None:
-    async def scenario() -> None:
-        purgatory: Purgatory = Purgatory("test")
-        state = {"ready": False}
-        woken = purgatory.park(
-            ["a", "b"], 10_000, lambda force: "done" if state["ready"] or force else None
-        )
-        expired = purgatory.park(["c"], 20, lambda force: "late" if force else None)
-        assert purgatory.check("a") == 0 and not woken.done()
-        state["ready"] = True
-        assert purgatory.check("b") == 1
-        assert await woken == "done"
-        assert await asyncio.wait_for(expired, 5) == "late"
-        assert len(purgatory) == 0
-
-    asyncio.run(scenario())
-
-
-def test_purgatory_expire_all_answers_everything() -> None:
-    async def scenario() -> None:
-        purgatory: Purgatory = Purgatory("test")
-        futures = [purgatory.park([i], 60_000, lambda force: force or None) for i in range(5)]
-        purgatory.expire_all()
-        assert [f.result() for f in futures] == [True] * 5
-
-    asyncio.run(scenario())

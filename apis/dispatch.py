@@ -144,10 +144,25 @@ class Dispatcher:
             conn.done()
         elif isinstance(result, asyncio.Future):
             result.add_done_callback(
-                lambda f: self._send(conn, correlation_id, flexible_response, f.result())
+                lambda f: self._complete(conn, correlation_id, flexible_response, f)
             )
         else:
             self._send(conn, correlation_id, flexible_response, result)
+
+    def _complete(
+        self, conn: Channel, correlation_id: int, flexible: bool, future: asyncio.Future
+    ) -> None:
+        """Answer a handler's future as `handle` answers a plain result."""
+        try:
+            response = future.result()
+        except CloseConnection as e:
+            logger.info("Closing connection from %s: %s", conn.peer, e)
+            conn.close()
+            return
+        if response is None:
+            conn.done()
+        else:
+            self._send(conn, correlation_id, flexible, response)
 
     @staticmethod
     def _send(conn: Channel, correlation_id: int, flexible: bool, response: Any) -> None:

@@ -21,8 +21,7 @@ from log.errors import (
 from wire.compression import GZIP, LZ4, NONE, SNAPPY, ZSTD, CorruptRecordError
 from wire.records import (
     BatchHeader,
-    build_batch,
-    decode_records,
+    rebuild_batch,
     records_section,
     set_max_timestamp,
     split_batches,
@@ -93,14 +92,17 @@ def validate(
     else:
         data = bytearray(records)
     headers = split_batches(data)
+    sections: list[memoryview | None] = []
     for h in headers:
         _check_size(h, config)
         validate_batch(data, h)
         if origin_client:
-            _check_client_batch(data, h, config, now_ms, budget or Budget())
+            sections.append(_check_client_batch(data, h, config, now_ms, budget or Budget()))
+        else:
+            sections.append(None)
     codec = CODEC_BY_NAME.get(config.compression_type)
     if codec is not None and any(h.compression != codec for h in headers):
-        data = _recompress(data, headers, codec)
+        data = _recompress(data, headers, sections, codec)
         headers = split_batches(data)
         for h in headers:
             _check_size(h, config)
@@ -116,7 +118,8 @@ def _check_size(h: BatchHeader, config: LogConfig) -> None:
 
 def _check_client_batch(
     data: bytearray | memoryview, h: BatchHeader, config: LogConfig, now_ms: int, budget: Budget
-) -> None:
+) -> memoryview:
+    """Check a client's batch and every record in it; returns its records, uncompressed."""
     if h.is_control:
         raise InvalidRecordError("clients may not produce control batches")
     if h.producer_id >= 0 and h.base_sequence < 0:
@@ -136,7 +139,7 @@ def _check_client_batch(
     if isinstance(outcome, int):
         if outcome != h.max_timestamp and not config.log_append_time:
             set_max_timestamp(data, h, outcome)  # Kafka rewrites a wrong max timestamp too
-        return
+        return section
     kind, index, value, reason = outcome
     if kind == _FRAMING:
         raise InvalidRecordError(f"record {index} of the batch is invalid: {reason} ({value})")
@@ -163,23 +166,19 @@ def _decompress(data: bytearray | memoryview, h: BatchHeader, budget: Budget) ->
     return section
 
 
-def _recompress(data: bytearray | memoryview, headers: list[BatchHeader], codec: int) -> bytearray:
-    """Rewrite every batch not already in the topic's codec, keeping producer id, epoch,
-    sequence, transactional flag and record timestamps."""
+def _recompress(
+    data: bytearray | memoryview,
+    headers: list[BatchHeader],
+    sections: list[memoryview | None],
+    codec: int,
+) -> bytearray:
+    """Every batch not already in the topic's codec, rewritten in it (records unchanged)."""
     out = bytearray()
-    for h in headers:
+    for h, section in zip(headers, sections, strict=True):
         if h.compression == codec:
             out += memoryview(data)[h.position : h.position + h.size]
             continue
-        # Client batches were decompressed within the request's budget already.
-        records = decode_records(data, h, max_decompressed=MAX_DECOMPRESSED_PER_REQUEST)
-        out += build_batch(
-            [(r.key, r.value, r.headers, r.timestamp) for r in records],
-            compression=codec,
-            producer_id=h.producer_id,
-            producer_epoch=h.producer_epoch,
-            base_sequence=h.base_sequence,
-            is_transactional=h.is_transactional,
-            timestamp_type=h.timestamp_type,
-        )
+        if section is None:  # the broker's own batch, not walked
+            section = records_section(data, h, max_decompressed=MAX_DECOMPRESSED_PER_REQUEST)
+        out += rebuild_batch(data, h, codec, section)
     return out

@@ -35,6 +35,7 @@ __all__ = [
     "decode_varint",
     "encode_varint",
     "parse_header",
+    "rebuild_batch",
     "records_section",
     "set_max_timestamp",
     "split_batches",
@@ -245,6 +246,18 @@ def walk_records(
     kind 1 the bytes are not `record_count` well-formed records with offset deltas 0..n-1,
     2 a record without a key (`need_keys`), 3 a timestamp (not -1) outside [ts_min, ts_max]."""
     return walk(section, header.record_count, header.base_timestamp, ts_min, ts_max, need_keys)
+
+
+def rebuild_batch(buf: Buffer, header: BatchHeader, codec: int, records: Buffer) -> bytearray:
+    """The batch with its (uncompressed) records section compressed by `codec` instead: the
+    records' bytes do not depend on the codec, so every other field stays."""
+    payload = compress(codec, records)
+    out = bytearray(_batch_view(buf, header)[:BATCH_HEADER_SIZE])
+    out += payload
+    _INT32.pack_into(out, 8, len(out) - _LENGTH_END)
+    _INT16.pack_into(out, _ATTRIBUTES_AT, (header.attributes & ~COMPRESSION_MASK) | codec)
+    _UINT32.pack_into(out, _CRC_AT, crc32c(memoryview(out)[_ATTRIBUTES_AT:]))
+    return out
 
 
 def set_max_timestamp(buf: bytearray | memoryview, header: BatchHeader, timestamp: int) -> None:

@@ -304,6 +304,11 @@ class Log:
         first_offset = headers[0].base_offset
         last_offset = headers[-1].last_offset
         max_ts = max(h.max_timestamp for h in headers)
+        if last_offset - first_offset > INT_MAX:
+            # Only a replicated append can span this much: no one segment could index it.
+            raise InvalidRecordError(
+                f"offsets {first_offset}-{last_offset} span more than one segment can index"
+            )
         self._maybe_roll_for(len(data), first_offset, last_offset, max_ts, now_ms)
         self.active_segment.append(data, headers)
         self.log_end_offset = headers[-1].next_offset

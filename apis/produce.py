@@ -55,6 +55,7 @@ class _Append:
     records: memoryview
     result: PartitionResult
     heavy: bool
+    transactional: bool
 
 
 def handle(services: Services, ctx: RequestContext, request: ProduceRequest) -> Any:
@@ -72,6 +73,12 @@ def handle(services: Services, ctx: RequestContext, request: ProduceRequest) -> 
                 appends.append(append)
             partitions.append(result)
         results.append((topic.name, partitions))
+    if request.transactional_id is None and any(a.transactional for a in appends):
+        # Kafka answers the whole request so: transactional records need a transactional id.
+        for _, partitions in results:
+            for result in partitions:
+                result.error_code = ErrorCode.transactional_id_authorization_failed
+        return _respond(ctx.api_version, acks, results)
 
     def finish(outcomes: list[Validated | Exception]) -> Any:
         for append, outcome in zip(appends, outcomes, strict=True):
@@ -127,7 +134,7 @@ def _admit(
         or recompressed != header.compression
         or header.size > _INLINE_MAX_BYTES
     )
-    return _Append(topic, partition, data.records, result, heavy)
+    return _Append(topic, partition, data.records, result, heavy, header.is_transactional)
 
 
 def _validate_all(appends: list[_Append], now_ms: int) -> list[Validated | Exception]:

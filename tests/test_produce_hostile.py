@@ -55,13 +55,16 @@ def with_records(data: bytes, records: bytes) -> bytes:
 
 
 def produce_request(
-    version: int, parts: dict[str, list[tuple[int, bytes | None]]], acks: int = -1
+    version: int,
+    parts: dict[str, list[tuple[int, bytes | None]]],
+    acks: int = -1,
+    transactional_id: str | None = None,
 ) -> Any:
     cls = request_type(v.PRODUCE, version)
     t, p = nested(cls, "TopicProduceData"), nested(cls, "PartitionProduceData")
     return build(
         cls,
-        transactional_id=None,
+        transactional_id=transactional_id,
         acks=acks,
         timeout=TIMEOUT,
         topic_data=tuple(
@@ -71,8 +74,14 @@ def produce_request(
     )
 
 
-def produce(client: WireClient, topic: str, records: bytes | None, version: int = 11) -> Any:
-    request = produce_request(version, {topic: [(0, records)]})
+def produce(
+    client: WireClient,
+    topic: str,
+    records: bytes | None,
+    version: int = 11,
+    transactional_id: str | None = None,
+) -> Any:
+    request = produce_request(version, {topic: [(0, records)]}, transactional_id=transactional_id)
     return client.call(v.PRODUCE, version, request).responses[0].partition_responses[0]
 
 
@@ -124,8 +133,14 @@ def test_records_are_validated_one_by_one(client: WireClient) -> None:
         response = produce(client, "walk", records)
         assert response.error_code == ErrorCode.invalid_record, name
         assert response.error_message, name
-    assert_refused(client, "walk", batch(producer_id=7, producer_epoch=0, base_sequence=0,
-                                         is_transactional=True), ErrorCode.invalid_txn_state)
+    # The transactional bit from a producer with no ongoing transaction (there are none yet):
+    # Kafka 3.6+'s transaction verification answers INVALID_TXN_STATE, and a request without
+    # a transactional id TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
+    txn = batch(producer_id=7, producer_epoch=0, base_sequence=0, is_transactional=True)
+    response = produce(client, "walk", txn, transactional_id="never-begun")
+    assert response.error_code == ErrorCode.invalid_txn_state
+    response = produce(client, "walk", txn)
+    assert response.error_code == ErrorCode.transactional_id_authorization_failed
     assert stored(client, "walk") == [b"good0", b"good1"]
 
 

@@ -1,9 +1,9 @@
 """RecordBatch v2 (magic 2): header parsing, validation, in-place offset assignment,
 record decoding and building.
 
-The broker's hot path (split_batches, validate_batch, assign_offsets) works per batch on
-the header and never loops over records; decode_records and build_batch are for tools,
-tests, control batches and internal topics.
+The broker's hot path works per batch in Python (split_batches, validate_batch,
+assign_offsets); walk_records checks every record in C (wire/_recordwalk.c). decode_records
+and build_batch are for tools, tests, control batches and internal topics.
 """
 
 import struct

@@ -275,3 +275,18 @@ def test_refused_overflowing_batches_then_kill_9_lose_nothing(tmp_path: Path) ->
         assert stored(c, "acked") == acked
         assert list_offset(c, "acked", -1).offset == 100
         c.close()
+
+
+def test_acks_0_compressed_batches_validated_in_a_thread(broker: BrokerProcess) -> None:
+    """acks=0 gets no answer: a good batch is stored and the connection stays usable, a bad one
+    closes the connection (the only way to tell the client), as for uncompressed batches."""
+    c = WireClient(broker.port)
+    create(c, "acks0")
+    good = produce_request(11, {"acks0": [(0, batch(3, LZ4, tag=b"z"))]}, acks=0)
+    c.send(request_frame(v.PRODUCE, 11, 1, good))
+    assert stored(c, "acks0") == [b"z0", b"z1", b"z2"]
+    bad = with_records(batch(3, LZ4), random.Random(5).randbytes(100))
+    c.send(request_frame(v.PRODUCE, 11, 2, produce_request(11, {"acks0": [(0, bad)]}, acks=0)))
+    with pytest.raises(ConnectionError):
+        c.read_frame()
+    c.close()

@@ -144,19 +144,28 @@ class Dispatcher:
             conn.done()
         elif isinstance(result, asyncio.Future):
             result.add_done_callback(
-                lambda f: self._send_parked(conn, correlation_id, flexible_response, f)
+                lambda f: self._complete(conn, correlation_id, flexible_response, f)
             )
         else:
             self._send(conn, correlation_id, flexible_response, result)
 
-    @classmethod
-    def _send_parked(
-        cls, conn: Channel, correlation_id: int, flexible: bool, parked: asyncio.Future
+    def _complete(
+        self, conn: Channel, correlation_id: int, flexible: bool, future: asyncio.Future
     ) -> None:
-        if parked.exception() is not None:  # already logged by the purgatory that failed it
+        """Answer a handler's future as `handle` answers a plain result."""
+        try:
+            response = future.result()
+        except CloseConnection as e:
+            logger.info("Closing connection from %s: %s", conn.peer, e)
             conn.close()
+            return
+        except Exception:  # a parked operation that failed: its purgatory logged why
+            conn.close()
+            return
+        if response is None:
+            conn.done()
         else:
-            cls._send(conn, correlation_id, flexible, parked.result())
+            self._send(conn, correlation_id, flexible, response)
 
     @staticmethod
     def _send(conn: Channel, correlation_id: int, flexible: bool, response: Any) -> None:

@@ -14,15 +14,13 @@ from log.checkpoint import fsync_dir
 from log.config import LogConfig
 from log.errors import (
     InvalidRecordError,
-    InvalidTimestampError,
     OffsetOutOfRangeError,
-    RecordTooLargeError,
     UnexpectedAppendOffsetError,
 )
 from log.leader_epoch import LeaderEpochCache
 from log.producer_state import ProducerAppendInfo, ProducerStateManager
 from log.segment import DELETED_SUFFIX, LOG_SUFFIX, SEGMENT_SUFFIXES, LogSegment
-from log.validator import check_keys_present, needs_recompression, recompress
+from log.validator import Validated, validate
 from wire.records import (
     BatchHeader,
     assign_offsets,
@@ -217,35 +215,21 @@ class Log:
         origin_client: bool = True,
     ) -> AppendResult:
         """Validate, assign offsets from the log end and write the batches in one call.
-        A retried batch of an idempotent producer returns its original offsets instead.
         ``origin_client=False`` marks batches the broker built itself (Kafka's append
         origin COORDINATOR): the checks that only guard against client input are skipped."""
-        config = self.config
-        # Broker-owned fields are patched in place: in the request's own buffer when it is
-        # writable (a large frame, received in place), else in the one copy made here.
-        if isinstance(records, memoryview) and not records.readonly:
-            data: bytearray | memoryview = records
-        else:
-            data = bytearray(records)
-        headers = split_batches(data)
+        validated = validate(records, self.config, now_ms, origin_client=origin_client)
+        return self.append_validated(validated, leader_epoch=leader_epoch, now_ms=now_ms)
+
+    def append_validated(
+        self, validated: Validated, *, leader_epoch: int, now_ms: int
+    ) -> AppendResult:
+        """Assign offsets from the log end to batches `validate` accepted, and write them.
+        A retried batch of an idempotent producer returns its original offsets instead.
+        Nothing changes unless the write succeeds."""
+        data, headers = validated.data, validated.headers
         if not headers:
             return AppendResult(-1, -1, -1, self.log_start_offset, 0)
-        for h in headers:
-            self._check_size(h)
-            validate_batch(data, h)
-            if not origin_client:
-                continue
-            if h.is_control:
-                raise InvalidRecordError("clients may not produce control batches")
-            if not config.log_append_time:
-                self._check_timestamps(h, now_ms)
-        if config.compact and origin_client:
-            check_keys_present(data, headers)
-        if needs_recompression(config.compression_type, headers):
-            data, headers = recompress(data, headers, config.compression_type)
-            for h in headers:
-                self._check_size(h)
-        append_time = now_ms if config.log_append_time else None
+        append_time = now_ms if self.config.log_append_time else None
         state = self.producer_state
         infos: dict[int, ProducerAppendInfo] = {}
         next_offset = self.log_end_offset
@@ -270,8 +254,8 @@ class Log:
             next_offset = h.next_offset
             record_count += h.record_count
         first_offset = self.log_end_offset
-        self.leader_epochs.assign(leader_epoch, first_offset)
         self._write(data, headers, now_ms)
+        self.leader_epochs.assign(leader_epoch, first_offset)
         state.commit(infos, self.log_end_offset)
         self._flush_if_too_many_messages()
         return AppendResult(
@@ -281,23 +265,6 @@ class Log:
             self.log_start_offset,
             record_count,
         )
-
-    def _check_size(self, h: BatchHeader) -> None:
-        if h.size > self.config.max_message_bytes:
-            raise RecordTooLargeError(
-                f"batch of {h.size} bytes exceeds max.message.bytes {self.config.max_message_bytes}"
-            )
-
-    def _check_timestamps(self, h: BatchHeader, now_ms: int) -> None:
-        # Per batch: the first and the largest timestamp stand in for every record's.
-        before = self.config.message_timestamp_before_max_ms
-        after = self.config.message_timestamp_after_max_ms
-        for ts in (h.base_timestamp, h.max_timestamp):
-            if ts >= 0 and (now_ms - ts > before or ts - now_ms > after):
-                raise InvalidTimestampError(
-                    f"timestamp {ts} is out of range for now={now_ms} "
-                    f"(before.max.ms={before}, after.max.ms={after})"
-                )
 
     def append_as_follower(self, records: bytes | memoryview) -> AppendResult:
         """Append batches whose offsets the leader assigned (replication), byte for byte."""
@@ -338,6 +305,11 @@ class Log:
         first_offset = headers[0].base_offset
         last_offset = headers[-1].last_offset
         max_ts = max(h.max_timestamp for h in headers)
+        if last_offset - first_offset > INT_MAX:
+            # Only a replicated append can span this much: no one segment could index it.
+            raise InvalidRecordError(
+                f"offsets {first_offset}-{last_offset} span more than one segment can index"
+            )
         self._maybe_roll_for(len(data), first_offset, last_offset, max_ts, now_ms)
         self.active_segment.append(data, headers)
         self.log_end_offset = headers[-1].next_offset

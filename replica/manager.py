@@ -17,6 +17,7 @@ from controller.metadata import PartitionInfo
 from log.config import LogConfig
 from log.log import AppendResult
 from log.manager import LogManager
+from log.validator import Validated
 from replica.partition import Partition
 from replica.purgatory import Purgatory
 
@@ -101,6 +102,14 @@ class ReplicaManager:
     ) -> AppendResult:
         """``origin_client=False`` for batches the broker's coordinators built themselves."""
         result = partition.append_as_leader(records, now_ms, origin_client=origin_client)
+        self._on_data((partition.topic, partition.index))
+        return result
+
+    def append_validated(
+        self, partition: Partition, validated: Validated, now_ms: int
+    ) -> AppendResult:
+        """Append batches `log.validator.validate` accepted (the produce path)."""
+        result = partition.append_validated(validated, now_ms)
         self._on_data((partition.topic, partition.index))
         return result
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from log.log import AppendResult, Log, ReadResult
+from log.validator import Validated
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +45,13 @@ class Partition:
     ) -> AppendResult:
         result = self.log.append_as_leader(
             records, leader_epoch=self.leader_epoch, now_ms=now_ms, origin_client=origin_client
+        )
+        self.maybe_advance_high_watermark()
+        return result
+
+    def append_validated(self, validated: Validated, now_ms: int) -> AppendResult:
+        result = self.log.append_validated(
+            validated, leader_epoch=self.leader_epoch, now_ms=now_ms
         )
         self.maybe_advance_high_watermark()
         return result

@@ -29,8 +29,8 @@ def open_log(path: Path, **cfg: object) -> Log:
     return Log.open(path / "t-0", LogConfig(**cfg), now_ms=NOW)
 
 
-def append(log: Log, data: bytes) -> AppendResult:
-    return log.append_as_leader(data, leader_epoch=0, now_ms=NOW)
+def append(log: Log, data: bytes, *, origin_client: bool = True) -> AppendResult:
+    return log.append_as_leader(data, leader_epoch=0, now_ms=NOW, origin_client=origin_client)
 
 
 def test_duplicate_returns_original_offsets_and_writes_nothing(tmp_path: Path) -> None:
@@ -164,7 +164,8 @@ def test_corrupt_snapshot_falls_back_to_log_replay(tmp_path: Path) -> None:
 def test_snapshot_file_format(tmp_path: Path) -> None:
     log = open_log(tmp_path)
     append(log, build_batch([(None, b"v", [], NOW)]))
-    append(log, pbatch(0, 3, epoch=6, is_transactional=True))
+    # Transactional batches come only from the broker itself until transactions exist.
+    append(log, pbatch(0, 3, epoch=6, is_transactional=True), origin_client=False)
     log.close()
     data = (tmp_path / "t-0" / "00000000000000000004.snapshot").read_bytes()
     version, crc, count = struct.unpack_from(">hIi", data)

@@ -106,3 +106,37 @@ def test_mutations_raise_only_decode_errors(version: int, seed: int, flips: int)
         decode_produce_request(version, bytes(data), 0)
     except BodyDecodeError:
         pass
+
+
+@pytest.mark.parametrize("version", [v for v in VERSIONS if v >= 8])
+def test_record_errors_and_error_message_match_kio(version: int) -> None:
+    failed = PartitionResult(2, ErrorCode.invalid_timestamp)
+    failed.record_errors = [(4, "timestamp 5 of record 4 is out of range")]
+    failed.error_message = "timestamp 5 of record 4 is out of range"
+    cls = response_type(0, version)
+    t, p = nested(cls, "TopicProduceResponse"), nested(cls, "PartitionProduceResponse")
+    error = nested(cls, "BatchIndexAndErrorMessage")
+    expected = build(
+        cls,
+        throttle_time=NO_THROTTLE,
+        responses=(
+            t(
+                name="t",
+                partition_responses=(
+                    build(
+                        p,
+                        index=2,
+                        error_code=ErrorCode.invalid_timestamp,
+                        base_offset=-1,
+                        log_append_time=None,
+                        log_start_offset=-1,
+                        record_errors=(
+                            error(batch_index=4, batch_index_error_message=failed.error_message),
+                        ),
+                        error_message=failed.error_message,
+                    ),
+                ),
+            ),
+        ),
+    )
+    assert encode_produce_response(version, [("t", [failed])]) == encode(expected)

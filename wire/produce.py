@@ -8,10 +8,17 @@ ProduceResponse v3-v11; tests check them byte for byte against kio.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from wire.compression import ZSTD
 from wire.headers import encode_uvarint
 from wire.reader import Reader
+from wire.records import (
+    BatchHeader,
+    InvalidRecordError,
+    UnsupportedCompressionError,
+    split_batches,
+)
 
 MIN_VERSION, MAX_VERSION = 3, 11
 _FLEXIBLE_FROM = 9
@@ -20,6 +27,8 @@ _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _ACKS_TIMEOUT = struct.Struct(">hi")  # acks, timeout
 _PARTITION_HEAD = struct.Struct(">ihqq")  # index, error, base offset, log append time
+_MAGIC_AT = 16
+_ZSTD_FROM = 7
 
 
 @dataclass(slots=True)
@@ -49,6 +58,35 @@ class PartitionResult:
     base_offset: int = -1
     log_append_time: int = -1
     log_start_offset: int = -1
+    record_errors: list[tuple[int, str]] = field(default_factory=list)  # (batch index, message)
+    error_message: str | None = None
+
+
+def check_records(version: int, records: memoryview | None) -> BatchHeader:
+    """Kafka's ProduceRequest.validateRecords: exactly one magic-2 batch per partition, and
+    zstd only from version 7. Returns that batch's header; raises InvalidRecordError,
+    UnsupportedCompressionError or (bytes that are not a batch) CorruptRecordError."""
+    if not records:
+        raise InvalidRecordError(
+            f"Produce requests with version {version} must have at least one record batch "
+            "per partition"
+        )
+    if len(records) > _MAGIC_AT and records[_MAGIC_AT] != 2:
+        raise InvalidRecordError(
+            f"Produce requests with version {version} are only allowed to contain record "
+            "batches with magic version 2"
+        )
+    headers = split_batches(records)
+    if len(headers) != 1:
+        raise InvalidRecordError(
+            f"Produce requests with version {version} are only allowed to contain exactly "
+            "one record batch per partition"
+        )
+    if headers[0].compression == ZSTD and version < _ZSTD_FROM:
+        raise UnsupportedCompressionError(
+            f"Produce requests with version {version} may not use zstd compression"
+        )
+    return headers[0]
 
 
 def decode_produce_request(version: int, buf: bytes | bytearray, offset: int) -> ProduceRequest:
@@ -81,6 +119,14 @@ def encode_produce_response(
         else:
             out.extend(_I32.pack(n))
 
+    def string(value: str | None) -> None:
+        if value is None:
+            out.extend(b"\x00" if flexible else b"\xff\xff")
+            return
+        encoded = value.encode()
+        out.extend(encode_uvarint(len(encoded) + 1) if flexible else _I16.pack(len(encoded)))
+        out.extend(encoded)
+
     length(len(topics))
     for name, partitions in topics:
         encoded = name.encode()
@@ -95,8 +141,13 @@ def encode_produce_response(
             if version >= 5:
                 out += p.log_start_offset.to_bytes(8, "big", signed=True)
             if version >= 8:
-                length(0)  # record errors
-                out += b"\x00" if flexible else b"\xff\xff"  # error message: null
+                length(len(p.record_errors))
+                for batch_index, message in p.record_errors:
+                    out += _I32.pack(batch_index)
+                    string(message)
+                    if flexible:
+                        out += b"\x00"
+                string(p.error_message)
             if flexible:
                 out += b"\x00"
         if flexible:

@@ -1,9 +1,9 @@
 """RecordBatch v2 (magic 2): header parsing, validation, in-place offset assignment,
 record decoding and building.
 
-The broker's hot path (split_batches, validate_batch, assign_offsets) works per batch on
-the header and never loops over records; decode_records and build_batch are for tools,
-tests, control batches and internal topics.
+The broker's hot path works per batch in Python (split_batches, validate_batch,
+assign_offsets); walk_records checks every record in C (wire/_recordwalk.c). decode_records
+and build_batch are for tools, tests, control batches and internal topics.
 """
 
 import struct
@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from crc32c import crc32c
 
+from wire._recordwalk import walk
 from wire.compression import (
     NONE,
     ZSTD,
@@ -34,8 +35,12 @@ __all__ = [
     "decode_varint",
     "encode_varint",
     "parse_header",
+    "rebuild_batch",
+    "records_section",
+    "set_max_timestamp",
     "split_batches",
     "validate_batch",
+    "walk_records",
 ]
 
 
@@ -220,6 +225,48 @@ def validate_batch(
         return
     if records_size < header.record_count * _MIN_RECORD_SIZE:
         raise CorruptRecordError("record batch is too short for its record count")
+
+
+def records_section(
+    buf: Buffer, header: BatchHeader, *, max_decompressed: int | None = None
+) -> memoryview:
+    """The records of one batch after its header, decompressed (within the bound) if need be."""
+    payload = _batch_view(buf, header)[BATCH_HEADER_SIZE:]
+    if header.compression == NONE:
+        return payload
+    return memoryview(decompress(header.compression, payload, max_decompressed))
+
+
+def walk_records(
+    section: Buffer, header: BatchHeader, ts_min: int, ts_max: int, need_keys: bool
+) -> int | tuple[int, int, int, str]:
+    """Walk every record of a batch's records section in C, without the GIL (Kafka's
+    DefaultRecord.readFrom plus LogValidator's key and timestamp rules). Returns the
+    largest record timestamp, or (kind, record index, value, reason) for the first problem:
+    kind 1 the bytes are not `record_count` well-formed records with offset deltas 0..n-1,
+    2 a record without a key (`need_keys`), 3 a timestamp (not -1) outside [ts_min, ts_max]."""
+    return walk(section, header.record_count, header.base_timestamp, ts_min, ts_max, need_keys)
+
+
+def rebuild_batch(buf: Buffer, header: BatchHeader, codec: int, records: Buffer) -> bytearray:
+    """The batch with its (uncompressed) records section compressed by `codec` instead: the
+    records' bytes do not depend on the codec, so every other field stays."""
+    payload = compress(codec, records)
+    out = bytearray(_batch_view(buf, header)[:BATCH_HEADER_SIZE])
+    out += payload
+    _INT32.pack_into(out, 8, len(out) - _LENGTH_END)
+    _INT16.pack_into(out, _ATTRIBUTES_AT, (header.attributes & ~COMPRESSION_MASK) | codec)
+    _UINT32.pack_into(out, _CRC_AT, crc32c(memoryview(out)[_ATTRIBUTES_AT:]))
+    return out
+
+
+def set_max_timestamp(buf: bytearray | memoryview, header: BatchHeader, timestamp: int) -> None:
+    """Rewrite the batch's max timestamp (and so its CRC) in place."""
+    _INT64.pack_into(buf, header.position + _MAX_TIMESTAMP_AT, timestamp)
+    crc = crc32c(_batch_view(buf, header)[_ATTRIBUTES_AT:])
+    _UINT32.pack_into(buf, header.position + _CRC_AT, crc)
+    header.max_timestamp = timestamp
+    header.crc = crc
 
 
 def assign_offsets(

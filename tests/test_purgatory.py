@@ -242,7 +242,7 @@ def test_a_request_whose_parked_operation_failed_gets_its_connection_closed() ->
         future = purgatory.park(["k"], 60_000, Broken(force_fails=True))
         purgatory.check("k")
         channel = Channel()
-        Dispatcher._send_parked(channel, 1, False, future)
+        Dispatcher(None)._complete(channel, 1, False, future)  # type: ignore[arg-type]
         return channel
 
     channel = asyncio.run(scenario())

@@ -4,7 +4,8 @@ in Kafka's text format: a version line `0`, a count line, then `topic partition 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from functools import partial
 from pathlib import Path
 
 from log.errors import KafkaStorageError
@@ -16,22 +17,88 @@ LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 _VERSION = 0
 
 
-def write_atomically(path: Path, data: bytes, *, sync: bool = True) -> None:
+class DiskJob:
+    """Blocking disk work (writes, fsyncs, renames, unlinks) prepared on the event-loop thread,
+    so that `run()` may go to a worker thread: descriptors are opened while preparing and
+    closed by `finish()`, back on the loop thread, which also runs the completions (such as
+    advancing a recovery point) only if every step succeeded."""
+
+    def __init__(self) -> None:
+        self._steps: list[Callable[[], object]] = []
+        self._cleanups: list[Callable[[], None]] = []
+        self._completions: list[Callable[[], None]] = []
+        self.error: OSError | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self._steps or self._completions)
+
+    def open(self, path: Path, flags: int) -> int:
+        fd = os.open(path, flags, 0o644)
+        self._cleanups.append(partial(os.close, fd))
+        return fd
+
+    def step(self, work: Callable[[], object]) -> None:
+        self._steps.append(work)
+
+    def fsync(self, fd: int) -> None:
+        self._steps.append(partial(os.fsync, fd))
+
+    def cleanup(self, action: Callable[[], None]) -> None:
+        """Run on the loop thread after the steps, whatever their outcome."""
+        self._cleanups.append(action)
+
+    def then(self, completion: Callable[[], None]) -> None:
+        """Run on the loop thread after the steps, if they all succeeded."""
+        self._completions.append(completion)
+
+    def run(self) -> None:
+        """The blocking part, on any thread; stops at the first OSError and keeps it."""
+        try:
+            for work in self._steps:
+                work()
+        except OSError as exc:
+            self.error = exc
+
+    def finish(self) -> OSError | None:
+        """On the loop thread: close the descriptors, then complete; returns the error."""
+        for action in self._cleanups:
+            action()
+        if self.error is None:
+            for completion in self._completions:
+                completion()
+        return self.error
+
+    def run_here(self) -> None:
+        """Run and finish on the calling thread; raise the error, if any."""
+        self.run()
+        error = self.finish()
+        if error is not None:
+            raise error
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def add_atomic_write(job: DiskJob, path: Path, data: bytes, *, sync: bool = True) -> None:
     """Write via `<path>.tmp` and rename over `path`; with `sync`, fsync the file before the
     rename and the directory after it."""
     tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        if sync:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+    fd = job.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    job.step(partial(_write_all, fd, data))
     if sync:
-        fsync_dir(path.parent)
+        job.fsync(fd)
+    job.step(partial(os.replace, tmp, path))
+    if sync:
+        job.fsync(job.open(path.parent, os.O_RDONLY))
+
+
+def write_atomically(path: Path, data: bytes, *, sync: bool = True) -> None:
+    job = DiskJob()
+    add_atomic_write(job, path, data, sync=sync)
+    job.run_here()
 
 
 def fsync_dir(directory: Path) -> None:
@@ -42,10 +109,14 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def write_checkpoint(path: Path, offsets: Mapping[tuple[str, int], int]) -> None:
+def checkpoint_bytes(offsets: Mapping[tuple[str, int], int]) -> bytes:
     lines = [str(_VERSION), str(len(offsets))]
     lines += [f"{topic} {partition} {offset}" for (topic, partition), offset in offsets.items()]
-    write_atomically(path, ("\n".join(lines) + "\n").encode())
+    return ("\n".join(lines) + "\n").encode()
+
+
+def write_checkpoint(path: Path, offsets: Mapping[tuple[str, int], int]) -> None:
+    write_atomically(path, checkpoint_bytes(offsets))
 
 
 def read_checkpoint(path: Path) -> dict[tuple[str, int], int]:

@@ -30,7 +30,7 @@ class DiskJob:
         self.error: OSError | None = None
 
     def __bool__(self) -> bool:
-        return bool(self._steps or self._completions)
+        return bool(self._steps or self._cleanups or self._completions)
 
     def open(self, path: Path, flags: int) -> int:
         fd = os.open(path, flags, 0o644)

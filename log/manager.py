@@ -57,6 +57,7 @@ class LogManager:
         )
         self._logs: dict[TopicPartition, Log] = {}
         self._dir_of: dict[TopicPartition, Path] = {}
+        self._partition_count = dict.fromkeys(self.log_dirs, 0)
         self._lock_fds: list[int] = []
         self._deleting: list[tuple[Log, int | None]] = []
         self._now_ms = 0
@@ -125,6 +126,7 @@ class LogManager:
         log.request_flush = self._request_flush
         self._logs[tp] = log
         self._dir_of[tp] = log_dir
+        self._partition_count[log_dir] += 1
 
     def shutdown(self, high_watermarks: Mapping[TopicPartition, int]) -> None:
         """Flush and close every log (writing producer snapshots), write the checkpoints and
@@ -174,10 +176,7 @@ class LogManager:
             if log.config != config:
                 log.update_config(config)
             return log
-        counts = {d: 0 for d in self.log_dirs}
-        for d in self._dir_of.values():
-            counts[d] += 1
-        log_dir = min(self.log_dirs, key=lambda d: counts[d])
+        log_dir = min(self.log_dirs, key=lambda d: self._partition_count[d])
         if log_dir in self.offline_dirs:
             raise KafkaStorageError(f"log directory {log_dir} is offline")
         try:
@@ -201,6 +200,7 @@ class LogManager:
         if log is None:
             return
         log_dir = self._dir_of.pop(tp)
+        self._partition_count[log_dir] -= 1
         log.rename_dir(log_dir / f"{topic}-{partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
         self._deleting.append((log, None))
 

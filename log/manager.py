@@ -176,9 +176,10 @@ class LogManager:
             if log.config != config:
                 log.update_config(config)
             return log
-        log_dir = min(self.log_dirs, key=lambda d: self._partition_count[d])
-        if log_dir in self.offline_dirs:
-            raise KafkaStorageError(f"log directory {log_dir} is offline")
+        online = [d for d in self.log_dirs if d not in self.offline_dirs]
+        if not online:
+            raise KafkaStorageError(f"every log directory is offline: cannot create {tp}")
+        log_dir = min(online, key=lambda d: self._partition_count[d])
         try:
             log = Log.open(
                 log_dir / f"{topic}-{partition}",

@@ -18,30 +18,45 @@ _VERSION = 0
 
 
 class DiskJob:
-    """Blocking disk work (writes, fsyncs, renames, unlinks) prepared on the event-loop thread,
-    so that `run()` may go to a worker thread: descriptors are opened while preparing and
-    closed by `finish()`, back on the loop thread, which also runs the completions (such as
-    advancing a recovery point) only if every step succeeded."""
+    """Blocking disk work (opens, writes, fsyncs, renames, unlinks) queued on the event-loop
+    thread, so that `run()` may go to a worker thread. Descriptors the steps open are closed
+    by `finish()`, back on the loop thread (a descriptor number is never freed under the
+    loop's feet), which then runs the completions (such as advancing a recovery point) if
+    every step succeeded."""
 
     def __init__(self) -> None:
         self._steps: list[Callable[[], object]] = []
         self._cleanups: list[Callable[[], None]] = []
         self._completions: list[Callable[[], None]] = []
+        self._fds: list[int] = []
         self.error: OSError | None = None
 
     def __bool__(self) -> bool:
         return bool(self._steps or self._cleanups or self._completions)
 
     def open(self, path: Path, flags: int) -> int:
+        """For steps: open a file that finish() closes."""
         fd = os.open(path, flags, 0o644)
-        self._cleanups.append(partial(os.close, fd))
+        self._fds.append(fd)
         return fd
 
     def step(self, work: Callable[[], object]) -> None:
         self._steps.append(work)
 
     def fsync(self, fd: int) -> None:
+        """fsync a descriptor its owner keeps open until the job finishes."""
         self._steps.append(partial(os.fsync, fd))
+
+    def fsync_path(self, path: Path) -> None:
+        """fsync a file or directory; one deleted or renamed meanwhile needs none."""
+        self._steps.append(partial(self._fsync_path, path))
+
+    def _fsync_path(self, path: Path) -> None:
+        try:
+            fd = self.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            return
+        os.fsync(fd)
 
     def cleanup(self, action: Callable[[], None]) -> None:
         """Run on the loop thread after the steps, whatever their outcome."""
@@ -61,6 +76,9 @@ class DiskJob:
 
     def finish(self) -> OSError | None:
         """On the loop thread: close the descriptors, then complete; returns the error."""
+        for fd in self._fds:
+            os.close(fd)
+        self._fds = []
         for action in self._cleanups:
             action()
         if self.error is None:
@@ -86,13 +104,17 @@ def add_atomic_write(job: DiskJob, path: Path, data: bytes, *, sync: bool = True
     """Write via `<path>.tmp` and rename over `path`; with `sync`, fsync the file before the
     rename and the directory after it."""
     tmp = path.with_name(path.name + ".tmp")
-    fd = job.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-    job.step(partial(_write_all, fd, data))
+
+    def write() -> None:
+        fd = job.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        _write_all(fd, data)
+        if sync:
+            os.fsync(fd)
+        os.replace(tmp, path)
+
+    job.step(write)
     if sync:
-        job.fsync(fd)
-    job.step(partial(os.replace, tmp, path))
-    if sync:
-        job.fsync(job.open(path.parent, os.O_RDONLY))
+        job.fsync_path(path.parent)
 
 
 def write_atomically(path: Path, data: bytes, *, sync: bool = True) -> None:

@@ -96,11 +96,10 @@ class _Index:
         self._reserved = self._file_size
         self.was_missing = False
 
-    def write_pending(self, *, keep_open: bool = False) -> int | None:
-        """pwrite() the entries not yet in the file, trimming it unless space is reserved.
-        With `keep_open`, return the open descriptor (for an fsync; the caller closes it)."""
-        if not self.dirty and not keep_open:
-            return None
+    def write_pending(self) -> None:
+        """pwrite() the entries not yet in the file, trimming it unless space is reserved."""
+        if not self.dirty:
+            return
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             end = self._entries * self._entry_size
@@ -111,13 +110,8 @@ class _Index:
                 os.ftruncate(fd, end)
                 self._file_size = end
             self._written = end
-        except BaseException:
+        finally:
             os.close(fd)
-            raise
-        if keep_open:
-            return fd
-        os.close(fd)
-        return None
 
     def trim(self) -> None:
         """Give back the reserved space (roll, close): the file holds exactly the entries."""

@@ -6,7 +6,6 @@ change (OffsetsForLeaderEpoch)."""
 from __future__ import annotations
 
 import bisect
-import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -122,6 +121,6 @@ class LeaderEpochCache:
 
     def start_fsync(self, job: DiskJob) -> None:
         """Queue the fsync of the checkpoint file on `job`, if it changed since the last."""
-        if self._dirty and self.path.exists():
-            job.fsync(job.open(self.path, os.O_RDONLY))
+        if self._dirty:
+            job.fsync_path(self.path)
         self._dirty = False

@@ -672,7 +672,7 @@ class Log:
                     segment.start_flush(job)
             self.leader_epochs.start_fsync(job)
             if self._dir_dirty:
-                job.fsync(job.open(self.directory, os.O_RDONLY))
+                job.fsync_path(self.directory)
                 self._dir_dirty = False
         except OSError as exc:
             job.finish()

@@ -398,10 +398,8 @@ class LogSegment:
         self.pins += 1
         job.cleanup(self._unpin)
         for index in (self.offset_index, self.time_index):
-            fd = index.write_pending(keep_open=True)
-            assert fd is not None
-            job.cleanup(partial(os.close, fd))
-            job.fsync(fd)
+            index.write_pending()
+            job.fsync_path(index.path)
         self.unflushed = False
 
     def _unpin(self) -> None:

@@ -105,6 +105,7 @@ class Log:
         self._roll_flush_offset = 0  # flush owed up to here since a roll (done by flush_if_due)
         self._dir_dirty = False
         self._truncations = 0  # a flush only advances the recovery point if none came between
+        self._unsynced_snapshots: list[tuple[int, Path]] = []  # written at rolls, not fsynced
 
     # -- opening ---------------------------------------------------------------------------
     @classmethod
@@ -424,11 +425,12 @@ class Log:
         try:
             new = self._new_segment(base_offset, now_ms, active=True)
             self.producer_state.map_end_offset = base_offset
-            self.producer_state.take_snapshot(sync=False)
+            snapshot = self.producer_state.take_snapshot(sync=False)
         except OSError as exc:
             raise self._storage_error(exc, "rolling a segment") from exc
         self._set_segments([*self.segments, new])
         self._dir_dirty = True
+        self._unsynced_snapshots.append((base_offset, snapshot))
         self._roll_flush_offset = base_offset
 
     def maybe_roll(self, now_ms: int) -> None:
@@ -670,6 +672,8 @@ class Log:
             for segment in self.segments:
                 if segment.base_offset < target:
                     segment.start_flush(job)
+            while self._unsynced_snapshots and self._unsynced_snapshots[0][0] <= target:
+                job.fsync_path(self._unsynced_snapshots.pop(0)[1])
             self.leader_epochs.start_fsync(job)
             if self._dir_dirty:
                 job.fsync_path(self.directory)

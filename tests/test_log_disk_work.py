@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import os
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -73,16 +74,30 @@ def test_cold_segments_write_their_index_entries(tmp_path: Path, cap_of_three: N
         other.close()
 
 
-def test_flush_job_advances_the_recovery_point_only_when_finished(tmp_path: Path) -> None:
-    log = Log.open(tmp_path / "t-0", LogConfig(), now_ms=NOW)
-    log.append_as_leader(batch(3), leader_epoch=0, now_ms=NOW)
+def test_flush_job_fsyncs_on_its_thread_and_then_advances_the_recovery_point(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fsync_threads = []
+    real_fsync = os.fsync
+
+    def recording_fsync(fd: int) -> None:
+        fsync_threads.append(threading.get_ident())
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+    log = Log.open(tmp_path / "t-0", LogConfig(segment_bytes=len(batch(3)) * 2), now_ms=NOW)
+    for _ in range(3):  # two segments and a roll
+        log.append_as_leader(batch(3), leader_epoch=0, now_ms=NOW)
     job = DiskJob()
-    log.flush(job=job)
-    assert log.recovery_point == 0 and log.active_segment.pinned
-    job.run()  # a worker thread in the broker
+    log.flush_if_due(NOW, job)  # the flush owed by the roll
+    assert log.recovery_point == 0 and log.segments[0].pinned
+    worker = threading.Thread(target=job.run)
+    worker.start()
+    worker.join()
+    assert fsync_threads and set(fsync_threads) == {worker.ident}
     assert log.recovery_point == 0
     assert job.finish() is None
-    assert log.recovery_point == 3 and not log.active_segment.pinned
+    assert log.recovery_point == 6 and not log.segments[0].pinned
 
 
 def test_truncation_during_a_flush_keeps_the_recovery_point(tmp_path: Path) -> None:

@@ -123,14 +123,6 @@ def write_atomically(path: Path, data: bytes, *, sync: bool = True) -> None:
     job.run_here()
 
 
-def fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def checkpoint_bytes(offsets: Mapping[tuple[str, int], int]) -> bytes:
     lines = [str(_VERSION), str(len(offsets))]
     lines += [f"{topic} {partition} {offset}" for (topic, partition), offset in offsets.items()]

@@ -679,7 +679,8 @@ class Log:
                 job.fsync_path(self.directory)
                 self._dir_dirty = False
         except OSError as exc:
-            job.finish()
+            if run_now:  # a job of the caller's is finished by the caller
+                job.finish()
             raise self._storage_error(exc, "preparing a flush") from exc
         truncations = self._truncations
 

@@ -29,6 +29,7 @@ class DiskJob:
         self._cleanups: list[Callable[[], None]] = []
         self._completions: list[Callable[[], None]] = []
         self._fds: list[int] = []
+        self._ran = False
         self.error: OSError | None = None
 
     def __bool__(self) -> bool:
@@ -66,6 +67,10 @@ class DiskJob:
         """Run on the loop thread after the steps, if they all succeeded."""
         self._completions.append(completion)
 
+    @property
+    def succeeded(self) -> bool:
+        return self._ran and self.error is None
+
     def run(self) -> None:
         """The blocking part, on any thread; stops at the first OSError and keeps it."""
         try:
@@ -73,15 +78,17 @@ class DiskJob:
                 work()
         except OSError as exc:
             self.error = exc
+        self._ran = True
 
     def finish(self) -> OSError | None:
-        """On the loop thread: close the descriptors, then complete; returns the error."""
+        """On the loop thread: close the descriptors, then complete if the steps all ran
+        (a cancelled job completes nothing); returns the error."""
         for fd in self._fds:
             os.close(fd)
         self._fds = []
         for action in self._cleanups:
             action()
-        if self.error is None:
+        if self.succeeded:
             for completion in self._completions:
                 completion()
         return self.error

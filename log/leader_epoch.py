@@ -123,4 +123,8 @@ class LeaderEpochCache:
         """Queue the fsync of the checkpoint file on `job`, if it changed since the last."""
         if self._dirty:
             job.fsync_path(self.path)
+            job.cleanup(lambda: self._still_dirty_unless(job.succeeded))
         self._dirty = False
+
+    def _still_dirty_unless(self, synced: bool) -> None:
+        self._dirty = self._dirty or not synced

@@ -672,12 +672,15 @@ class Log:
             for segment in self.segments:
                 if segment.base_offset < target:
                     segment.start_flush(job)
+            snapshots = []
             while self._unsynced_snapshots and self._unsynced_snapshots[0][0] <= target:
-                job.fsync_path(self._unsynced_snapshots.pop(0)[1])
+                snapshots.append(self._unsynced_snapshots.pop(0))
+                job.fsync_path(snapshots[-1][1])
             self.leader_epochs.start_fsync(job)
-            if self._dir_dirty:
+            dir_dirty, self._dir_dirty = self._dir_dirty, False
+            if dir_dirty:
                 job.fsync_path(self.directory)
-                self._dir_dirty = False
+            job.cleanup(partial(self._unless_flushed, job, snapshots, dir_dirty))
         except OSError as exc:
             if run_now:  # a job of the caller's is finished by the caller
                 job.finish()
@@ -694,6 +697,14 @@ class Log:
             error = job.finish()
             if error is not None:
                 raise self._storage_error(error, "flush")
+
+    def _unless_flushed(
+        self, job: DiskJob, snapshots: list[tuple[int, Path]], dir_dirty: bool
+    ) -> None:
+        """A failed or cancelled flush job leaves its fsyncs owed."""
+        if not job.succeeded:
+            self._unsynced_snapshots[:0] = snapshots
+            self._dir_dirty |= dir_dirty
 
     def flush_if_due(self, now_ms: int, job: DiskJob | None = None) -> None:
         """flush.ms policy, plus the flush of rolled segments owed since the last roll."""

@@ -396,14 +396,16 @@ class LogSegment:
             return
         job.fsync(self.fd)
         self.pins += 1
-        job.cleanup(self._unpin)
+        job.cleanup(partial(self._unpin, job))
         for index in (self.offset_index, self.time_index):
             index.write_pending()
             job.fsync_path(index.path)
         self.unflushed = False
 
-    def _unpin(self) -> None:
+    def _unpin(self, job: DiskJob) -> None:
         self.pins -= 1
+        if not job.succeeded:
+            self.unflushed = True  # still owed
         if self._gone or self.offline:
             self._release_fd()
 

@@ -167,3 +167,14 @@ def test_io_error_takes_the_directory_offline(tmp_path: Path) -> None:
     m.shutdown({})
     assert not (dirs[0] / ".kafka_cleanshutdown").exists()
     assert (dirs[1] / ".kafka_cleanshutdown").exists()
+
+
+def test_a_cancelled_flush_job_leaves_its_fsyncs_owed(tmp_path: Path) -> None:
+    log = Log.open(tmp_path / "t-0", LogConfig(), now_ms=NOW)
+    log.append_as_leader(batch(3), leader_epoch=0, now_ms=NOW)
+    job = DiskJob()
+    log.flush(job=job)
+    assert job.finish() is None  # never ran (the broker shut down first)
+    assert log.recovery_point == 0 and log.active_segment.unflushed
+    log.flush()
+    assert log.recovery_point == 3 and not log.active_segment.unflushed

@@ -47,18 +47,35 @@ def handle(services: Services, ctx: RequestContext, request: Any) -> Any:
                 )
             )
 
-    def topic_entry(topic: TopicInfo) -> Any:
-        partitions = tuple(
-            build(
+    def partition_entry(topic: str, p: Any) -> Any:
+        hosted = services.replicas.get(topic, p.index)
+        if hosted is not None and hosted.log.offline:
+            # Its log directory failed: no replica can lead (as Kafka's controller decides
+            # once the broker reports the directory offline).
+            return build(
                 partition_cls,
-                error_code=ErrorCode.none,
+                error_code=ErrorCode.leader_not_available,
                 partition_index=p.index,
-                leader_id=p.leader,
+                leader_id=-1,
                 leader_epoch=p.leader_epoch,
                 replica_nodes=tuple(p.replicas),
                 isr_nodes=tuple(p.isr),
-                offline_replicas=(),
+                offline_replicas=(hosted.broker_id,),
             )
+        return build(
+            partition_cls,
+            error_code=ErrorCode.none,
+            partition_index=p.index,
+            leader_id=p.leader,
+            leader_epoch=p.leader_epoch,
+            replica_nodes=tuple(p.replicas),
+            isr_nodes=tuple(p.isr),
+            offline_replicas=(),
+        )
+
+    def topic_entry(topic: TopicInfo) -> Any:
+        partitions = tuple(
+            partition_entry(topic.name, p)
             for p in sorted(topic.partitions.values(), key=lambda p: p.index)
         )
         return build(

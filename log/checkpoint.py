@@ -4,7 +4,8 @@ in Kafka's text format: a version line `0`, a count line, then `topic partition 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from functools import partial
 from pathlib import Path
 
 from log.errors import KafkaStorageError
@@ -16,36 +17,127 @@ LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 _VERSION = 0
 
 
-def write_atomically(path: Path, data: bytes, *, sync: bool = True) -> None:
+class DiskJob:
+    """Blocking disk work (opens, writes, fsyncs, renames, unlinks) queued on the event-loop
+    thread, so that `run()` may go to a worker thread. Descriptors the steps open are closed
+    by `finish()`, back on the loop thread (a descriptor number is never freed under the
+    loop's feet), which then runs the completions (such as advancing a recovery point) if
+    every step succeeded."""
+
+    def __init__(self) -> None:
+        self._steps: list[Callable[[], object]] = []
+        self._cleanups: list[Callable[[], None]] = []
+        self._completions: list[Callable[[], None]] = []
+        self._fds: list[int] = []
+        self._ran = False
+        self.error: OSError | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self._steps or self._cleanups or self._completions)
+
+    def open(self, path: Path, flags: int) -> int:
+        """For steps: open a file that finish() closes."""
+        fd = os.open(path, flags, 0o644)
+        self._fds.append(fd)
+        return fd
+
+    def step(self, work: Callable[[], object]) -> None:
+        self._steps.append(work)
+
+    def fsync(self, fd: int) -> None:
+        """fsync a descriptor its owner keeps open until the job finishes."""
+        self._steps.append(partial(os.fsync, fd))
+
+    def fsync_path(self, path: Path) -> None:
+        """fsync a file or directory; one deleted or renamed meanwhile needs none."""
+        self._steps.append(partial(self._fsync_path, path))
+
+    def _fsync_path(self, path: Path) -> None:
+        try:
+            fd = self.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            return
+        os.fsync(fd)
+
+    def cleanup(self, action: Callable[[], None]) -> None:
+        """Run on the loop thread after the steps, whatever their outcome."""
+        self._cleanups.append(action)
+
+    def then(self, completion: Callable[[], None]) -> None:
+        """Run on the loop thread after the steps, if they all succeeded."""
+        self._completions.append(completion)
+
+    @property
+    def succeeded(self) -> bool:
+        return self._ran and self.error is None
+
+    def run(self) -> None:
+        """The blocking part, on any thread; stops at the first OSError and keeps it."""
+        try:
+            for work in self._steps:
+                work()
+        except OSError as exc:
+            self.error = exc
+        self._ran = True
+
+    def finish(self) -> OSError | None:
+        """On the loop thread: close the descriptors, then complete if the steps all ran
+        (a cancelled job completes nothing); returns the error."""
+        for fd in self._fds:
+            os.close(fd)
+        self._fds = []
+        for action in self._cleanups:
+            action()
+        if self.succeeded:
+            for completion in self._completions:
+                completion()
+        return self.error
+
+    def run_here(self) -> None:
+        """Run and finish on the calling thread; raise the error, if any."""
+        self.run()
+        error = self.finish()
+        if error is not None:
+            raise error
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def add_atomic_write(job: DiskJob, path: Path, data: bytes, *, sync: bool = True) -> None:
     """Write via `<path>.tmp` and rename over `path`; with `sync`, fsync the file before the
     rename and the directory after it."""
     tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
+
+    def write() -> None:
+        fd = job.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        _write_all(fd, data)
         if sync:
             os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        os.replace(tmp, path)
+
+    job.step(write)
     if sync:
-        fsync_dir(path.parent)
+        job.fsync_path(path.parent)
 
 
-def fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+def write_atomically(path: Path, data: bytes, *, sync: bool = True) -> None:
+    job = DiskJob()
+    add_atomic_write(job, path, data, sync=sync)
+    job.run_here()
+
+
+def checkpoint_bytes(offsets: Mapping[tuple[str, int], int]) -> bytes:
+    lines = [str(_VERSION), str(len(offsets))]
+    lines += [f"{topic} {partition} {offset}" for (topic, partition), offset in offsets.items()]
+    return ("\n".join(lines) + "\n").encode()
 
 
 def write_checkpoint(path: Path, offsets: Mapping[tuple[str, int], int]) -> None:
-    lines = [str(_VERSION), str(len(offsets))]
-    lines += [f"{topic} {partition} {offset}" for (topic, partition), offset in offsets.items()]
-    write_atomically(path, ("\n".join(lines) + "\n").encode())
+    write_atomically(path, checkpoint_bytes(offsets))
 
 
 def read_checkpoint(path: Path) -> dict[tuple[str, int], int]:

@@ -1,15 +1,20 @@
-"""Sparse per-segment indexes, memory-mapped like Kafka's.
+"""Sparse per-segment indexes, in Kafka's file formats.
 
 `.index`: 8-byte entries (relative offset int32, file position int32), one per
 index.interval.bytes of log, pointing at a batch start and keyed by that batch's last offset.
 `.timeindex`: 12-byte entries (timestamp int64, relative offset int32), appended when the
-segment's max timestamp grows. The active segment's files are preallocated to
-segment.index.bytes and trimmed to their entries when the segment is rolled or closed.
+segment's max timestamp grows.
+
+Entries live in memory, loaded from the file on first use and dropped again when the segment
+goes cold; appends reach the file with pwrite() when the segment is flushed, rolled or goes
+cold. Nothing is memory-mapped: a mapped page that needs a new block of a full disk kills the
+process with SIGBUS, where a failed pwrite() is an error the log can report, and every map
+counts against vm.max_map_count. As in Kafka, the active segment's files are sized to
+segment.index.bytes (sparse) and trimmed to their entries when the segment is rolled or closed.
 """
 
 from __future__ import annotations
 
-import mmap
 import os
 import struct
 from collections.abc import Callable
@@ -21,60 +26,124 @@ class CorruptIndexError(Exception):
 
 
 class _Index:
-    """Shared mmap bookkeeping; subclasses define the entry layout and the key orders."""
+    """Shared bookkeeping; subclasses define the entry layout and the key orders."""
 
     ENTRY: struct.Struct
 
-    def __init__(self, path: Path, base_offset: int, max_index_bytes: int, *, writable: bool):
+    def __init__(
+        self, path: Path, base_offset: int, max_index_bytes: int, on_load: Callable[[], None]
+    ) -> None:
         self.path = path
+        self._on_load = on_load
         self.base_offset = base_offset
         self._entry_size = self.ENTRY.size
         self._max_entries = max(max_index_bytes // self._entry_size, 1)
-        self.was_missing = not path.exists()
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            length = os.fstat(fd).st_size
-            self.entries = length // self._entry_size
-            self._corrupt_length = length % self._entry_size != 0
-            self._map: mmap.mmap | bytes = b""
-            self.writable = False
-            if writable:
-                self._map_writable(fd)
-            elif length:
-                self._map = mmap.mmap(fd, length, prot=mmap.PROT_READ)
+            self._file_size = path.stat().st_size
+            self.was_missing = False
+        except FileNotFoundError:
+            self._file_size = 0
+            self.was_missing = True
+        self._data: bytearray | None = None  # None: not loaded
+        self._entries = self._file_size // self._entry_size
+        self._corrupt_length = self._file_size % self._entry_size != 0
+        self._written = self._entries * self._entry_size  # bytes of _data known to be in the file
+        self._reserved = 0  # file length reserved for appends (active segment), 0 if none
+
+    # -- memory ----------------------------------------------------------------------------
+    def _loaded(self) -> bytearray:
+        data = self._data
+        if data is None:
+            try:
+                with open(self.path, "rb") as f:
+                    data = bytearray(f.read(self._entries * self._entry_size))
+            except FileNotFoundError:
+                data = bytearray()
+            self._entries = len(data) // self._entry_size
+            self._written = min(self._written, len(data))
+            self._data = data
+            self._on_load()
+        return data
+
+    @property
+    def loaded(self) -> bool:
+        return self._data is not None
+
+    @property
+    def dirty(self) -> bool:
+        """Entries (or a truncation) not yet in the file."""
+        return self._written != self._entries * self._entry_size or (
+            not self._reserved and self._file_size != self._written
+        )
+
+    def unload(self) -> None:
+        """Drop the in-memory entries (after write_pending); they are re-read on next use."""
+        if not self.dirty:
+            self._data = None
+
+    # -- files -----------------------------------------------------------------------------
+    def reserve(self) -> None:
+        """Size the file to segment.index.bytes for the active segment's appends."""
+        size = max(self._max_entries, self._entries) * self._entry_size
+        self._max_entries = size // self._entry_size
+        if self._file_size < size:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                os.ftruncate(fd, size)
+            finally:
+                os.close(fd)
+        self._file_size = max(self._file_size, size)
+        self._reserved = self._file_size
+        self.was_missing = False
+
+    def write_pending(self) -> None:
+        """pwrite() the entries not yet in the file, trimming it unless space is reserved."""
+        if not self.dirty:
+            return
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            end = self._entries * self._entry_size
+            if self._written < end:
+                data = self._loaded()
+                os.pwrite(fd, data[self._written : end], self._written)
+            if not self._reserved and self._file_size != end:
+                os.ftruncate(fd, end)
+                self._file_size = end
+            self._written = end
         finally:
             os.close(fd)
 
-    def _map_writable(self, fd: int) -> None:
-        size = self._max_entries * self._entry_size
-        self._max_entries = max(self._max_entries, self.entries)
-        size = max(size, self.entries * self._entry_size)
-        os.ftruncate(fd, size)
-        self._map = mmap.mmap(fd, size)
-        self.writable = True
+    def trim(self) -> None:
+        """Give back the reserved space (roll, close): the file holds exactly the entries."""
+        self._reserved = 0
+        self.write_pending()
+        self.was_missing = False
+
+    # -- entries ---------------------------------------------------------------------------
+    @property
+    def entries(self) -> int:
+        return self._entries
 
     @property
     def is_full(self) -> bool:
-        return self.entries >= self._max_entries
+        return self._entries >= self._max_entries
 
     @property
     def size_bytes(self) -> int:
-        return self.entries * self._entry_size
+        return self._entries * self._entry_size
 
     def entry(self, n: int) -> tuple[int, ...]:
-        return self.ENTRY.unpack_from(self._map, n * self._entry_size)
+        return self.ENTRY.unpack_from(self._loaded(), n * self._entry_size)
 
     def _append_raw(self, *values: int) -> None:
-        if not self.writable:
-            raise ValueError(f"index {self.path} is not writable")
         if self.is_full:
             raise ValueError(f"index {self.path} is full")
-        self.ENTRY.pack_into(self._map, self.entries * self._entry_size, *values)
-        self.entries += 1
+        self._loaded().extend(self.ENTRY.pack(*values))
+        self._entries += 1
 
     def _last_index_where(self, pred_true_prefix: Callable[[tuple[int, ...]], bool]) -> int:
         """Index of the last entry satisfying a predicate that holds on a prefix; -1 if none."""
-        lo, hi = 0, self.entries
+        lo, hi = 0, self._entries
         while lo < hi:
             mid = (lo + hi) // 2
             if pred_true_prefix(self.entry(mid)):
@@ -84,65 +153,23 @@ class _Index:
         return lo - 1
 
     def _truncate_entries(self, keep: int) -> None:
-        self.entries = min(self.entries, keep)
+        if keep < self._entries:
+            data = self._loaded()
+            self._entries = keep
+            del data[keep * self._entry_size :]
+            self._written = min(self._written, len(data))
 
     def reset(self) -> None:
         """Drop every entry (before a rebuild)."""
-        self.entries = 0
+        self._data = bytearray()
+        self._entries = self._written = 0
+        self._corrupt_length = False
 
-    def flush(self) -> None:
-        if isinstance(self._map, mmap.mmap) and self.writable:
-            self._map.flush()
-
-    def make_read_only(self) -> None:
-        """Trim the file to its entries and remap read-only (on roll)."""
-        self.close()
-        fd = os.open(self.path, os.O_RDONLY)
-        try:
-            if self.entries:
-                self._map = mmap.mmap(fd, self.size_bytes, prot=mmap.PROT_READ)
-        finally:
-            os.close(fd)
-
-    def make_writable(self) -> None:
-        """Remap preallocated for appends (a segment becomes active again after truncation)."""
-        if self.writable:
-            return
-        self.release()
-        fd = os.open(self.path, os.O_RDWR)
-        try:
-            self._map_writable(fd)
-        finally:
-            os.close(fd)
-
-    def release(self) -> None:
-        if isinstance(self._map, mmap.mmap):
-            if self.writable:
-                self._map.flush()
-            self._map.close()
-        self._map = b""
-        self.writable = False
-
-    def close(self) -> None:
-        """Flush, unmap, and trim the file to the valid entries."""
-        self.release()
-        if self.path.exists():
-            os.truncate(self.path, self.size_bytes)
-
-    def fsync(self) -> None:
-        self.flush()
-        fd = os.open(self.path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-    def rename(self, path: Path) -> None:
-        os.rename(self.path, path)
-        self.path = path
+    def _entry_bytes(self) -> bytes | bytearray:
+        return self._loaded()[: self.size_bytes]
 
     def delete(self) -> None:
-        self.release()
+        self._data = None
         self.path.unlink(missing_ok=True)
 
 
@@ -174,9 +201,9 @@ class OffsetIndex(_Index):
         self._truncate_entries(self._last_index_where(lambda e: e[0] < rel) + 1)
 
     def last_entry(self) -> tuple[int, int]:
-        if not self.entries:
+        if not self._entries:
             return self.base_offset, 0
-        rel_off, pos = self.entry(self.entries - 1)
+        rel_off, pos = self.entry(self._entries - 1)
         return self.base_offset + rel_off, pos
 
     def sanity_check(self, log_size: int) -> None:
@@ -184,7 +211,7 @@ class OffsetIndex(_Index):
         if self._corrupt_length:
             raise CorruptIndexError(f"{self.path}: length is not a multiple of 8")
         prev_off = prev_pos = -1
-        for rel_off, pos in self.ENTRY.iter_unpack(self._map[: self.size_bytes]):
+        for rel_off, pos in self.ENTRY.iter_unpack(self._entry_bytes()):
             if rel_off <= prev_off or pos <= prev_pos or pos >= log_size:
                 raise CorruptIndexError(f"{self.path}: entry ({rel_off}, {pos}) out of order")
             prev_off, prev_pos = rel_off, pos
@@ -195,7 +222,7 @@ class TimeIndex(_Index):
 
     def maybe_append(self, timestamp: int, offset: int, *, skip_full_check: bool = False) -> None:
         """Append only if `timestamp` exceeds the last entry's (timestamps strictly increase)."""
-        if self.entries and timestamp <= self.entry(self.entries - 1)[0]:
+        if self._entries and timestamp <= self.entry(self._entries - 1)[0]:
             return
         if self.is_full and skip_full_check:
             return
@@ -214,9 +241,9 @@ class TimeIndex(_Index):
         self._truncate_entries(self._last_index_where(lambda e: e[1] < rel) + 1)
 
     def last_entry(self) -> tuple[int, int]:
-        if not self.entries:
+        if not self._entries:
             return -1, self.base_offset
-        ts, rel_off = self.entry(self.entries - 1)
+        ts, rel_off = self.entry(self._entries - 1)
         return ts, self.base_offset + rel_off
 
     def sanity_check(self, next_offset: int) -> None:
@@ -224,7 +251,7 @@ class TimeIndex(_Index):
             raise CorruptIndexError(f"{self.path}: length is not a multiple of 12")
         prev_ts, prev_off = -(1 << 63), -1
         rel_end = next_offset - self.base_offset
-        for ts, rel_off in self.ENTRY.iter_unpack(self._map[: self.size_bytes]):
+        for ts, rel_off in self.ENTRY.iter_unpack(self._entry_bytes()):
             if ts <= prev_ts or rel_off < prev_off or rel_off >= rel_end:
                 raise CorruptIndexError(f"{self.path}: entry ({ts}, {rel_off}) out of order")
             prev_ts, prev_off = ts, rel_off

@@ -6,10 +6,10 @@ change (OffsetsForLeaderEpoch)."""
 from __future__ import annotations
 
 import bisect
-import os
+from collections.abc import Callable
 from pathlib import Path
 
-from log.checkpoint import write_atomically
+from log.checkpoint import DiskJob, write_atomically
 from log.errors import KafkaStorageError
 
 LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
@@ -18,8 +18,11 @@ UNDEFINED_EPOCH_OFFSET = -1
 
 
 class LeaderEpochCache:
-    def __init__(self, directory: Path) -> None:
+    def __init__(
+        self, directory: Path, on_io_error: Callable[[OSError], None] = lambda exc: None
+    ) -> None:
         self.path = directory / LEADER_EPOCH_CHECKPOINT
+        self._on_io_error = on_io_error
         self._epochs: list[int] = []
         self._starts: list[int] = []
         self._dirty = False  # written but not yet fsynced
@@ -45,7 +48,11 @@ class LeaderEpochCache:
     def _write(self) -> None:
         lines = ["0", str(len(self._epochs))]
         lines += [f"{e} {s}" for e, s in zip(self._epochs, self._starts, strict=True)]
-        write_atomically(self.path, ("\n".join(lines) + "\n").encode(), sync=False)
+        try:
+            write_atomically(self.path, ("\n".join(lines) + "\n").encode(), sync=False)
+        except OSError as exc:
+            self._on_io_error(exc)
+            raise KafkaStorageError(f"writing {self.path} failed: {exc}") from exc
         self._dirty = True
 
     def entries(self) -> list[tuple[int, int]]:
@@ -112,11 +119,12 @@ class LeaderEpochCache:
             self._starts.clear()
             self._write()
 
-    def fsync(self) -> None:
-        if self._dirty and self.path.exists():
-            fd = os.open(self.path, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+    def start_fsync(self, job: DiskJob) -> None:
+        """Queue the fsync of the checkpoint file on `job`, if it changed since the last."""
+        if self._dirty:
+            job.fsync_path(self.path)
+            job.cleanup(lambda: self._still_dirty_unless(job.succeeded))
         self._dirty = False
+
+    def _still_dirty_unless(self, synced: bool) -> None:
+        self._dirty = self._dirty or not synced

@@ -8,12 +8,14 @@ import os
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
-from log.checkpoint import fsync_dir
+from log.checkpoint import DiskJob
 from log.config import LogConfig
 from log.errors import (
     InvalidRecordError,
+    KafkaStorageError,
     OffsetOutOfRangeError,
     UnexpectedAppendOffsetError,
 )
@@ -67,10 +69,21 @@ class _PendingDelete:
         self.due_ms = due_ms
 
 
-class Log:
-    """Not thread-safe: the caller serialises calls per partition."""
+def _take_offline(log: Log, exc: OSError) -> None:
+    log.go_offline()
 
-    def __init__(self, directory: Path, config: LogConfig, now_ms: int) -> None:
+
+class Log:
+    """Not thread-safe: the caller serialises calls per partition, on one thread. Blocking
+    disk work can be queued on a DiskJob (see flush) to run on a worker thread."""
+
+    def __init__(
+        self,
+        directory: Path,
+        config: LogConfig,
+        now_ms: int,
+        on_io_error: Callable[[Log, OSError], None] = _take_offline,
+    ) -> None:
         self.directory = directory
         self.config = config
         self.segments: list[LogSegment] = []
@@ -78,12 +91,20 @@ class Log:
         self.log_start_offset = 0
         self.log_end_offset = 0
         self.recovery_point = 0
+        # An I/O error takes the log directory offline (the LogManager's handler) or, for a
+        # log on its own, this log.
+        self.on_io_error = on_io_error
+        self.offline = False
+        # Where flush.messages sends its flushes: by default, done on the spot.
+        self.request_flush: Callable[[Log], None] = Log.flush
         self.producer_state = ProducerStateManager(directory)
-        self.leader_epochs = LeaderEpochCache(directory)
+        self.leader_epochs = LeaderEpochCache(directory, self._io_error)
         self.pending_deletes: list[_PendingDelete] = []
         self._last_flush_ms = now_ms
         self._roll_flush_offset = 0  # flush owed up to here since a roll (done by flush_if_due)
         self._dir_dirty = False
+        self._truncations = 0  # a flush only advances the recovery point if none came between
+        self._unsynced_snapshots: list[tuple[int, Path]] = []  # written at rolls, not fsynced
 
     # -- opening ---------------------------------------------------------------------------
     @classmethod
@@ -96,11 +117,21 @@ class Log:
         log_start_offset: int = 0,
         clean_shutdown: bool = False,
         now_ms: int,
+        on_io_error: Callable[[Log, OSError], None] = _take_offline,
     ) -> Log:
         directory.mkdir(parents=True, exist_ok=True)
-        log = cls(directory, config, now_ms)
+        log = cls(directory, config, now_ms, on_io_error)
         log._load(recovery_point, log_start_offset, clean_shutdown, now_ms)
         return log
+
+    def _io_error(self, exc: OSError) -> None:
+        self.on_io_error(self, exc)
+
+    def go_offline(self) -> None:
+        """Its log directory failed: every later read or write raises KafkaStorageError."""
+        self.offline = True
+        for segment in self.segments + [p.segment for p in self.pending_deletes]:
+            segment.go_offline()
 
     def _new_segment(self, base_offset: int, now_ms: int, *, active: bool) -> LogSegment:
         return LogSegment(
@@ -110,6 +141,7 @@ class Log:
             max_index_bytes=self.config.segment_index_bytes,
             now_ms=now_ms,
             active=active,
+            on_io_error=self._io_error,
         )
 
     def _set_segments(self, segments: list[LogSegment]) -> None:
@@ -159,7 +191,7 @@ class Log:
         if not kept:
             kept = [self._new_segment(log_start_offset, now_ms, active=True)]
             self._dir_dirty = True
-        elif not kept[-1].offset_index.writable:
+        elif not kept[-1].active:
             kept[-1].make_active()
         self._set_segments(kept)
         self.log_end_offset = kept[-1].next_offset
@@ -199,6 +231,8 @@ class Log:
     # -- properties ------------------------------------------------------------------------
     @property
     def active_segment(self) -> LogSegment:
+        if self.offline:
+            raise KafkaStorageError(f"log {self.directory} is in an offline log directory")
         return self.segments[-1]
 
     @property
@@ -345,18 +379,31 @@ class Log:
     def _replace_empty_active(self, base_offset: int) -> None:
         old = self.segments[-1]
         now_ms = old.created_ms
+        try:
+            new = self._new_segment(base_offset, now_ms, active=True)
+        except OSError as exc:
+            raise self._storage_error(exc, "creating a segment") from exc
         old.delete_files()
-        self._set_segments(
-            [*self.segments[:-1], self._new_segment(base_offset, now_ms, active=True)]
-        )
+        self._set_segments([*self.segments[:-1], new])
         self._dir_dirty = True
 
+    def _storage_error(self, exc: OSError, what: str) -> KafkaStorageError:
+        self._io_error(exc)
+        return KafkaStorageError(f"{what} in {self.directory} failed: {exc}")
+
     def _roll(self, base_offset: int, now_ms: int) -> None:
+        """Close the active segment for appends and start a new one at `base_offset`; its
+        fsync is owed to the next flush_if_due (a worker thread in the broker)."""
         self.active_segment.on_become_inactive()
-        self._set_segments([*self.segments, self._new_segment(base_offset, now_ms, active=True)])
+        try:
+            new = self._new_segment(base_offset, now_ms, active=True)
+            self.producer_state.map_end_offset = base_offset
+            snapshot = self.producer_state.take_snapshot(sync=False)
+        except OSError as exc:
+            raise self._storage_error(exc, "rolling a segment") from exc
+        self._set_segments([*self.segments, new])
         self._dir_dirty = True
-        self.producer_state.map_end_offset = base_offset
-        self.producer_state.take_snapshot(sync=False)
+        self._unsynced_snapshots.append((base_offset, snapshot))
         self._roll_flush_offset = base_offset
 
     def maybe_roll(self, now_ms: int) -> None:
@@ -456,6 +503,7 @@ class Log:
         if offset < self.segments[0].base_offset:
             self.truncate_fully_and_start_at(offset)
             return
+        self._truncations += 1
         keep = bisect.bisect_right(self._bases, offset)
         for segment in self.segments[keep:]:
             self._schedule_delete(segment, None)
@@ -472,6 +520,7 @@ class Log:
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Drop every segment and restart the log empty at `offset`."""
         now_ms = self.active_segment.created_ms
+        self._truncations += 1
         for segment in self.segments:
             self._schedule_delete(segment, None)
         self._set_segments([self._new_segment(offset, now_ms, active=True)])
@@ -564,16 +613,17 @@ class Log:
         segment.rename_for_delete()
         self.pending_deletes.append(_PendingDelete(segment, due_ms))
 
-    def delete_pending_segments(self, now_ms: int) -> int:
-        """Close and unlink `.deleted` segments once file.delete.delay.ms has passed (their fds
-        stay valid until then for responses being sent). Returns how many were removed."""
+    def delete_pending_segments(self, now_ms: int, job: DiskJob | None = None) -> int:
+        """Close and unlink (on `job`, when given) `.deleted` segments once
+        file.delete.delay.ms has passed (their fds stay valid until then for responses being
+        sent). Returns how many were removed."""
         remaining = []
         removed = 0
         for pending in self.pending_deletes:
             if pending.due_ms is None:
                 pending.due_ms = now_ms + self.config.file_delete_delay_ms
             if now_ms >= pending.due_ms:
-                pending.segment.delete_files()
+                pending.segment.delete_files(job)
                 removed += 1
             else:
                 remaining.append(pending)
@@ -588,33 +638,68 @@ class Log:
         self.producer_state.remove_expired(now_ms, expiration_ms)
 
     # -- durability ------------------------------------------------------------------------
-    def flush(self, up_to: int | None = None) -> None:
-        """fsync segments below `up_to` (default: everything) and advance the recovery point.
-        The only place the log fsyncs."""
+    def flush(self, up_to: int | None = None, job: DiskJob | None = None) -> None:
+        """fsync segments below `up_to` (default: everything) and advance the recovery point
+        once done. With `job`, the fsyncs are queued there (to run on a worker thread) and the
+        recovery point advances when it finishes; else they happen now. The only place the
+        log fsyncs."""
+        if self.offline:
+            return
         target = self.log_end_offset if up_to is None else min(up_to, self.log_end_offset)
-        for segment in self.segments:
-            if segment.base_offset < target:
-                segment.flush()
-        self.leader_epochs.fsync()
-        if self._dir_dirty:
-            fsync_dir(self.directory)
-            self._dir_dirty = False
-        self.recovery_point = max(self.recovery_point, target)
+        run_now = job is None
+        job = DiskJob() if job is None else job
+        try:
+            for segment in self.segments:
+                if segment.base_offset < target:
+                    segment.start_flush(job)
+            snapshots = []
+            while self._unsynced_snapshots and self._unsynced_snapshots[0][0] <= target:
+                snapshots.append(self._unsynced_snapshots.pop(0))
+                job.fsync_path(snapshots[-1][1])
+            self.leader_epochs.start_fsync(job)
+            dir_dirty, self._dir_dirty = self._dir_dirty, False
+            if dir_dirty:
+                job.fsync_path(self.directory)
+            job.cleanup(partial(self._unless_flushed, job, snapshots, dir_dirty))
+        except OSError as exc:
+            if run_now:  # a job of the caller's is finished by the caller
+                job.finish()
+            raise self._storage_error(exc, "preparing a flush") from exc
+        truncations = self._truncations
 
-    def flush_if_due(self, now_ms: int) -> None:
+        def flushed() -> None:
+            if truncations == self._truncations:
+                self.recovery_point = max(self.recovery_point, min(target, self.log_end_offset))
+
+        job.then(flushed)
+        if run_now:
+            job.run()
+            error = job.finish()
+            if error is not None:
+                raise self._storage_error(error, "flush")
+
+    def _unless_flushed(
+        self, job: DiskJob, snapshots: list[tuple[int, Path]], dir_dirty: bool
+    ) -> None:
+        """A failed or cancelled flush job leaves its fsyncs owed."""
+        if not job.succeeded:
+            self._unsynced_snapshots[:0] = snapshots
+            self._dir_dirty |= dir_dirty
+
+    def flush_if_due(self, now_ms: int, job: DiskJob | None = None) -> None:
         """flush.ms policy, plus the flush of rolled segments owed since the last roll."""
         if self._roll_flush_offset > self.recovery_point:
-            self.flush(self._roll_flush_offset)
+            self.flush(self._roll_flush_offset, job)
         if (
             now_ms - self._last_flush_ms >= self.config.flush_interval_ms
             and self.log_end_offset > self.recovery_point
         ):
-            self.flush()
+            self.flush(job=job)
             self._last_flush_ms = now_ms
 
     def _flush_if_too_many_messages(self) -> None:
         if self.log_end_offset - self.recovery_point >= self.config.flush_interval_messages:
-            self.flush()
+            self.request_flush(self)
 
     def update_config(self, config: LogConfig) -> None:
         self.config = config
@@ -622,14 +707,20 @@ class Log:
             segment.index_interval_bytes = config.index_interval_bytes
 
     def close(self) -> None:
-        """Snapshot the producer state (fsynced), trim indexes, release every file."""
-        self.producer_state.map_end_offset = self.log_end_offset
-        self.producer_state.take_snapshot(sync=True)
-        self.leader_epochs.fsync()
-        for segment in self.segments:
-            segment.close()
-        for pending in self.pending_deletes:
-            pending.segment.delete_files()
+        """Snapshot the producer state (fsynced), trim indexes, release every file. An offline
+        log only releases its descriptors: the next start recovers it."""
+        if not self.offline:
+            self.producer_state.map_end_offset = self.log_end_offset
+            self.producer_state.take_snapshot(sync=True)
+            self.leader_epochs.start_fsync(job := DiskJob())
+            job.run_here()
+            for segment in self.segments:
+                segment.close()
+        for segment in self.segments + [p.segment for p in self.pending_deletes]:
+            segment.close_fd()
+        if not self.offline:
+            for pending in self.pending_deletes:
+                pending.segment.delete_files()
         self.pending_deletes = []
 
     def rename_dir(self, directory: Path) -> None:
@@ -642,16 +733,20 @@ class Log:
             for index in (segment.offset_index, segment.time_index):
                 index.path = directory / index.path.name
 
-    def delete(self) -> None:
-        """Release every file and remove the directory."""
+    def delete(self, job: DiskJob | None = None) -> None:
+        """Release every file and remove the directory (on `job`, when given)."""
         for segment in self.segments + [p.segment for p in self.pending_deletes]:
             segment.close_fd()
         self.segments = []
         self.pending_deletes = []
-        shutil.rmtree(self.directory, ignore_errors=True)
+        remove = partial(shutil.rmtree, self.directory, ignore_errors=True)
+        if job is None:
+            remove()
+        else:
+            job.step(remove)
 
 
 def _largest_timestamp(segment: LogSegment) -> int:
     if segment.max_timestamp >= 0:
         return segment.max_timestamp
-    return os.fstat(segment.fd).st_mtime_ns // 1_000_000
+    return os.stat(segment.log_path).st_mtime_ns // 1_000_000

@@ -4,6 +4,7 @@ checkpoint files, clean-shutdown marker, and the periodic retention/flush/delete
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import shutil
 import uuid
@@ -14,9 +15,10 @@ from log.checkpoint import (
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
     REPLICATION_OFFSET_CHECKPOINT,
+    DiskJob,
+    add_atomic_write,
+    checkpoint_bytes,
     read_checkpoint,
-    write_atomically,
-    write_checkpoint,
 )
 from log.config import LogConfig
 from log.errors import KafkaStorageError
@@ -31,6 +33,9 @@ _SKIPPED_DIR_SUFFIXES = ("-future", _STRAY_DIR_SUFFIX)
 _DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000
 
 TopicPartition = tuple[str, int]
+DiskJobs = dict[Path, DiskJob]  # one job per log directory, so a failure names its directory
+
+logger = logging.getLogger(__name__)
 
 
 def parse_partition_dir(name: str) -> TopicPartition | None:
@@ -53,9 +58,14 @@ class LogManager:
         )
         self._logs: dict[TopicPartition, Log] = {}
         self._dir_of: dict[TopicPartition, Path] = {}
+        self._partition_count = dict.fromkeys(self.log_dirs, 0)
         self._lock_fds: list[int] = []
         self._deleting: list[tuple[Log, int | None]] = []
         self._now_ms = 0
+        self.offline_dirs: set[Path] = set()
+        self._flush_wanted: set[Log] = set()
+        # Called when flush.messages wants a flush (the broker wakes its flusher).
+        self.wake_flusher: Callable[[], None] = lambda: None
 
     # -- lifecycle -------------------------------------------------------------------------
     def startup(self, now_ms: int, *, config_for: Callable[[str], LogConfig] | None = None) -> None:
@@ -87,15 +97,19 @@ class LogManager:
                         f"duplicate log directories for {tp}: {self._dir_of[tp]} and {log_dir}"
                     )
                 config = config_for(tp[0]) if config_for else self.default_config
-                self._logs[tp] = Log.open(
-                    child,
-                    config,
-                    recovery_point=recovery_points.get(tp, 0),
-                    log_start_offset=start_offsets.get(tp, 0),
-                    clean_shutdown=clean,
-                    now_ms=now_ms,
+                self._add(
+                    tp,
+                    log_dir,
+                    Log.open(
+                        child,
+                        config,
+                        recovery_point=recovery_points.get(tp, 0),
+                        log_start_offset=start_offsets.get(tp, 0),
+                        clean_shutdown=clean,
+                        now_ms=now_ms,
+                        on_io_error=self._log_io_error,
+                    ),
                 )
-                self._dir_of[tp] = log_dir
             marker.unlink(missing_ok=True)
 
     def _lock(self, log_dir: Path) -> None:
@@ -109,19 +123,39 @@ class LogManager:
             ) from None
         self._lock_fds.append(fd)
 
+    def _add(self, tp: TopicPartition, log_dir: Path, log: Log) -> None:
+        log.request_flush = self._request_flush
+        self._logs[tp] = log
+        self._dir_of[tp] = log_dir
+        self._partition_count[log_dir] += 1
+
     def shutdown(self, high_watermarks: Mapping[TopicPartition, int]) -> None:
         """Flush and close every log (writing producer snapshots), write the checkpoints and
-        the clean-shutdown marker, and release the directory locks."""
+        the clean-shutdown marker, and release the directory locks. A directory that fails
+        (or had failed) goes without the marker: its logs are recovered at the next start."""
+        for log_dir in self.log_dirs:
+            if log_dir in self.offline_dirs:
+                continue
+            logs = self._logs_in(log_dir)
+            try:
+                for log in logs.values():
+                    log.flush()
+                self._checkpoint_job(log_dir, logs, high_watermarks).run_here()
+                for log in logs.values():
+                    log.close()
+                marker = DiskJob()
+                add_atomic_write(
+                    marker, log_dir / CLEAN_SHUTDOWN_FILE, b'{"version":0,"brokerEpoch":-1}'
+                )
+                marker.run_here()
+            except (OSError, KafkaStorageError) as exc:
+                self.fail_dir(log_dir, exc)
         for log in self._logs.values():
-            log.flush()
-        self.checkpoint(high_watermarks)
-        for log in self._logs.values():
-            log.close()
+            if log.offline:
+                log.close()  # releases the descriptors only
         for log, _ in self._deleting:
             log.delete()
         self._deleting = []
-        for log_dir in self.log_dirs:
-            write_atomically(log_dir / CLEAN_SHUTDOWN_FILE, b'{"version":0,"brokerEpoch":-1}')
         self._logs.clear()
         self._dir_of.clear()
         for fd in self._lock_fds:
@@ -143,17 +177,21 @@ class LogManager:
             if log.config != config:
                 log.update_config(config)
             return log
-        counts = {d: 0 for d in self.log_dirs}
-        for d in self._dir_of.values():
-            counts[d] += 1
-        log_dir = min(self.log_dirs, key=lambda d: counts[d])
-        log = Log.open(
-            log_dir / f"{topic}-{partition}",
-            config,
-            now_ms=self._now_ms if now_ms is None else now_ms,
-        )
-        self._logs[tp] = log
-        self._dir_of[tp] = log_dir
+        online = [d for d in self.log_dirs if d not in self.offline_dirs]
+        if not online:
+            raise KafkaStorageError(f"every log directory is offline: cannot create {tp}")
+        log_dir = min(online, key=lambda d: self._partition_count[d])
+        try:
+            log = Log.open(
+                log_dir / f"{topic}-{partition}",
+                config,
+                now_ms=self._now_ms if now_ms is None else now_ms,
+                on_io_error=self._log_io_error,
+            )
+        except OSError as exc:
+            self.fail_dir(log_dir, exc)
+            raise KafkaStorageError(f"creating the log of {tp} failed: {exc}") from exc
+        self._add(tp, log_dir, log)
         return log
 
     def delete(self, topic: str, partition: int) -> None:
@@ -164,6 +202,7 @@ class LogManager:
         if log is None:
             return
         log_dir = self._dir_of.pop(tp)
+        self._partition_count[log_dir] -= 1
         log.rename_dir(log_dir / f"{topic}-{partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
         self._deleting.append((log, None))
 
@@ -194,54 +233,139 @@ class LogManager:
     def log_dir_of(self, topic: str, partition: int) -> Path | None:
         return self._dir_of.get((topic, partition))
 
-    # -- periodic work (the caller schedules) ----------------------------------------------
+    def _logs_in(self, log_dir: Path) -> dict[TopicPartition, Log]:
+        return {tp: log for tp, log in self._logs.items() if self._dir_of[tp] == log_dir}
+
+    # -- failures --------------------------------------------------------------------------
+    def is_offline(self, topic: str, partition: int) -> bool:
+        return self._dir_of.get((topic, partition)) in self.offline_dirs
+
+    def _log_io_error(self, log: Log, exc: OSError) -> None:
+        if log.directory.parent in self.log_dirs:
+            self.fail_dir(log.directory.parent, exc)
+        else:
+            log.go_offline()
+
+    def fail_dir(self, log_dir: Path, exc: Exception) -> None:
+        """Take a log directory offline after an I/O error, as Kafka does: its partitions
+        answer KAFKA_STORAGE_ERROR and it is no longer written until a restart."""
+        if log_dir in self.offline_dirs:
+            return
+        self.offline_dirs.add(log_dir)
+        logs = self._logs_in(log_dir)
+        logger.error(
+            "Log directory %s is offline after an I/O error (%s): its %d partition(s) answer "
+            "KAFKA_STORAGE_ERROR until the broker restarts",
+            log_dir,
+            exc,
+            len(logs),
+        )
+        for log in logs.values():
+            log.go_offline()
+
+    # -- periodic work (the caller schedules, and runs the DiskJobs on a worker thread) ------
     def run_retention(
         self, now_ms: int, high_watermarks: Mapping[TopicPartition, int] | None = None
     ) -> int:
         """Apply retention to every log (bounded by its high watermark when given) and
-        expire idle producer ids. Returns the number of segments deleted."""
+        expire idle producer ids. Returns the number of segments deleted (renamed: the files
+        go in a later prepare_flush)."""
         self._now_ms = now_ms
         deleted = 0
         for tp, log in self._logs.items():
+            if log.offline:
+                continue
             hw = high_watermarks.get(tp) if high_watermarks is not None else None
             deleted += log.enforce_retention(now_ms, high_watermark=hw)
             log.remove_expired_producers(now_ms, self._producer_id_expiration_ms)
         return deleted
 
-    def run_flush(self, now_ms: int) -> None:
-        """flush.ms policy, owed flushes after rolls, and due file deletions."""
+    def _request_flush(self, log: Log) -> None:
+        self._flush_wanted.add(log)
+        self.wake_flusher()
+
+    def prepare_flush(self, now_ms: int) -> DiskJobs:
+        """Queue the fsyncs owed (flush.ms, flush.messages, rolled segments) and the due file
+        deletions; recovery points advance when the jobs finish (finish_jobs)."""
         self._now_ms = now_ms
-        for log in self._logs.values():
-            log.flush_if_due(now_ms)
-            log.delete_pending_segments(now_ms)
+        wanted, self._flush_wanted = self._flush_wanted, set()
+        jobs: DiskJobs = {}
+        for tp, log in self._logs.items():
+            log_dir = self._dir_of[tp]
+            if log.offline:
+                continue
+            job = jobs.setdefault(log_dir, DiskJob())
+            try:
+                if log in wanted:
+                    log.flush(job=job)
+                log.flush_if_due(now_ms, job)
+            except KafkaStorageError:
+                continue  # its directory just went offline
+            log.delete_pending_segments(now_ms, job)
         remaining = []
         for log, due in self._deleting:
             if due is None:
                 due = now_ms + log.config.file_delete_delay_ms
             if now_ms >= due:
-                log.delete()
+                log.delete(jobs.setdefault(log.directory.parent, DiskJob()))
             else:
                 remaining.append((log, due))
         self._deleting = remaining
+        return {d: job for d, job in jobs.items() if job}
+
+    def finish_jobs(self, jobs: DiskJobs) -> None:
+        """On the loop thread, after the jobs ran: release their descriptors, complete them,
+        and take the directory of a failed one offline."""
+        for log_dir, job in jobs.items():
+            error = job.finish()
+            if error is not None and log_dir in self.log_dirs:
+                self.fail_dir(log_dir, error)
+
+    def run_flush(self, now_ms: int) -> None:
+        """prepare_flush, run and finish, all on the calling thread."""
+        jobs = self.prepare_flush(now_ms)
+        for job in jobs.values():
+            job.run()
+        self.finish_jobs(jobs)
 
     # -- checkpoints -----------------------------------------------------------------------
-    def checkpoint(self, high_watermarks: Mapping[TopicPartition, int]) -> None:
-        """Write recovery points, high watermarks (from the replica layer) and log start
-        offsets of each directory's logs, atomically."""
+    def _checkpoint_job(
+        self,
+        log_dir: Path,
+        logs: Mapping[TopicPartition, Log],
+        high_watermarks: Mapping[TopicPartition, int],
+    ) -> DiskJob:
+        job = DiskJob()
+        hws = {tp: hw for tp, hw in high_watermarks.items() if tp in logs}
+        for name, offsets in (
+            (RECOVERY_POINT_CHECKPOINT, {tp: log.recovery_point for tp, log in logs.items()}),
+            (REPLICATION_OFFSET_CHECKPOINT, hws),
+            (LOG_START_OFFSET_CHECKPOINT, {tp: log.log_start_offset for tp, log in logs.items()}),
+        ):
+            add_atomic_write(job, log_dir / name, checkpoint_bytes(offsets))
+        return job
+
+    def prepare_checkpoint(self, high_watermarks: Mapping[TopicPartition, int]) -> DiskJobs:
+        """Queue the writes of recovery points, high watermarks (from the replica layer) and
+        log start offsets of each online directory's logs, atomically."""
+        jobs: DiskJobs = {}
         for log_dir in self.log_dirs:
-            logs = {tp: log for tp, log in self._logs.items() if self._dir_of[tp] == log_dir}
-            write_checkpoint(
-                log_dir / RECOVERY_POINT_CHECKPOINT,
-                {tp: log.recovery_point for tp, log in logs.items()},
-            )
-            write_checkpoint(
-                log_dir / REPLICATION_OFFSET_CHECKPOINT,
-                {tp: hw for tp, hw in high_watermarks.items() if tp in logs},
-            )
-            write_checkpoint(
-                log_dir / LOG_START_OFFSET_CHECKPOINT,
-                {tp: log.log_start_offset for tp, log in logs.items()},
-            )
+            if log_dir in self.offline_dirs:
+                continue
+            try:
+                jobs[log_dir] = self._checkpoint_job(
+                    log_dir, self._logs_in(log_dir), high_watermarks
+                )
+            except OSError as exc:
+                self.fail_dir(log_dir, exc)
+        return jobs
+
+    def checkpoint(self, high_watermarks: Mapping[TopicPartition, int]) -> None:
+        """prepare_checkpoint, run and finish, all on the calling thread."""
+        jobs = self.prepare_checkpoint(high_watermarks)
+        for job in jobs.values():
+            job.run()
+        self.finish_jobs(jobs)
 
     def read_high_watermarks(self) -> dict[TopicPartition, int]:
         result: dict[TopicPartition, int] = {}

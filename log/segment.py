@@ -1,7 +1,9 @@
 """One log segment: `<base>.log` plus its `.index` and `.timeindex`.
 
-The segment owns a file descriptor for its `.log`; reads hand out (fd, position, size) so the
-network layer can sendfile() the bytes without them entering Python.
+Reads hand out (fd, position, size) of the `.log` so the network layer can sendfile() the
+bytes without them entering Python. The descriptor is opened on first use and closed again
+when the segment goes cold (log.open_files caps how many segments stay open), except while
+an fsync of a worker thread holds it (pinned).
 """
 
 from __future__ import annotations
@@ -9,11 +11,14 @@ from __future__ import annotations
 import contextlib
 import mmap
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 
+from log.checkpoint import DiskJob
 from log.errors import KafkaStorageError
 from log.index import CorruptIndexError, OffsetIndex, TimeIndex
+from log.open_files import OPEN_SEGMENTS
 from wire.records import (
     BATCH_HEADER_SIZE,
     BatchHeader,
@@ -39,6 +44,10 @@ def file_stem(offset: int) -> str:
     return f"{offset:020d}"
 
 
+def _ignore_io_error(exc: OSError) -> None:
+    pass
+
+
 class LogSegment:
     def __init__(
         self,
@@ -49,19 +58,30 @@ class LogSegment:
         max_index_bytes: int,
         now_ms: int,
         active: bool,
+        on_io_error: Callable[[OSError], None] = _ignore_io_error,
     ) -> None:
         stem = directory / file_stem(base_offset)
         self.base_offset = base_offset
         self.log_path = stem.with_suffix(LOG_SUFFIX)
-        self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
-        self.size = os.fstat(self.fd).st_size
+        self._on_io_error = on_io_error
+        self._fd = -1
+        self.pins = 0  # fsyncs in flight on worker threads
+        self._gone = False  # closed for good (deleted or closed): never reopened
+        self.offline = False  # its log directory failed
+        try:
+            self.size = os.stat(self.log_path).st_size
+        except FileNotFoundError:
+            self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
+            self.size = 0
+            OPEN_SEGMENTS.touch(self)
         self.index_interval_bytes = index_interval_bytes
         self.offset_index = OffsetIndex(
-            stem.with_suffix(INDEX_SUFFIX), base_offset, max_index_bytes, writable=active
+            stem.with_suffix(INDEX_SUFFIX), base_offset, max_index_bytes, self._indexes_loaded
         )
         self.time_index = TimeIndex(
-            stem.with_suffix(TIME_INDEX_SUFFIX), base_offset, max_index_bytes, writable=active
+            stem.with_suffix(TIME_INDEX_SUFFIX), base_offset, max_index_bytes, self._indexes_loaded
         )
+        self.active = False
         self.bytes_since_last_index_entry = 0
         self.max_timestamp = -1
         self.offset_of_max_timestamp = -1  # last offset of the batch holding max_timestamp
@@ -72,6 +92,53 @@ class LogSegment:
         # (offset, position) of the batch boundary where the last read ended: consumers
         # usually fetch from exactly there next, which then needs no index lookup or scan.
         self._read_hint: tuple[int, int] | None = None
+        if active:
+            self.make_active()
+
+    # -- descriptor and residency ----------------------------------------------------------
+    @property
+    def fd(self) -> int:
+        """The `.log` descriptor, reopened if the segment went cold; -1 once deleted."""
+        if self.offline:
+            raise KafkaStorageError(f"{self.log_path} is in an offline log directory")
+        fd = self._fd
+        if fd < 0:
+            if self._gone:
+                return -1
+            try:
+                fd = self._fd = os.open(self.log_path, os.O_RDWR)
+            except OSError as exc:
+                raise KafkaStorageError(f"cannot open {self.log_path}: {exc}") from exc
+        OPEN_SEGMENTS.touch(self)
+        return fd
+
+    @property
+    def pinned(self) -> bool:
+        return self.pins > 0
+
+    def _indexes_loaded(self) -> None:
+        OPEN_SEGMENTS.touch(self)
+
+    def go_cold(self) -> None:
+        """Write out pending index entries, drop them from memory, close the descriptor."""
+        try:
+            for index in (self.offset_index, self.time_index):
+                index.write_pending()
+                index.unload()
+        except OSError as exc:
+            self._on_io_error(exc)
+        self._release_fd()
+
+    def _release_fd(self) -> None:
+        if self._fd >= 0 and not self.pins:
+            os.close(self._fd)
+            self._fd = -1
+        if self._fd < 0:
+            OPEN_SEGMENTS.forget(self)
+
+    def _storage_error(self, exc: OSError, what: str) -> KafkaStorageError:
+        self._on_io_error(exc)
+        return KafkaStorageError(f"{what} {self.log_path} failed: {exc}")
 
     # -- loading and recovery --------------------------------------------------------------
     def load(self) -> bool:
@@ -101,9 +168,7 @@ class LogSegment:
     def recover(self) -> int:
         """Validate every batch, truncate at the first bad one, rebuild both indexes.
         Returns the number of bytes truncated."""
-        active = self.offset_index.writable
         for index in (self.offset_index, self.time_index):
-            index.make_writable()
             index.reset()
         self.bytes_since_last_index_entry = 0
         self.max_timestamp = self.offset_of_max_timestamp = -1
@@ -118,9 +183,9 @@ class LogSegment:
             os.ftruncate(self.fd, valid)
             self.size = valid
             self.unflushed = True
-        if not active:
-            self.offset_index.make_read_only()
-            self.time_index.make_read_only()
+        if not self.active:
+            self.offset_index.trim()
+            self.time_index.trim()
         return truncated
 
     def _rebuild_from(self, mm: mmap.mmap) -> int:
@@ -171,14 +236,15 @@ class LogSegment:
         start = self.size
         view = memoryview(data)
         written = 0
+        fd = self.fd
         try:
             while written < len(view):
-                written += os.pwrite(self.fd, view[written:], start + written)
+                written += os.pwrite(fd, view[written:], start + written)
         except OSError as exc:
             # Leave no partial batch behind (best effort), and report a storage failure.
             with contextlib.suppress(OSError):
-                os.ftruncate(self.fd, start)
-            raise KafkaStorageError(f"write to {self.log_path} failed: {exc}") from exc
+                os.ftruncate(fd, start)
+            raise self._storage_error(exc, "write to") from exc
         self.size += written
         for header in headers:
             self._index_batch(start + header.position, header)
@@ -307,33 +373,58 @@ class LogSegment:
             self.time_index.maybe_append(
                 self.max_timestamp, self.offset_of_max_timestamp, skip_full_check=True
             )
-        self.offset_index.make_read_only()
-        self.time_index.make_read_only()
+        self.active = False
+        try:
+            self.offset_index.trim()
+            self.time_index.trim()
+        except OSError as exc:
+            raise self._storage_error(exc, "trimming the indexes of") from exc
+        self.unflushed = True  # the trimmed indexes are owed an fsync with the log
 
     def make_active(self) -> None:
-        self.offset_index.make_writable()
-        self.time_index.make_writable()
+        try:
+            self.offset_index.reserve()
+            self.time_index.reserve()
+        except OSError as exc:
+            raise self._storage_error(exc, "sizing the indexes of") from exc
+        self.active = True
 
-    def flush(self) -> None:
-        if self.unflushed:
-            os.fsync(self.fd)
-            self.offset_index.fsync()
-            self.time_index.fsync()
-            self.unflushed = False
+    def start_flush(self, job: DiskJob) -> None:
+        """Queue the fsync of the log and its indexes (written out here) on `job`; the log's
+        descriptor stays open (pinned) until the job finishes."""
+        if not self.unflushed:
+            return
+        job.fsync(self.fd)
+        self.pins += 1
+        job.cleanup(partial(self._unpin, job))
+        for index in (self.offset_index, self.time_index):
+            index.write_pending()
+            job.fsync_path(index.path)
+        self.unflushed = False
+
+    def _unpin(self, job: DiskJob) -> None:
+        self.pins -= 1
+        if not job.succeeded:
+            self.unflushed = True  # still owed
+        if self._gone or self.offline:
+            self._release_fd()
 
     def close(self) -> None:
-        if self.max_timestamp >= 0 and self.time_index.writable:
+        if self.max_timestamp >= 0 and self.active:
             self.time_index.maybe_append(
                 self.max_timestamp, self.offset_of_max_timestamp, skip_full_check=True
             )
-        self.offset_index.close()
-        self.time_index.close()
+        self.offset_index.trim()
+        self.time_index.trim()
         self.close_fd()
+
+    def go_offline(self) -> None:
+        """Its directory failed: no more reads or writes; the descriptor is released."""
+        self.offline = True
+        self._release_fd()
 
     def rename_for_delete(self) -> None:
         """Rename every file to `*.deleted`; the fd stays valid for in-flight reads."""
-        self.offset_index.release()
-        self.time_index.release()
         renamed = []
         for path in (self.log_path, self.offset_index.path, self.time_index.path):
             target = path.with_name(path.name + DELETED_SUFFIX)
@@ -343,13 +434,16 @@ class LogSegment:
         self.log_path, self.offset_index.path, self.time_index.path = renamed
 
     def close_fd(self) -> None:
-        self.offset_index.release()
-        self.time_index.release()
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+        """Release the descriptor for good (a pinned one when its fsync finishes)."""
+        self._gone = True
+        self._release_fd()
 
-    def delete_files(self) -> None:
+    def delete_files(self, job: DiskJob | None = None) -> None:
+        """Close, then unlink the files (on `job`, when given)."""
         self.close_fd()
         for path in (self.log_path, self.offset_index.path, self.time_index.path):
-            path.unlink(missing_ok=True)
+            unlink = partial(path.unlink, missing_ok=True)
+            if job is None:
+                unlink()
+            else:
+                job.step(unlink)

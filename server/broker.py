@@ -16,9 +16,9 @@ from controller.embedded import EmbeddedController
 from controller.metadata import BrokerInfo, TopicInfo
 from coordinator.coordinator import GroupCoordinator, Settings
 from coordinator.records import OFFSETS_TOPIC
-from log.checkpoint import fsync_dir, write_atomically
+from log.checkpoint import DiskJob, fsync_dir, write_atomically
 from log.errors import KafkaStorageError
-from log.manager import LogManager
+from log.manager import DiskJobs, LogManager
 from replica.manager import ReplicaManager
 from server.config import LONG_MAX, BrokerConfig, ConfigError, parse_listener, read_properties
 from server.network import Connection, SocketServer
@@ -236,11 +236,8 @@ class Broker:
                 config["log.retention.check.interval.ms"],
                 lambda now: self.logs.run_retention(now, self.replicas.high_watermarks()),
             )
-            tg.start_soon(
-                self._every,
-                DEFAULT_FLUSH_CHECK_MS if flush_ms == LONG_MAX else flush_ms,
-                self.logs.run_flush,
-            )
+            flush_check_ms = DEFAULT_FLUSH_CHECK_MS if flush_ms == LONG_MAX else flush_ms
+            tg.start_soon(self._flusher, flush_check_ms)
             idle_ms = config["connections.max.idle.ms"]
             if idle_ms > 0:
                 tg.start_soon(
@@ -248,16 +245,46 @@ class Broker:
                     max(min(idle_ms // 4, 30_000), 10),
                     lambda _now: self.socket_server.close_idle(idle_ms / 1000),
                 )
-            tg.start_soon(
-                self._every,
-                config["log.flush.offset.checkpoint.interval.ms"],
-                lambda _now: self.logs.checkpoint(self.replicas.high_watermarks()),
-            )
+            tg.start_soon(self._checkpointer, config["log.flush.offset.checkpoint.interval.ms"])
             tg.start_soon(
                 self._every,
                 config["offsets.retention.check.interval.ms"],
                 self.groups.expire_offsets,
             )
+
+    async def _flusher(self, interval_ms: int) -> None:
+        """Owed fsyncs (rolled segments, flush.ms, flush.messages) and file deletions: queued
+        on the loop, done on a worker thread; flush.messages wakes it early."""
+        wake = asyncio.Event()
+        self.logs.wake_flusher = wake.set
+        while True:
+            with anyio.move_on_after(max(interval_ms, 10) / 1000):
+                await wake.wait()
+            wake.clear()
+            await self._off_loop(self.logs.prepare_flush)
+
+    async def _checkpointer(self, interval_ms: int) -> None:
+        while True:
+            await anyio.sleep(max(interval_ms, 10) / 1000)
+            await self._off_loop(
+                lambda _now: self.logs.prepare_checkpoint(self.replicas.high_watermarks())
+            )
+
+    async def _off_loop(self, prepare: Callable[[int], DiskJobs]) -> None:
+        """Prepare disk jobs here, run them on a worker thread (fsync, write and unlink release
+        the GIL, so other clients are served meanwhile), and finish them here: descriptors are
+        only ever closed on the event loop thread."""
+        try:
+            jobs = prepare(now_ms())
+        except Exception:
+            logger.exception("Preparing periodic disk work %s failed", prepare)
+            return
+        if not jobs:
+            return
+        try:
+            await anyio.to_thread.run_sync(_run_jobs, list(jobs.values()))
+        finally:
+            self.logs.finish_jobs(jobs)
 
     @staticmethod
     async def _every(interval_ms: int, work: Callable[[int], None]) -> None:
@@ -276,4 +303,17 @@ class Broker:
         await asyncio.sleep(0)
         await self.socket_server.drain(SHUTDOWN_GRACE_S)
         self.logs.shutdown(self.replicas.high_watermarks())
-        logger.info("[KafkaServer id=%d] shut down completed", self.broker_id)
+        if self.logs.offline_dirs:
+            logger.error(
+                "[KafkaServer id=%d] shut down with offline log directories %s: their logs "
+                "were not closed cleanly and will be recovered at the next start",
+                self.broker_id,
+                ", ".join(map(str, sorted(self.logs.offline_dirs))),
+            )
+        else:
+            logger.info("[KafkaServer id=%d] shut down completed", self.broker_id)
+
+
+def _run_jobs(jobs: list[DiskJob]) -> None:
+    for job in jobs:
+        job.run()

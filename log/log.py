@@ -733,12 +733,16 @@ class Log:
             for index in (segment.offset_index, segment.time_index):
                 index.path = directory / index.path.name
 
-    def delete(self, job: DiskJob | None = None) -> None:
-        """Release every file and remove the directory (on `job`, when given)."""
+    def release_files(self) -> None:
+        """Close every descriptor, keeping nothing (before the directory is removed)."""
         for segment in self.segments + [p.segment for p in self.pending_deletes]:
             segment.close_fd()
         self.segments = []
         self.pending_deletes = []
+
+    def delete(self, job: DiskJob | None = None) -> None:
+        """Release every file and remove the directory (on `job`, when given)."""
+        self.release_files()
         remove = partial(shutil.rmtree, self.directory, ignore_errors=True)
         if job is None:
             remove()

@@ -3,6 +3,7 @@ checkpoint files, clean-shutdown marker, and the periodic retention/flush/delete
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import logging
 import os
@@ -36,6 +37,8 @@ TopicPartition = tuple[str, int]
 DiskJobs = dict[Path, DiskJob]  # one job per log directory, so a failure names its directory
 
 logger = logging.getLogger(__name__)
+
+_PROCESS_LIMITS = (errno.EMFILE, errno.ENFILE)
 
 
 def parse_partition_dir(name: str) -> TopicPartition | None:
@@ -206,16 +209,19 @@ class LogManager:
         log.rename_dir(log_dir / f"{topic}-{partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
         self._deleting.append((log, None))
 
-    def discard(self, topic: str, partition: int) -> None:
-        """Close and remove at once the log of a topic whose creation was not committed (no
-        reader can hold its files), and the directory of one that failed to open."""
-        tp = (topic, partition)
-        log = self._logs.pop(tp, None)
-        if log is not None:
-            del self._dir_of[tp]
-            log.delete()
-        for log_dir in self.log_dirs:
-            shutil.rmtree(log_dir / f"{topic}-{partition}", ignore_errors=True)
+    def discard(self, topic: str, partitions: Iterable[int]) -> None:
+        """Close and remove at once the logs of a topic whose creation was not committed (no
+        reader can hold their files), and the directories of those that failed to open. All
+        are closed before any is removed: removing takes descriptors, which may have run out."""
+        for partition in partitions:
+            tp = (topic, partition)
+            log = self._logs.pop(tp, None)
+            if log is not None:
+                self._partition_count[self._dir_of.pop(tp)] -= 1
+                log.release_files()
+        for partition in partitions:
+            for log_dir in self.log_dirs:
+                shutil.rmtree(log_dir / f"{topic}-{partition}", ignore_errors=True)
 
     def set_aside_stray(self, topic: str, partition: int) -> Path:
         """Close the log of a partition the metadata does not know and rename its directory
@@ -250,6 +256,11 @@ class LogManager:
         """Take a log directory offline after an I/O error, as Kafka does: its partitions
         answer KAFKA_STORAGE_ERROR and it is no longer written until a restart."""
         if log_dir in self.offline_dirs:
+            return
+        if isinstance(exc, OSError) and exc.errno in _PROCESS_LIMITS:
+            # The process ran out of descriptors, the disk did not fail: the operation fails
+            # (KAFKA_STORAGE_ERROR) and the directory stays online.
+            logger.error("Out of file descriptors under %s: %s", log_dir, exc)
             return
         self.offline_dirs.add(log_dir)
         logs = self._logs_in(log_dir)

@@ -16,7 +16,7 @@ from controller.embedded import EmbeddedController
 from controller.metadata import BrokerInfo, TopicInfo
 from coordinator.coordinator import GroupCoordinator, Settings
 from coordinator.records import OFFSETS_TOPIC
-from log.checkpoint import DiskJob, fsync_dir, write_atomically
+from log.checkpoint import DiskJob, write_atomically
 from log.errors import KafkaStorageError
 from log.manager import DiskJobs, LogManager
 from replica.manager import ReplicaManager
@@ -127,15 +127,16 @@ class Broker:
         try:
             for index in topic.partitions:
                 self.logs.get_or_create(topic.name, index, config, now_ms=now_ms())
+            job = DiskJob()
             for log_dir in self.config.log_dirs:
-                fsync_dir(log_dir)
+                job.fsync_path(log_dir)
+            job.run_here()
         except (OSError, KafkaStorageError):
             self._discard_logs(topic)
             raise
 
     def _discard_logs(self, topic: TopicInfo) -> None:
-        for index in topic.partitions:
-            self.logs.discard(topic.name, index)
+        self.logs.discard(topic.name, list(topic.partitions))
 
     def _check_logs_against_metadata(self) -> None:
         """Logs of partitions the metadata does not know (a topic whose creation or deletion

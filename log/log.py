@@ -52,12 +52,17 @@ class ReadResult:
     """A region of one segment file to sendfile(): whole batches only. `first_offset` is the
     base offset of the first batch (the requested offset when the region is empty)."""
 
-    fd: int
+    segment: LogSegment
     position: int
     size: int
     first_offset: int
     log_start_offset: int
     log_end_offset: int
+
+    @property
+    def fd(self) -> int:
+        """The segment's descriptor when read (-1 once closed), never a stale number."""
+        return self.segment.fd
 
 
 class _PendingDelete:
@@ -414,7 +419,7 @@ class Log:
                 if end == header.position:
                     break
                 return ReadResult(
-                    segment.fd,
+                    segment,
                     header.position,
                     end - header.position,
                     header.base_offset,
@@ -423,7 +428,7 @@ class Log:
                 )
         active = self.active_segment
         return ReadResult(
-            active.fd, active.size, 0, offset, self.log_start_offset, self.log_end_offset
+            active, active.size, 0, offset, self.log_start_offset, self.log_end_offset
         )
 
     def _segment_batch(self, segment: LogSegment, header: BatchHeader) -> bytes:

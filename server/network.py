@@ -43,8 +43,8 @@ _SIZE = 4
 _READ_BUFFER_LIMIT = 1 << 20
 # Reads land in one chunk shared by every connection (the bytes are moved out before the
 # next read); a frame at least _LARGE_FRAME long is collected in a buffer of its own, and
-# once _CHUNK of it has arrived the rest is received in place, the buffer doubling as the
-# bytes come (so a size prefix alone commits no memory).
+# once _CHUNK of it has arrived the rest is received in place, the buffer growing by a
+# quarter as the bytes come (so a size prefix alone commits no memory).
 _CHUNK = 256 * 1024
 _LARGE_FRAME = 64 * 1024
 # accept() failing for want of descriptors or memory is retried after this long.
@@ -253,7 +253,8 @@ class Connection(asyncio.BufferedProtocol):
             return self.server.read_chunk
         assert large is not None
         if len(large) == self._filled:  # grow as the bytes come, never past the frame
-            large.extend(bytes(min(self._expected, 2 * self._filled) - self._filled))
+            grow = min(self._expected - self._filled, max(self._filled // 4, _CHUNK))
+            large.extend(bytes(grow))
         return memoryview(large)[self._filled :]
 
     def buffer_updated(self, nbytes: int) -> None:

@@ -110,8 +110,10 @@ KEYS: dict[str, ConfigKey] = {
         _k("socket.request.max.bytes", "int", "104857600", 1),
         # Kafka's default is -1 (unbounded); Gregor bounds the pool by default (README).
         _k("queued.max.request.bytes", "long", "104857600", -1),
-        _k("socket.send.buffer.bytes", "int", "102400", -1),
-        _k("socket.receive.buffer.bytes", "int", "102400", -1),
+        # Kafka's default is 102400; Gregor keeps the OS's autotuned buffers by default
+        # (-1), which fetch twice as fast on loopback (README).
+        _k("socket.send.buffer.bytes", "int", "-1", -1),
+        _k("socket.receive.buffer.bytes", "int", "-1", -1),
         _k("connections.max.idle.ms", "long", "600000"),
         _k("max.connections", "int", str(INT_MAX), 0),
         _k("max.connections.per.ip", "int", str(INT_MAX), 0),

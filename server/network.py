@@ -43,8 +43,8 @@ _SIZE = 4
 _READ_BUFFER_LIMIT = 1 << 20
 # Reads land in one chunk shared by every connection (the bytes are moved out before the
 # next read); a frame at least _LARGE_FRAME long is collected in a buffer of its own, and
-# once _CHUNK of it has arrived the rest is received in place, the buffer growing by a
-# quarter as the bytes come (so a size prefix alone commits no memory).
+# once _CHUNK of it has arrived the rest is received in place, the buffer doubling as
+# the bytes come (so a size prefix alone commits no memory).
 _CHUNK = 256 * 1024
 _LARGE_FRAME = 64 * 1024
 # accept() failing for want of descriptors or memory is retried after this long.
@@ -101,8 +101,8 @@ class Limits:
     max_connections: int = 2**31 - 1  # max.connections
     max_connections_per_ip: int = 2**31 - 1  # max.connections.per.ip
     per_ip_overrides: Mapping[str, int] | None = None  # max.connections.per.ip.overrides
-    send_buffer_bytes: int = 102400  # socket.send.buffer.bytes; -1 the OS default
-    receive_buffer_bytes: int = 102400  # socket.receive.buffer.bytes; -1 the OS default
+    send_buffer_bytes: int = -1  # socket.send.buffer.bytes; -1 the OS default
+    receive_buffer_bytes: int = -1  # socket.receive.buffer.bytes; -1 the OS default
 
 
 class RequestChannel:
@@ -253,8 +253,7 @@ class Connection(asyncio.BufferedProtocol):
             return self.server.read_chunk
         assert large is not None
         if len(large) == self._filled:  # grow as the bytes come, never past the frame
-            grow = min(self._expected - self._filled, max(self._filled // 4, _CHUNK))
-            large.extend(bytes(grow))
+            large.extend(bytes(min(self._expected, 2 * self._filled) - self._filled))
         return memoryview(large)[self._filled :]
 
     def buffer_updated(self, nbytes: int) -> None:

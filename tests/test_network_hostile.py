@@ -459,7 +459,7 @@ def test_security_and_unsupported_config_refuses_to_start(
 
 def test_socket_buffer_sizes_are_applied(tmp_path: Path) -> None:
     with BrokerProcess(
-        tmp_path, {"socket.send.buffer.bytes": "65536", "socket.receive.buffer.bytes": "-1"}
+        tmp_path, {"socket.send.buffer.bytes": "65536", "socket.receive.buffer.bytes": "32768"}
     ) as broker:
         with WireClient_(broker.port) as client:
             assert is_served(client)
@@ -469,6 +469,5 @@ def test_socket_buffer_sizes_are_applied(tmp_path: Path) -> None:
                 text=True,
                 check=True,
             ).stdout
-        # Linux doubles SO_SNDBUF; tb is the send buffer, rb the (autotuned) receive buffer.
-        assert re.search(r"tb131072\b", out), out
-        assert not re.search(r"rb204800\b", out), out
+        # Linux doubles what is asked; tb is the send buffer, rb the receive buffer.
+        assert re.search(r"tb131072\b", out) and re.search(r"rb65536\b", out), out

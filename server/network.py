@@ -227,8 +227,6 @@ class Connection(asyncio.BufferedProtocol):
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.server.connections.add(self)
-        if self._closed:  # closed before the transport existed (the server is stopping)
-            transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True

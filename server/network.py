@@ -368,7 +368,7 @@ class Connection(asyncio.BufferedProtocol):
         self._set_reading(
             self._bad_size is None
             and not self._write_paused
-            and not (self._in_flight and self._pooled >= _READ_BUFFER_LIMIT)
+            and not (self._in_flight and self._pooled - self._in_flight >= _READ_BUFFER_LIMIT)
             and self.server.pool.may_read(self)
         )
 

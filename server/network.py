@@ -340,7 +340,9 @@ class Connection(asyncio.BufferedProtocol):
             if self._closed:
                 return
         elif self._bad_size is not None and not self._frames and not self._in_flight:
-            logger.warning(
+            limited_log.log(
+                "bad-size",
+                logging.WARNING,
                 "Closing connection from %s: request size %d is outside 0..%d "
                 "(socket.request.max.bytes)",
                 self.peer,
@@ -463,7 +465,13 @@ class Connection(asyncio.BufferedProtocol):
         self.done()
 
     def _send_failed(self, error: Exception) -> None:
-        logger.info("Closing connection from %s while sending a response: %s", self.peer, error)
+        limited_log.log(
+            "send-failed",
+            logging.INFO,
+            "Closing connection from %s while sending a response: %s",
+            self.peer,
+            error,
+        )
         self.close()
 
     def done(self) -> None:
@@ -652,7 +660,9 @@ class SocketServer:
         cutoff = time.monotonic() - max_idle_s
         for connection in list(self.connections):
             if connection.idle and connection.last_active < cutoff:
-                logger.info("Closing idle connection from %s", connection.peer)
+                limited_log.log(
+                    "idle", logging.INFO, "Closing idle connection from %s", connection.peer
+                )
                 connection.close()
 
     async def stop_accepting(self) -> None:

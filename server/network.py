@@ -516,10 +516,12 @@ class SocketServer:
     # -- accepting --------------------------------------------------------------------
     async def listen(self, name: str, host: str, port: int) -> int:
         """Start a listener; return the bound port (useful when ``port`` is 0)."""
-        sock = _listening_socket(host, port, self.limits.receive_buffer_bytes)
-        self._listening.append(sock)
-        asyncio.get_running_loop().add_reader(sock.fileno(), self._accept, sock, name)
-        return sock.getsockname()[1]
+        loop = asyncio.get_running_loop()
+        for sock in _listening_sockets(host, port, self.limits.receive_buffer_bytes):
+            self._listening.append(sock)
+            loop.add_reader(sock.fileno(), self._accept, sock, name)
+            port = sock.getsockname()[1]
+        return port
 
     def _accept(self, sock: socket.socket, name: str) -> None:
         for _ in range(_ACCEPTS_PER_WAKEUP):
@@ -683,33 +685,38 @@ class SocketServer:
             connection.close()
 
 
-def _listening_socket(host: str, port: int, receive_buffer: int) -> socket.socket:
-    """A non-blocking listening socket; an empty host listens on every interface, IPv4 and
-    IPv6 where the system has both. The receive buffer is set before listen(), as in
-    Kafka, so the TCP window scale offered to clients can use it."""
-    if host:
-        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
-        address = host
-    elif socket.has_dualstack_ipv6():
-        family, address = socket.AF_INET6, "::"
-    else:
-        family, address = socket.AF_INET, "0.0.0.0"
-    sock = socket.socket(family, socket.SOCK_STREAM)
+def _listening_sockets(host: str, port: int, receive_buffer: int) -> list[socket.socket]:
+    """Non-blocking listening sockets on every address ``host`` resolves to (all interfaces
+    when empty), as asyncio's create_server binds them; with port 0 they share the port
+    the first one got. The receive buffer is set before listen(), as in Kafka, so the TCP
+    window scale offered to clients can use it."""
+    infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    sockets: list[socket.socket] = []
     try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        if family == socket.AF_INET6 and not host:
-            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-        if receive_buffer != -1:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
-        sock.bind((address, port))
-        sock.listen(512)
-        sock.setblocking(False)
-    except OSError as e:
-        sock.close()
-        raise OSError(
-            e.errno, f"cannot listen on {address}:{port}: {(e.strerror or str(e)).lower()}"
-        ) from None
-    return sock
+        for family, _, _, _, address in dict.fromkeys(infos):
+            sock = socket.socket(family, socket.SOCK_STREAM)
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            if receive_buffer != -1:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+            if port == 0 and len(sockets) > 1:
+                address = (address[0], sockets[0].getsockname()[1], *address[2:])
+            try:
+                sock.bind(address)
+            except OSError as e:
+                raise OSError(
+                    e.errno,
+                    f"cannot listen on {address[0]}:{address[1]}: {(e.strerror or str(e)).lower()}",
+                ) from None
+            sock.listen(512)
+            sock.setblocking(False)
+    except OSError:
+        for sock in sockets:
+            sock.close()
+        raise
+    return sockets
 
 
 def _ip_of(address: str) -> str:

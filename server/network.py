@@ -94,15 +94,15 @@ class Request:
 class Limits:
     """The network layer's configuration (Kafka's key names in the comments)."""
 
-    io_threads: int = 8  # num.io.threads
-    queued_max_requests: int = 500  # queued.max.requests
-    max_request_size: int = 104857600  # socket.request.max.bytes
-    queued_max_request_bytes: int = 104857600  # queued.max.request.bytes; <= 0 unbounded
-    max_connections: int = 2**31 - 1  # max.connections
-    max_connections_per_ip: int = 2**31 - 1  # max.connections.per.ip
-    per_ip_overrides: Mapping[str, int] | None = None  # max.connections.per.ip.overrides
-    send_buffer_bytes: int = -1  # socket.send.buffer.bytes; -1 the OS default
-    receive_buffer_bytes: int = -1  # socket.receive.buffer.bytes; -1 the OS default
+    io_threads: int  # num.io.threads
+    queued_max_requests: int  # queued.max.requests
+    max_request_size: int  # socket.request.max.bytes
+    queued_max_request_bytes: int  # queued.max.request.bytes; <= 0 unbounded
+    max_connections: int  # max.connections
+    max_connections_per_ip: int  # max.connections.per.ip
+    per_ip_overrides: Mapping[str, int]  # max.connections.per.ip.overrides, by address
+    send_buffer_bytes: int  # socket.send.buffer.bytes; -1 the OS default
+    receive_buffer_bytes: int  # socket.receive.buffer.bytes; -1 the OS default
 
 
 class RequestChannel:
@@ -172,7 +172,7 @@ class MemoryPool:
         self._muted.add(connection)
         return False
 
-    def change(self, connection: Connection, delta: int) -> None:
+    def change(self, delta: int) -> None:
         self.used += delta
         if delta < 0 and self._muted and not self.exhausted:
             self._wake()
@@ -231,7 +231,7 @@ class Connection(asyncio.BufferedProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
         self.server.connection_closed(self)
-        self.server.pool.change(self, -self._pooled)
+        self.server.pool.change(-self._pooled)
         self._pooled = 0
         self.server.pool.forget(self)
 
@@ -360,7 +360,7 @@ class Connection(asyncio.BufferedProtocol):
         if pooled != self._pooled:
             delta = pooled - self._pooled
             self._pooled = pooled
-            self.server.pool.change(self, delta)
+            self.server.pool.change(delta)
 
     def update_reading(self) -> None:
         """Read unless the stream has gone bad, the client does not read its responses,
@@ -559,8 +559,7 @@ class SocketServer:
         """Kafka's connection quotas: beyond max.connections or the address's share the
         new connection is closed at once."""
         limits = self.limits
-        overrides = limits.per_ip_overrides or {}
-        ip_limit = overrides.get(ip, limits.max_connections_per_ip)
+        ip_limit = limits.per_ip_overrides.get(ip, limits.max_connections_per_ip)
         if self._per_ip[ip] >= ip_limit:
             limited_log.log(
                 "too-many-per-ip",

@@ -217,6 +217,7 @@ class Connection(asyncio.BufferedProtocol):
         self._in_flight = 0  # bytes of the request in flight (0: none)
         self._pooled = 0  # bytes this connection counts in the server's memory pool
         self._write_paused = False  # the client is not reading its responses
+        self._sender: asyncio.Future[None] | None = None  # _finish, while it runs
         self._closed = False
         self.last_active = time.monotonic()
 
@@ -230,6 +231,8 @@ class Connection(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
+        if self._sender is not None:  # it would wait for the closed socket forever
+            self._sender.cancel()
         self.server.connection_closed(self)
         self.server.pool.change(-self._pooled)
         self._pooled = 0
@@ -281,7 +284,10 @@ class Connection(asyncio.BufferedProtocol):
     @property
     def idle(self) -> bool:
         """Nothing in flight and nothing to handle: only a partial frame, or whole ones
-        the client does not read the answers to (as in Kafka, both count as idle)."""
+        the client does not read the answers to, or an answer it stopped reading (as in
+        Kafka, all of these count as idle)."""
+        if self._sender is not None:
+            return True
         return not self._in_flight and (not self._frames or self._write_paused)
 
     # -- framing ----------------------------------------------------------------------
@@ -404,7 +410,7 @@ class Connection(asyncio.BufferedProtocol):
         if finished:
             self.done()
         else:
-            self.server.spawn(self._finish(queue))
+            self._sender = self.server.spawn(self._finish(queue))
 
     def _pump(self, queue: collections.deque[Part]) -> bool:
         """Send queued parts while the socket takes them; True once all are sent."""
@@ -459,9 +465,12 @@ class Connection(asyncio.BufferedProtocol):
                     )
                 if sent < part.size:
                     raise OSError("the file region ends early (log truncated?)")
+                self.last_active = time.monotonic()
         except (OSError, RuntimeError) as e:
             self._send_failed(e)
             return
+        finally:
+            self._sender = None
         self.done()
 
     def _send_failed(self, error: Exception) -> None:
@@ -622,10 +631,11 @@ class SocketServer:
     def start_handlers(self) -> None:
         self._workers = [asyncio.create_task(self._work()) for _ in range(self.limits.io_threads)]
 
-    def spawn(self, coro: Awaitable[None]) -> None:
+    def spawn(self, coro: Awaitable[None]) -> asyncio.Future[None]:
         task = asyncio.ensure_future(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     def dispatch(self, request: Request) -> None:
         """Handle the request now if nothing is queued or running, else queue it. A frame

@@ -54,6 +54,19 @@ def memory_kib(broker: BrokerProcess) -> dict[str, int]:
     return {k: int(v) for k, v in re.findall(r"^(VmRSS|VmHWM):\s+(\d+) kB", status, re.M)}
 
 
+def open_descriptors(broker: BrokerProcess, path: Path) -> int:
+    """How many of the broker's descriptors are open on ``path``."""
+    assert broker._proc is not None
+    fds = Path(f"/proc/{broker._proc.pid}/fd")
+    count = 0
+    for fd in fds.iterdir():
+        try:
+            count += Path(fd.readlink()) == path
+        except FileNotFoundError:
+            pass
+    return count
+
+
 def timed(call: Callable[[], Any]) -> tuple[Any, float]:
     started = time.monotonic()
     result = call()
@@ -167,7 +180,8 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
         tmp_path_factory.mktemp("hostile"),
         # Deleted segments are closed at the next flush check (each second), so a slow
         # fetch is overtaken by the close and descriptor numbers are reused.
-        {"log.segment.delete.delay.ms": "0", "auto.create.topics.enable": "true"},
+        # A small send buffer keeps a large answer waiting for a slow reader.
+        {"log.segment.delete.delay.ms": "0", "socket.send.buffer.bytes": "65536"},
     ) as b:
         with WireClient_(b.port) as client:
             create(client, "probe")
@@ -262,6 +276,34 @@ def test_stalled_partial_frame_is_closed_as_idle(tmp_path: Path) -> None:
         assert "Closing idle connection" in broker.log_path.read_text()
         with WireClient_(broker.port) as client:
             assert api_versions(client).error_code == ErrorCode.none
+
+
+def test_consumer_that_stops_reading_its_answer_is_closed_as_idle(tmp_path: Path) -> None:
+    overrides = {"connections.max.idle.ms": "1000", "socket.send.buffer.bytes": "65536"}
+    with BrokerProcess(tmp_path, overrides) as broker:
+        with WireClient_(broker.port) as client:
+            create(client, "big")
+            for _ in range(4):
+                produce(client, "big", batch(b"x" * 500_000))
+        segment = broker.data_dir / "big-0" / "00000000000000000000.log"
+        # It also holds a descriptor of the segment, which must not stay open forever.
+        stuck = socket.socket()
+        stuck.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        stuck.connect(("127.0.0.1", broker.port))
+        stuck.sendall(fetch_frame(1, "big", 1))
+        stuck.settimeout(15)
+        received = len(stuck.recv(1000))  # the answer has started
+        wait_for(lambda: open_descriptors(broker, segment) == 2, 5, "the answer's descriptor")
+        wait_for(
+            lambda: "Closing idle connection" in broker.log_path.read_text(),
+            15,
+            "the stalled answer's connection to be closed",
+        )
+        while chunk := stuck.recv(1 << 20):
+            received += len(chunk)
+        stuck.close()
+        assert received < 2_000_000  # closed, not answered
+        wait_for(lambda: open_descriptors(broker, segment) == 1, 5, "the duplicate to close")
 
 
 # -- item 15: a file region never sends another file's bytes --------------------------

@@ -244,7 +244,7 @@ class BrokerConfig:
                 "zookeeper.connect is set, but Gregor runs as one embedded node "
                 "(no ZooKeeper cluster mode yet); remove the key"
             )
-        self.per_ip_overrides  # noqa: B018 (validated here, at start-up)
+        self.per_ip_overrides = self._per_ip_overrides()
         if self["node.id"] is not None and self["node.id"] != self["broker.id"]:
             if "broker.id" in self.raw:
                 raise ConfigError("broker.id and node.id must match when both are set")
@@ -280,8 +280,7 @@ class BrokerConfig:
             protocols[name.strip().upper()] = protocol.strip().upper()
         return protocols
 
-    @property
-    def per_ip_overrides(self) -> dict[str, int]:
+    def _per_ip_overrides(self) -> dict[str, int]:
         """max.connections.per.ip.overrides (``host:count,...``) by IP address."""
         overrides = {}
         for entry in _parse_list(self["max.connections.per.ip.overrides"]):

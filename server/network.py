@@ -55,8 +55,10 @@ _OUT_OF_RESOURCES = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
 class FileRegion(Protocol):
     """Bytes of a file to send. ``fd`` is read at send time and is -1 once the file is
-    closed; files are closed only on the event loop thread, so a descriptor read and used
-    in one step of the loop is the file's own."""
+    closed. The owner of the file must set it to -1 on the event loop thread before the
+    descriptor is closed (on any thread): a descriptor read and used in one step of the
+    loop is then the file's own, and a region that waits for the socket sends from a
+    duplicate of its own."""
 
     @property
     def fd(self) -> int: ...

@@ -52,13 +52,25 @@ class ReadResult:
     """A region of one segment file to sendfile(): whole batches only. `first_offset` is the
     base offset of the first batch (the requested offset when the region is empty)."""
 
-    fd: int
+    segment: LogSegment
     position: int
     size: int
     first_offset: int
     log_start_offset: int
     log_end_offset: int
-    segment_base: int  # base offset of the segment the region is in (fetch positions)
+
+    @property
+    def fd(self) -> int:
+        """The segment's descriptor when read (-1 once closed or offline), never a stale
+        number."""
+        try:
+            return self.segment.fd
+        except KafkaStorageError:
+            return -1
+
+    @property
+    def segment_base(self) -> int:
+        return self.segment.base_offset
 
 
 class _PendingDelete:
@@ -434,23 +446,16 @@ class Log:
                 if end == header.position:
                     break
                 return ReadResult(
-                    segment.fd,
+                    segment,
                     header.position,
                     end - header.position,
                     header.base_offset,
                     self.log_start_offset,
                     self.log_end_offset,
-                    segment.base_offset,
                 )
         active = self.active_segment
         return ReadResult(
-            active.fd,
-            active.size,
-            0,
-            offset,
-            self.log_start_offset,
-            self.log_end_offset,
-            active.base_offset,
+            active, active.size, 0, offset, self.log_start_offset, self.log_end_offset
         )
 
     def _segment_batch(self, segment: LogSegment, header: BatchHeader) -> bytes:

@@ -21,7 +21,7 @@ from log.errors import KafkaStorageError
 from log.manager import DiskJobs, LogManager
 from replica.manager import ReplicaManager
 from server.config import LONG_MAX, BrokerConfig, ConfigError, parse_listener, read_properties
-from server.network import Connection, SocketServer
+from server.network import Connection, Limits, SocketServer
 
 logger = logging.getLogger(__name__)
 
@@ -50,9 +50,17 @@ class Broker:
         self.dispatcher: Dispatcher | None = None
         self.socket_server = SocketServer(
             self._dispatch,
-            io_threads=config["num.io.threads"],
-            queued_max_requests=config["queued.max.requests"],
-            max_request_size=config["socket.request.max.bytes"],
+            Limits(
+                io_threads=config["num.io.threads"],
+                queued_max_requests=config["queued.max.requests"],
+                max_request_size=config["socket.request.max.bytes"],
+                queued_max_request_bytes=config["queued.max.request.bytes"],
+                max_connections=config["max.connections"],
+                max_connections_per_ip=config["max.connections.per.ip"],
+                per_ip_overrides=config.per_ip_overrides,
+                send_buffer_bytes=config["socket.send.buffer.bytes"],
+                receive_buffer_bytes=config["socket.receive.buffer.bytes"],
+            ),
         )
         self.controller: EmbeddedController | None = None
         self.bound_ports: dict[str, int] = {}

@@ -7,6 +7,7 @@ Values are kept as the strings the operator wrote (so log-level keys can be hand
 from __future__ import annotations
 
 import logging
+import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,9 +108,16 @@ KEYS: dict[str, ConfigKey] = {
         _k("num.io.threads", "int", "8", 1),
         _k("queued.max.requests", "int", "500", 1),
         _k("socket.request.max.bytes", "int", "104857600", 1),
-        _k("socket.send.buffer.bytes", "int", "102400", -1),
-        _k("socket.receive.buffer.bytes", "int", "102400", -1),
+        # Kafka's default is -1 (unbounded); Gregor bounds the pool by default (README).
+        _k("queued.max.request.bytes", "long", "104857600", -1),
+        # Kafka's default is 102400; Gregor keeps the OS's autotuned buffers by default
+        # (-1), which fetch twice as fast on loopback (README).
+        _k("socket.send.buffer.bytes", "int", "-1", -1),
+        _k("socket.receive.buffer.bytes", "int", "-1", -1),
         _k("connections.max.idle.ms", "long", "600000"),
+        _k("max.connections", "int", str(INT_MAX), 0),
+        _k("max.connections.per.ip", "int", str(INT_MAX), 0),
+        _k("max.connections.per.ip.overrides", "string", ""),
         # Gregor's own: how long the event loop polls before it sleeps (server/polling.py)
         _k("gregor.idle.poll.us", "int", "200", 0),
         _k("fetch.max.bytes", "int", "57671680", 1024),
@@ -145,6 +153,33 @@ KEYS: dict[str, ConfigKey] = {
 }
 
 
+# Keys Gregor accepts and does not act on, with why; the README lists them too, and each
+# one set explicitly is logged at start-up.
+IGNORED: dict[str, str] = {
+    "num.network.threads": "one asyncio event loop does all network I/O",
+    "zookeeper.session.timeout.ms": "Gregor runs as one embedded node; zookeeper.connect "
+    "is refused",
+    "replica.lag.time.max.ms": "a single broker has no followers to drop from the ISR",
+    "request.timeout.ms": "the broker sends no requests of its own (no replication yet)",
+    "log.flush.start.offset.checkpoint.interval.ms": "the log start offsets are "
+    "checkpointed with the recovery points (log.flush.offset.checkpoint.interval.ms)",
+    "transactional.id.expiration.ms": "transactions are not implemented yet",
+    "transaction.max.timeout.ms": "transactions are not implemented yet",
+}
+
+# Key prefixes and names that configure security Gregor does not have (TLS, SASL, ACLs):
+# setting any of them must not leave the operator believing it is in force.
+_SECURITY_PREFIXES = ("ssl.", "sasl.", "security.", "authorizer.", "principal.builder.")
+_SECURITY_KEYS = frozenset({"super.users", "allow.everyone.if.no.acl.found"})
+_HARMLESS = frozenset({("security.inter.broker.protocol", "PLAINTEXT")})
+
+
+def _is_security_key(name: str) -> bool:
+    if name.startswith("listener.name."):  # listener.name.<listener>.<key>
+        name = name.split(".", 3)[3] if name.count(".") >= 3 else ""
+    return name.startswith(_SECURITY_PREFIXES) or name in _SECURITY_KEYS
+
+
 class BrokerConfig:
     """Validated broker configuration; ``raw`` keeps the explicitly set strings."""
 
@@ -156,9 +191,17 @@ class BrokerConfig:
             self._values[name] = None if text is None else key.parse(text)
         log_keys = {key for d in TOPIC_CONFIGS.values() for key, _ in d.synonyms}
         for name in self.raw:
-            if name not in KEYS and name not in log_keys:
+            if _is_security_key(name) and (name, self.raw[name].upper()) not in _HARMLESS:
+                raise ConfigError(
+                    f"{name} is set, but Gregor has no TLS, SASL or authorization: it would "
+                    "serve plaintext to anyone; remove the key"
+                )
+            if name in IGNORED:
+                logger.warning("Configuration %s is accepted but ignored: %s", name, IGNORED[name])
+            elif name not in KEYS and name not in log_keys:
                 logger.warning(
-                    "Unknown configuration %r was supplied but isn't a known config", name
+                    "Unknown configuration %r was supplied but isn't a known config; it is ignored",
+                    name,
                 )
         try:
             self.log_config = LogConfig.from_properties(self.raw, {})
@@ -180,10 +223,28 @@ class BrokerConfig:
     def _check(self) -> None:
         if not self.listeners:
             raise ConfigError("listeners must name at least one listener")
+        protocols = self.security_protocols
         for listener in self.listeners:
-            parse_listener(listener)
+            name = parse_listener(listener)[0]
+            protocol = protocols.get(name)
+            if protocol is None:
+                raise ConfigError(
+                    f"No security protocol defined for listener {name} "
+                    "(listener.security.protocol.map)"
+                )
+            if protocol != "PLAINTEXT":
+                raise ConfigError(
+                    f"Listener {name} uses security protocol {protocol}, but Gregor serves "
+                    "PLAINTEXT only (no TLS or SASL yet)"
+                )
         for listener in self.advertised_listeners:
             parse_listener(listener, "advertised.listeners")
+        if self["zookeeper.connect"] is not None:
+            raise ConfigError(
+                "zookeeper.connect is set, but Gregor runs as one embedded node "
+                "(no ZooKeeper cluster mode yet); remove the key"
+            )
+        self.per_ip_overrides = self._per_ip_overrides()
         if self["node.id"] is not None and self["node.id"] != self["broker.id"]:
             if "broker.id" in self.raw:
                 raise ConfigError("broker.id and node.id must match when both are set")
@@ -204,6 +265,42 @@ class BrokerConfig:
     @property
     def advertised_listeners(self) -> list[str]:
         return self["advertised.listeners"] or []
+
+    @property
+    def security_protocols(self) -> dict[str, str]:
+        """listener.security.protocol.map as {listener name: protocol}."""
+        protocols = {}
+        for entry in self["listener.security.protocol.map"]:
+            name, sep, protocol = entry.partition(":")
+            if not sep or not name.strip() or not protocol.strip():
+                raise ConfigError(
+                    f"Invalid value {entry!r} for configuration listener.security.protocol.map:"
+                    " expected LISTENER:PROTOCOL"
+                )
+            protocols[name.strip().upper()] = protocol.strip().upper()
+        return protocols
+
+    def _per_ip_overrides(self) -> dict[str, int]:
+        """max.connections.per.ip.overrides (``host:count,...``) by IP address."""
+        overrides = {}
+        for entry in _parse_list(self["max.connections.per.ip.overrides"]):
+            host, sep, count = entry.rpartition(":")
+            problem = None
+            if not sep or not host or not count.isdigit():
+                problem = "expected host:count"
+            else:
+                try:
+                    infos = socket.getaddrinfo(host.strip("[]"), None, type=socket.SOCK_STREAM)
+                except OSError as e:
+                    problem = f"cannot resolve {host}: {e}"
+            if problem:
+                raise ConfigError(
+                    f"Invalid value {entry!r} for configuration "
+                    f"max.connections.per.ip.overrides: {problem}"
+                )
+            for info in infos:
+                overrides[str(info[4][0])] = int(count)
+        return overrides
 
 
 def parse_listener(listener: str, key: str = "listeners") -> tuple[str, str, int]:

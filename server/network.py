@@ -1,41 +1,73 @@
-"""The socket server: connections, framing, the request channel and the handler pool.
+"""The socket server: listeners, connections, framing, the request channel and the
+handler pool.
 
 Each connection hands at most one request at a time to the server and the next one only
 after the previous one was answered (Kafka mutes the channel the same way), so requests
 are handled and answered in order while clients may pipeline. A bounded channel feeds
 ``num.io.threads`` handler tasks; a handler answers at once or parks the request in the
-purgatory and moves on to the next one. Handlers are synchronous, so a request that
-arrives while nothing is queued or running is handled at once, without a trip around the
-event loop to wake a handler task.
+purgatory and moves on. Handlers are synchronous, so a request that arrives while nothing
+is queued or running is handled at once, without a trip around the event loop to wake a
+handler task; a pipelined follower is queued behind the other connections' requests, and
+a handler task yields to the event loop after each request, so no connection starves the
+others.
+
+Memory is bounded three ways: a connection whose responses are not being read (the
+transport's write buffer is over its high-water mark) stops reading and handling; a
+connection reads ahead at most ``_READ_BUFFER_LIMIT`` while a request is in flight; and
+the bytes of all requests received and not yet answered are bounded by
+``queued.max.request.bytes`` (Kafka's memory pool). Memory follows the bytes that have
+arrived, never a size prefix's announcement.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import errno
+import ipaddress
 import logging
 import os
 import socket
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from server.ratelimit import RateLimitedLog
+
 logger = logging.getLogger(__name__)
+limited_log = RateLimitedLog(logger)
 
 _SIZE = 4
-# A connection stops reading from its socket once this much is buffered unread.
+# A connection with a request in flight stops reading once this much is buffered unread.
 _READ_BUFFER_LIMIT = 1 << 20
 # Reads land in one chunk shared by every connection (the bytes are moved out before the
-# next read); a frame at least this large is read straight into a buffer of its own.
+# next read); a frame at least _LARGE_FRAME long is collected in a buffer of its own, and
+# once _CHUNK of it has arrived the rest is received in place, the buffer doubling as
+# the bytes come (so a size prefix alone commits no memory).
 _CHUNK = 256 * 1024
 _LARGE_FRAME = 64 * 1024
+# accept() failing for want of descriptors or memory is retried after this long.
+_ACCEPT_BACKOFF_S = 0.5
+_ACCEPTS_PER_WAKEUP = 64
+_OUT_OF_RESOURCES = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
 
 class FileRegion(Protocol):
-    fd: int
-    position: int
-    size: int
+    """Bytes of a file to send. ``fd`` is read at send time and is -1 once the file is
+    closed. The owner of the file must set it to -1 on the event loop thread before the
+    descriptor is closed (on any thread): a descriptor read and used in one step of the
+    loop is then the file's own, and a region that waits for the socket sends from a
+    duplicate of its own."""
+
+    @property
+    def fd(self) -> int: ...
+
+    @property
+    def position(self) -> int: ...
+
+    @property
+    def size(self) -> int: ...
 
 
 Part = bytes | FileRegion
@@ -45,15 +77,34 @@ Part = bytes | FileRegion
 class _Remainder:
     """The unsent tail of a file region."""
 
-    fd: int
+    region: FileRegion
     position: int
     size: int
+
+    @property
+    def fd(self) -> int:
+        return self.region.fd
 
 
 @dataclass(slots=True)
 class Request:
     connection: Connection
     frame: bytes | bytearray
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """The network layer's configuration (Kafka's key names in the comments)."""
+
+    io_threads: int  # num.io.threads
+    queued_max_requests: int  # queued.max.requests
+    max_request_size: int  # socket.request.max.bytes
+    queued_max_request_bytes: int  # queued.max.request.bytes; <= 0 unbounded
+    max_connections: int  # max.connections
+    max_connections_per_ip: int  # max.connections.per.ip
+    per_ip_overrides: Mapping[str, int]  # max.connections.per.ip.overrides, by address
+    send_buffer_bytes: int  # socket.send.buffer.bytes; -1 the OS default
+    receive_buffer_bytes: int  # socket.receive.buffer.bytes; -1 the OS default
 
 
 class RequestChannel:
@@ -97,26 +148,78 @@ class RequestChannel:
         return request
 
 
+class MemoryPool:
+    """``queued.max.request.bytes``: the bytes of requests received and not yet answered,
+    summed over all connections. While it is used up, connections stop reading, except
+    one that is in the middle of a frame (the finisher), so frames keep completing and
+    memory keeps being released; the overshoot is at most one frame, as in Kafka's pool.
+    A capacity of 0 or less is unbounded (Kafka's -1)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.used = 0
+        self._finisher: Connection | None = None
+        self._muted: set[Connection] = set()
+
+    @property
+    def exhausted(self) -> bool:
+        return 0 < self.capacity <= self.used
+
+    def may_read(self, connection: Connection) -> bool:
+        if not self.exhausted or connection is self._finisher:
+            return True
+        if self._finisher is None and connection.mid_frame:
+            self._finisher = connection
+            return True
+        self._muted.add(connection)
+        return False
+
+    def change(self, delta: int) -> None:
+        self.used += delta
+        if delta < 0 and self._muted and not self.exhausted:
+            self._wake()
+
+    def frame_finished(self, connection: Connection) -> None:
+        if connection is self._finisher:
+            self._finisher = None
+            if self._muted:
+                self._wake()
+
+    def forget(self, connection: Connection) -> None:
+        self._muted.discard(connection)
+        self.frame_finished(connection)
+
+    def _wake(self) -> None:
+        muted, self._muted = self._muted, set()
+        for connection in muted:
+            connection.update_reading()
+
+
 class Connection(asyncio.BufferedProtocol):
     """One client connection: frames in, responses out, one request in flight.
 
-    Received bytes are split into frames as they arrive; a large frame (a produce request,
-    say) is received in place, so its bytes are copied once, by the kernel.
+    Received bytes are split into frames as they arrive; most of a large frame (a produce
+    request, say) is received in place, so its bytes are copied once, by the kernel.
     """
 
-    def __init__(self, server: SocketServer, listener: str) -> None:
+    def __init__(self, server: SocketServer, listener: str, ip: str) -> None:
         self.server = server
         self.listener = listener
+        self.ip = ip
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
         self._buffer = bytearray()  # received, not yet a whole frame
         self._frames: collections.deque[bytes | bytearray] = collections.deque()
         self._held = 0  # bytes in _frames
-        self._large: bytearray | None = None  # a large frame being received in place
+        self._large: bytearray | None = None  # a large frame being received
+        self._expected = 0  # the size of _large once complete
         self._filled = 0  # bytes of _large received so far
+        self._in_place = False  # the last read went straight into _large
         self._bad_size: int | None = None  # the invalid size prefix that ends the stream
-        self._in_flight = False
-        self._reading = True
+        self._in_flight = 0  # bytes of the request in flight (0: none)
+        self._pooled = 0  # bytes this connection counts in the server's memory pool
+        self._write_paused = False  # the client is not reading its responses
+        self._sender: asyncio.Future[None] | None = None  # _finish, while it runs
         self._closed = False
         self.last_active = time.monotonic()
 
@@ -124,41 +227,74 @@ class Connection(asyncio.BufferedProtocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
-        sock = transport.get_extra_info("socket")
-        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.server.connections.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
-        self.server.connections.discard(self)
+        if self._sender is not None:  # it would wait for the closed socket forever
+            self._sender.cancel()
+        self.server.connection_closed(self)
+        self.server.pool.change(-self._pooled)
+        self._pooled = 0
+        self.server.pool.forget(self)
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+        self.update_reading()
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        self.last_active = time.monotonic()
+        self.next_request()
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        if self._large is not None:
-            return memoryview(self._large)[self._filled :]
-        return self.server.read_chunk
+        large = self._large
+        self._in_place = large is not None and self._filled >= _CHUNK
+        if not self._in_place:
+            return self.server.read_chunk
+        assert large is not None
+        if len(large) == self._filled:  # grow as the bytes come, never past the frame
+            large.extend(bytes(min(self._expected, 2 * self._filled) - self._filled))
+        return memoryview(large)[self._filled :]
 
     def buffer_updated(self, nbytes: int) -> None:
         self.last_active = time.monotonic()
-        if self._large is None:
-            self._buffer += self.server.read_chunk[:nbytes]
-            self._split()
-        else:
+        if self._in_place:
             self._filled += nbytes
-            if self._filled == len(self._large):
-                self._push(self._large)
-                self._large = None
+            if self._filled == self._expected:
+                self._finish_large()
+        else:
+            data = self.server.read_chunk[:nbytes]
+            if self._large is not None:
+                take = min(nbytes, self._expected - self._filled)
+                self._large += data[:take]
+                self._filled += take
+                data = data[take:]
+                if self._filled == self._expected:
+                    self._finish_large()
+            if data:
+                self._buffer += data
+                self._split()
         self.next_request()
 
     @property
+    def mid_frame(self) -> bool:
+        return bool(self._buffer) or self._large is not None
+
+    @property
     def idle(self) -> bool:
-        return not (self._in_flight or self._buffer or self._frames or self._large)
+        """Nothing in flight and nothing to handle: only a partial frame, or whole ones
+        the client does not read the answers to, or an answer it stopped reading (as in
+        Kafka, all of these count as idle)."""
+        if self._sender is not None:
+            return True
+        return not self._in_flight and (not self._frames or self._write_paused)
 
     # -- framing ----------------------------------------------------------------------
     def _split(self) -> None:
-        """Move the whole frames out of the buffer; start receiving a large one in place."""
+        """Move the whole frames out of the buffer; start collecting a large one apart."""
         buffer = self._buffer
         pos = 0
         with memoryview(buffer) as view:
@@ -172,36 +308,49 @@ class Connection(asyncio.BufferedProtocol):
                     self._push(bytes(view[start:end]))
                     pos = end
                 elif size >= _LARGE_FRAME:
-                    self._large = bytearray(size)
-                    self._filled = len(buffer) - start
-                    self._large[: self._filled] = view[start:]
+                    self._large = bytearray(view[start:])
+                    self._expected = size
+                    self._filled = len(self._large)
                     pos = len(buffer)
                     break
                 else:
                     break
         del buffer[:pos]
 
+    def _finish_large(self) -> None:
+        assert self._large is not None
+        self._push(self._large)
+        self._large = None
+        self._filled = self._expected = 0
+        self.server.pool.frame_finished(self)
+
     def _push(self, frame: bytes | bytearray) -> None:
         self._frames.append(frame)
         self._held += len(frame)
 
     def next_request(self) -> None:
-        """Hand over the next whole frame, if any and if no request is in flight."""
-        if self._closed or self._in_flight:
-            self._bound_memory()
+        """Hand over the next whole frame, if any, if no request is in flight and if the
+        client reads its responses."""
+        if self._closed:
             return
-        if self._frames:
+        if self._frames and not self._in_flight and not self._write_paused:
             channel = self.server.channel
             if channel.full:
                 channel.wait_for_room(self)
+                self._account()
                 self._set_reading(False)
                 return
             frame = self._frames.popleft()
             self._held -= len(frame)
-            self._in_flight = True
+            self._in_flight = _SIZE + len(frame)
+            self._account()
             self.server.dispatch(Request(self, frame))
-        elif self._bad_size is not None:
-            logger.warning(
+            if self._closed:
+                return
+        elif self._bad_size is not None and not self._frames and not self._in_flight:
+            limited_log.log(
+                "bad-size",
+                logging.WARNING,
                 "Closing connection from %s: request size %d is outside 0..%d "
                 "(socket.request.max.bytes)",
                 self.peer,
@@ -210,24 +359,38 @@ class Connection(asyncio.BufferedProtocol):
             )
             self.close()
             return
-        self._bound_memory()
+        self._account()
+        self.update_reading()
 
-    def _bound_memory(self) -> None:
-        """Stop reading while a request is in flight and plenty is already held, or once
-        the stream has gone bad."""
-        held = self._held + len(self._buffer) + self._filled
+    def _account(self) -> None:
+        """Bring this connection's share of the memory pool up to date."""
+        pooled = len(self._buffer) + self._held + self._filled + self._in_flight
+        if pooled != self._pooled:
+            delta = pooled - self._pooled
+            self._pooled = pooled
+            self.server.pool.change(delta)
+
+    def update_reading(self) -> None:
+        """Read unless the stream has gone bad, the client does not read its responses,
+        plenty is read ahead behind a request in flight, or the memory pool is used up."""
+        if self._closed:
+            return
         self._set_reading(
-            self._bad_size is None and not (self._in_flight and held >= _READ_BUFFER_LIMIT)
+            self._bad_size is None
+            and not self._write_paused
+            and not (self._in_flight and self._pooled - self._in_flight >= _READ_BUFFER_LIMIT)
+            and self.server.pool.may_read(self)
         )
 
     def _set_reading(self, reading: bool) -> None:
-        if self.transport is None or reading == self._reading or self._closed:
+        # Ask the transport, not a flag of ours: loop.sendfile pauses and resumes reading.
+        transport = self.transport
+        if transport is None or self._closed or transport.is_reading() == reading:
             return
-        self._reading = reading
         if reading:
-            self.transport.resume_reading()
+            transport.resume_reading()
         else:
-            self.transport.pause_reading()
+            transport.pause_reading()
 
     # -- responses --------------------------------------------------------------------
     def send(self, parts: Sequence[Part], size: int) -> None:
@@ -249,7 +412,7 @@ class Connection(asyncio.BufferedProtocol):
         if finished:
             self.done()
         else:
-            self.server.spawn(self._finish(queue))
+            self._sender = self.server.spawn(self._finish(queue))
 
     def _pump(self, queue: collections.deque[Part]) -> bool:
         """Send queued parts while the socket takes them; True once all are sent."""
@@ -268,14 +431,18 @@ class Connection(asyncio.BufferedProtocol):
                 return False
             try:
                 sent = os.sendfile(
-                    transport.get_extra_info("socket").fileno(), part.fd, part.position, part.size
+                    transport.get_extra_info("socket").fileno(),
+                    _open_fd(part),
+                    part.position,
+                    part.size,
                 )
             except BlockingIOError:
                 return False
             if sent == 0:
                 raise OSError("the file region ends early (log truncated?)")
             if sent < part.size:
-                queue[0] = _Remainder(part.fd, part.position + sent, part.size - sent)
+                region = part.region if isinstance(part, _Remainder) else part
+                queue[0] = _Remainder(region, part.position + sent, part.size - sent)
                 return False
             queue.popleft()
         if pending:
@@ -283,7 +450,10 @@ class Connection(asyncio.BufferedProtocol):
         return True
 
     async def _finish(self, queue: collections.deque[Part]) -> None:
-        """Wait for the socket, sending the head region through the event loop, until done."""
+        """Wait for the socket, sending the head region through the event loop, until done.
+
+        The region is sent from a duplicate of its descriptor, so the file stays the same
+        however long the client takes, even if the log closes it meanwhile."""
         transport = self.transport
         assert transport is not None
         try:
@@ -291,25 +461,34 @@ class Connection(asyncio.BufferedProtocol):
                 part = queue.popleft()
                 if isinstance(part, bytes):  # only regions stop the pump
                     raise RuntimeError("unexpected byte part at the head of the queue")
-                with os.fdopen(part.fd, "rb", buffering=0, closefd=False) as file:
+                with os.fdopen(os.dup(_open_fd(part)), "rb", buffering=0) as file:
                     sent = await asyncio.get_running_loop().sendfile(
                         transport, file, part.position, part.size
                     )
                 if sent < part.size:
                     raise OSError("the file region ends early (log truncated?)")
+                self.last_active = time.monotonic()
         except (OSError, RuntimeError) as e:
             self._send_failed(e)
             return
+        finally:
+            self._sender = None
         self.done()
 
     def _send_failed(self, error: Exception) -> None:
-        logger.info("Closing connection from %s while sending a response: %s", self.peer, error)
+        limited_log.log(
+            "send-failed",
+            logging.INFO,
+            "Closing connection from %s while sending a response: %s",
+            self.peer,
+            error,
+        )
         self.close()
 
     def done(self) -> None:
         """The in-flight request is finished (answered, or needs no answer)."""
         self.last_active = time.monotonic()
-        self._in_flight = False
+        self._in_flight = 0
         self.next_request()
 
     def close(self) -> None:
@@ -318,44 +497,147 @@ class Connection(asyncio.BufferedProtocol):
             self.transport.close()
 
 
+def _open_fd(region: FileRegion) -> int:
+    fd = region.fd
+    if fd < 0:
+        raise OSError("the segment was closed (deleted) before its bytes were sent")
+    return fd
+
+
 class SocketServer:
     """Listens on the configured listeners and runs the handler pool."""
 
     def __init__(
-        self,
-        handler: Callable[[Connection, bytes | bytearray], None],
-        *,
-        io_threads: int,
-        queued_max_requests: int,
-        max_request_size: int,
+        self, handler: Callable[[Connection, bytes | bytearray], None], limits: Limits
     ) -> None:
         self.handler = handler
-        self.channel = RequestChannel(queued_max_requests)
-        self.max_request_size = max_request_size
+        self.limits = limits
+        self.channel = RequestChannel(limits.queued_max_requests)
+        self.pool = MemoryPool(limits.queued_max_request_bytes)
+        self.max_request_size = limits.max_request_size
         self.connections: set[Connection] = set()
-        self._io_threads = io_threads
-        self._servers: list[asyncio.Server] = []
+        self._per_ip: collections.Counter[str] = collections.Counter()
+        self._accepted = 0  # connections admitted and not yet closed
+        self._listening: list[socket.socket] = []
         self._tasks: set[asyncio.Task[None]] = set()
         self._workers: list[asyncio.Task[None]] = []
         self._handling = False
         self.read_chunk = memoryview(bytearray(_CHUNK))
 
+    # -- accepting --------------------------------------------------------------------
     async def listen(self, name: str, host: str, port: int) -> int:
         """Start a listener; return the bound port (useful when ``port`` is 0)."""
         loop = asyncio.get_running_loop()
-        server = await loop.create_server(
-            lambda: Connection(self, name), host or None, port, reuse_address=True, backlog=512
+        for sock in _listening_sockets(host, port, self.limits.receive_buffer_bytes):
+            self._listening.append(sock)
+            loop.add_reader(sock.fileno(), self._accept, sock, name)
+            port = sock.getsockname()[1]
+        return port
+
+    def _accept(self, sock: socket.socket, name: str) -> None:
+        for _ in range(_ACCEPTS_PER_WAKEUP):
+            try:
+                conn, addr = sock.accept()
+            except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+                return
+            except OSError as e:
+                self._back_off(sock, name, e)
+                return
+            self._admit(conn, _ip_of(addr[0]), name)
+
+    def _back_off(self, sock: socket.socket, name: str, error: OSError) -> None:
+        """Stop accepting for a moment (descriptors or memory ran out, say), instead of
+        retrying in a tight loop; the waiting clients stay in the listen backlog."""
+        level = logging.WARNING if error.errno in _OUT_OF_RESOURCES else logging.ERROR
+        limited_log.log(
+            "accept",
+            level,
+            "Cannot accept connections on %s: %s; retrying in %.1fs",
+            name,
+            error,
+            _ACCEPT_BACKOFF_S,
         )
-        self._servers.append(server)
-        return server.sockets[0].getsockname()[1]
+        loop = asyncio.get_running_loop()
+        loop.remove_reader(sock.fileno())
 
+        def resume() -> None:
+            if sock in self._listening:
+                loop.add_reader(sock.fileno(), self._accept, sock, name)
+
+        loop.call_later(_ACCEPT_BACKOFF_S, resume)
+
+    def _admit(self, conn: socket.socket, ip: str, listener: str) -> None:
+        """Kafka's connection quotas: beyond max.connections or the address's share the
+        new connection is closed at once."""
+        limits = self.limits
+        ip_limit = limits.per_ip_overrides.get(ip, limits.max_connections_per_ip)
+        if self._per_ip[ip] >= ip_limit:
+            limited_log.log(
+                "too-many-per-ip",
+                logging.INFO,
+                "Rejected connection from %s, address already has the configured maximum "
+                "of %d connections (max.connections.per.ip)",
+                ip,
+                ip_limit,
+            )
+            conn.close()
+            return
+        if self._accepted >= limits.max_connections:
+            limited_log.log(
+                "too-many",
+                logging.INFO,
+                "Rejected connection from %s: the broker already has the configured maximum "
+                "of %d connections (max.connections)",
+                ip,
+                limits.max_connections,
+            )
+            conn.close()
+            return
+        try:
+            conn.setblocking(False)
+            if conn.family in (socket.AF_INET, socket.AF_INET6):
+                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if limits.send_buffer_bytes != -1:
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, limits.send_buffer_bytes)
+            if limits.receive_buffer_bytes != -1:
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, limits.receive_buffer_bytes)
+        except OSError as e:  # the peer is already gone
+            logger.debug("Dropping connection from %s: %s", ip, e)
+            conn.close()
+            return
+        self._accepted += 1
+        self._per_ip[ip] += 1
+        self.spawn(self._connect(conn, ip, listener))
+
+    async def _connect(self, conn: socket.socket, ip: str, listener: str) -> None:
+        try:
+            await asyncio.get_running_loop().connect_accepted_socket(
+                lambda: Connection(self, listener, ip), conn
+            )
+        except OSError as e:
+            logger.info("Dropping connection from %s: %s", ip, e)
+            conn.close()
+            self._release(ip)
+
+    def connection_closed(self, connection: Connection) -> None:
+        self.connections.discard(connection)
+        self._release(connection.ip)
+
+    def _release(self, ip: str) -> None:
+        self._accepted -= 1
+        self._per_ip[ip] -= 1
+        if self._per_ip[ip] <= 0:
+            del self._per_ip[ip]
+
+    # -- handling ---------------------------------------------------------------------
     def start_handlers(self) -> None:
-        self._workers = [asyncio.create_task(self._work()) for _ in range(self._io_threads)]
+        self._workers = [asyncio.create_task(self._work()) for _ in range(self.limits.io_threads)]
 
-    def spawn(self, coro: Awaitable[None]) -> None:
+    def spawn(self, coro: Awaitable[None]) -> asyncio.Future[None]:
         task = asyncio.ensure_future(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     def dispatch(self, request: Request) -> None:
         """Handle the request now if nothing is queued or running, else queue it. A frame
@@ -369,6 +651,9 @@ class SocketServer:
     async def _work(self) -> None:
         while True:
             self._handle(await self.channel.take())
+            # take() does not suspend while requests are queued: yield, so that other
+            # connections are read (and timers run) between two queued requests.
+            await asyncio.sleep(0)
 
     def _handle(self, request: Request) -> None:
         self._handling = True
@@ -388,14 +673,17 @@ class SocketServer:
         cutoff = time.monotonic() - max_idle_s
         for connection in list(self.connections):
             if connection.idle and connection.last_active < cutoff:
-                logger.info("Closing idle connection from %s", connection.peer)
+                limited_log.log(
+                    "idle", logging.INFO, "Closing idle connection from %s", connection.peer
+                )
                 connection.close()
 
     async def stop_accepting(self) -> None:
-        for server in self._servers:
-            server.close()
-        for server in self._servers:
-            await server.wait_closed()
+        loop = asyncio.get_running_loop()
+        for sock in self._listening:
+            loop.remove_reader(sock.fileno())
+            sock.close()
+        self._listening = []
 
     async def drain(self, timeout: float) -> None:
         """Let in-flight work finish (bounded by ``timeout``), then close everything."""
@@ -406,3 +694,49 @@ class SocketServer:
             worker.cancel()
         for connection in list(self.connections):
             connection.close()
+
+
+def _listening_sockets(host: str, port: int, receive_buffer: int) -> list[socket.socket]:
+    """Non-blocking listening sockets on every address ``host`` resolves to (all interfaces
+    when empty), as asyncio's create_server binds them; with port 0 they share the port
+    the first one got. The receive buffer is set before listen(), as in Kafka, so the TCP
+    window scale offered to clients can use it."""
+    infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    sockets: list[socket.socket] = []
+    try:
+        for family, _, _, _, address in dict.fromkeys(infos):
+            sock = socket.socket(family, socket.SOCK_STREAM)
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            if receive_buffer != -1:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+            if port == 0 and len(sockets) > 1:
+                address = (address[0], sockets[0].getsockname()[1], *address[2:])
+            try:
+                sock.bind(address)
+            except OSError as e:
+                raise OSError(
+                    e.errno,
+                    f"cannot listen on {address[0]}:{address[1]}: {(e.strerror or str(e)).lower()}",
+                ) from None
+            sock.listen(512)
+            sock.setblocking(False)
+    except OSError:
+        for sock in sockets:
+            sock.close()
+        raise
+    return sockets
+
+
+def _ip_of(address: str) -> str:
+    """The peer's address as operators write it (an IPv4 client of a dual-stack listener
+    shows as ::ffff:a.b.c.d)."""
+    try:
+        ip = ipaddress.ip_address(address.split("%")[0])
+    except ValueError:
+        return address
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return str(ip.ipv4_mapped)
+    return str(ip)

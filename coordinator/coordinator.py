@@ -15,9 +15,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import traceback
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -285,7 +287,13 @@ class GroupCoordinator:
             # KIP-394: hand out the id first, take the member in on its second join.
             loop = asyncio.get_running_loop()
             group.pending_members[joining.member_id] = loop.call_later(
-                joining.session_timeout_ms / 1000, self._expire_pending, group, joining.member_id
+                joining.session_timeout_ms / 1000,
+                self._guarded,
+                group,
+                "Expiring pending member",
+                self._expire_pending,
+                group,
+                joining.member_id,
             )
             future.set_result(JoinResult(ErrorCode.member_id_required, joining.member_id))
         else:
@@ -391,6 +399,7 @@ class GroupCoordinator:
                         member.protocols = previous_protocols
                     _resolve(waiter, JoinResult(error, ""))
                     return
+                self._schedule_heartbeat(group, member, member.session_timeout_ms)
                 # The old leader id tells a returning follower not to assign; a returning
                 # leader learns the members but skips assigning (KIP-814).
                 _resolve(
@@ -419,6 +428,53 @@ class GroupCoordinator:
             GroupState.PREPARING_REBALANCE
         ):
             self._join_purgatory.check(group.group_id)
+
+    # -- resilience -------------------------------------------------------------------------
+    def _guarded(self, group: Group, what: str, callback: Callable[..., Any], *args: Any) -> Any:
+        """Run a timer's or a parked join's callback. A fault in it must not leave the group
+        stuck (in PreparingRebalance, or with a member never removed): log one line and
+        reset the group's membership, so that its members join again."""
+        try:
+            return callback(*args)
+        except Exception as e:  # noqa: BLE001 - any fault; the group must recover
+            frame = traceback.extract_tb(e.__traceback__)[-1]
+            self._reset_membership(
+                group,
+                f"{what} failed with {type(e).__name__}: {e} "
+                f"({Path(frame.filename).name}:{frame.lineno})",
+            )
+            return True
+
+    def _reset_membership(self, group: Group, reason: str) -> None:
+        """Drop every member (their parked requests get UNKNOWN_MEMBER_ID, so they rejoin)
+        and leave the group Empty in a new generation; its committed offsets stay."""
+        if group.is_(GroupState.DEAD):
+            return
+        logger.error(
+            "Resetting group %s (generation %d, %d member(s)): %s",
+            group.group_id,
+            group.generation,
+            len(group.members),
+            reason,
+        )
+        # Makes any parked join of this group stale.
+        self._rebalances[group.group_id] = self._rebalances.get(group.group_id, 0) + 1
+        for timer in group.pending_members.values():
+            timer.cancel()
+        group.pending_members.clear()
+        self._cancel_pending_sync(group)
+        for member in group.members.values():
+            self._cancel_heartbeat(member)
+            _resolve(member.join_waiter, JoinResult(ErrorCode.unknown_member_id, member.member_id))
+            _resolve(member.sync_waiter, SyncResult(ErrorCode.unknown_member_id))
+            member.join_waiter = member.sync_waiter = None
+        group.members.clear()
+        group.static_members.clear()
+        group.leader_id = group.protocol_name = None
+        group.new_member_added = False
+        group.generation += 1
+        group.transition(GroupState.EMPTY, self._now())
+        self._store_group(group, lambda e: _log_store_error(group, e))
 
     # -- rebalance --------------------------------------------------------------------------
     def _maybe_prepare_rebalance(self, group: Group, reason: str) -> None:
@@ -461,8 +517,11 @@ class GroupCoordinator:
                 return True
             return None
 
-        if try_complete(False) is None:  # e.g. the last member left: complete at once
-            self._join_purgatory.park([group.group_id], timeout_ms, try_complete)
+        def guarded(force: bool) -> bool | None:
+            return self._guarded(group, "Completing the join", try_complete, force)
+
+        if guarded(False) is None:  # e.g. the last member left: complete at once
+            self._join_purgatory.park([group.group_id], timeout_ms, guarded)
 
     def _park_initial_join(
         self, group: Group, rebalance_id: int, delay_ms: int, remaining_ms: int
@@ -483,7 +542,11 @@ class GroupCoordinator:
                 self._complete_join(group)
             return True
 
-        self._join_purgatory.park([group.group_id], delay_ms, try_complete)
+        self._join_purgatory.park(
+            [group.group_id],
+            delay_ms,
+            lambda force: self._guarded(group, "Completing the join", try_complete, force),
+        )
 
     def _complete_join(self, group: Group) -> None:
         for member in group.not_yet_rejoined():
@@ -502,7 +565,11 @@ class GroupCoordinator:
             )
             self._store_group(group, lambda e: _log_store_error(group, e))
             return
-        group.protocol_name = group.select_protocol()
+        protocol = group.select_protocol()
+        if protocol is None:  # the join checks keep this from happening
+            self._reset_membership(group, "its members have no protocol in common")
+            return
+        group.protocol_name = protocol
         group.transition(GroupState.COMPLETING_REBALANCE, now)
         logger.info(
             "Stabilized group %s generation %d with %d member(s)",
@@ -530,7 +597,13 @@ class GroupCoordinator:
         group.pending_sync = set(group.members)
         timeout_ms = max(m.rebalance_timeout_ms for m in group.members.values())
         group.pending_sync_timer = asyncio.get_running_loop().call_later(
-            timeout_ms / 1000, self._pending_sync_expired, group, group.generation
+            timeout_ms / 1000,
+            self._guarded,
+            group,
+            "Expiring pending syncs",
+            self._pending_sync_expired,
+            group,
+            group.generation,
         )
 
     @staticmethod
@@ -638,9 +711,9 @@ class GroupCoordinator:
 
     def _propagate_assignment(self, group: Group) -> None:
         for member in group.members.values():
-            waiter, member.sync_waiter = member.sync_waiter, None
-            _resolve(
-                waiter,
+            self._answer_sync(
+                group,
+                member,
                 SyncResult(
                     ErrorCode.none, group.protocol_type, group.protocol_name, member.assignment
                 ),
@@ -649,8 +722,16 @@ class GroupCoordinator:
     def _propagate_assignment_error(self, group: Group, error: ErrorCode) -> None:
         for member in group.members.values():
             member.assignment = b""
-            waiter, member.sync_waiter = member.sync_waiter, None
-            _resolve(waiter, SyncResult(error))
+            self._answer_sync(group, member, SyncResult(error))
+
+    def _answer_sync(self, group: Group, member: Member, result: SyncResult) -> None:
+        """Answer a parked SyncGroup and restart the member's session from now: its timer
+        may have fired while the request was parked, and must be armed again (as Kafka
+        does when it propagates the assignment)."""
+        waiter, member.sync_waiter = member.sync_waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(result)
+            self._schedule_heartbeat(group, member, member.session_timeout_ms)
 
     def _member_error(
         self, group_id: str, generation: int, member_id: str, instance_id: str | None
@@ -746,7 +827,12 @@ class GroupCoordinator:
             if timer.when() <= deadline:
                 return
             timer.cancel()
-        member.heartbeat_timer = loop.call_at(deadline, self._heartbeat_expired, group, member)
+        self._arm_heartbeat(group, member, deadline)
+
+    def _arm_heartbeat(self, group: Group, member: Member, deadline: float) -> None:
+        member.heartbeat_timer = asyncio.get_running_loop().call_at(
+            deadline, self._guarded, group, "Session expiry", self._heartbeat_expired, group, member
+        )
 
     @staticmethod
     def _cancel_heartbeat(member: Member) -> None:
@@ -760,9 +846,7 @@ class GroupCoordinator:
             return
         loop = asyncio.get_running_loop()
         if member.heartbeat_deadline > loop.time():
-            member.heartbeat_timer = loop.call_at(
-                member.heartbeat_deadline, self._heartbeat_expired, group, member
-            )
+            self._arm_heartbeat(group, member, member.heartbeat_deadline)
             return
         # A member waiting in a join or sync is alive (its request is parked), unless it
         # never completed its first join.

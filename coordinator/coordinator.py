@@ -1,7 +1,8 @@
 """The group coordinator: the classic group protocol and committed offsets.
 
 Coordination for a group lives with the leadership of its ``__consumer_offsets``
-partition: ``on_become_leader`` replays that partition's log into memory and
+partition: ``on_become_leader`` replays that partition's log into memory (a chunk at a
+time in a task, answering COORDINATOR_LOAD_IN_PROGRESS for its groups meanwhile) and
 ``on_resign`` drops it. Every change of group metadata or offsets is written as a
 record to that partition first and applied (and answered) once the write is committed,
 that is once the high watermark has passed it; with one broker that is at once.
@@ -25,7 +26,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from coordinator.group import Group, GroupState, Member, TopicPartition
-from coordinator.loader import load_groups
+from coordinator.loader import PartitionLoader
 from coordinator.records import (
     OFFSETS_TOPIC,
     OffsetValue,
@@ -116,6 +117,7 @@ class GroupCoordinator:
         self._now = now_ms
         self._groups: dict[str, Group] = {}
         self._owned: set[int] = set()
+        self._loading: dict[int, asyncio.Task[None]] = {}
         self._rebalances: dict[str, int] = {}  # group id -> id of its current delayed join
 
     # -- ownership --------------------------------------------------------------------------
@@ -123,17 +125,50 @@ class GroupCoordinator:
         return partition_for(group_id, self.settings.partitions)
 
     def owner_error(self, group_id: str) -> ErrorCode | None:
-        """NOT_COORDINATOR unless this broker leads the group's partition and has loaded it."""
-        if self.partition_for(group_id) not in self._owned:
+        """COORDINATOR_LOAD_IN_PROGRESS while the group's partition is being loaded, and
+        NOT_COORDINATOR unless this broker leads that partition."""
+        index = self.partition_for(group_id)
+        if index in self._loading:
+            return ErrorCode.coordinator_load_in_progress
+        if index not in self._owned:
             return ErrorCode.not_coordinator
         return None
 
+    def loading(self) -> bool:
+        return bool(self._loading)
+
     def on_become_leader(self, index: int) -> None:
         partition = self._replicas.get(OFFSETS_TOPIC, index)
-        if partition is None or index in self._owned:
+        if partition is None or index in self._owned or index in self._loading:
             return
         started = time.monotonic()
-        groups = load_groups(partition)
+        loader = PartitionLoader(partition)
+        if loader.step():  # a small partition (the usual case) is ready at once
+            self._loaded(index, loader, started)
+            return
+        logger.info("Loading %s-%d in the background", OFFSETS_TOPIC, index)
+        self._loading[index] = asyncio.get_running_loop().create_task(
+            self._load(index, loader, started)
+        )
+
+    async def _load(self, index: int, loader: PartitionLoader, started: float) -> None:
+        """Replay the rest of the partition, yielding to the event loop between chunks."""
+        try:
+            while True:
+                await asyncio.sleep(0)
+                if loader.step():
+                    break
+        except Exception as e:  # noqa: BLE001 - the partition must not stay "loading"
+            self._loading.pop(index, None)
+            logger.error(
+                "Loading %s-%d failed: %s: %s", OFFSETS_TOPIC, index, type(e).__name__, e
+            )
+            return
+        self._loading.pop(index, None)
+        self._loaded(index, loader, started)
+
+    def _loaded(self, index: int, loader: PartitionLoader, started: float) -> None:
+        groups = loader.groups()
         for group in groups.values():
             self._groups[group.group_id] = group
             for member in group.members.values():
@@ -149,12 +184,15 @@ class GroupCoordinator:
             )
 
     def on_resign(self, index: int) -> None:
+        task = self._loading.pop(index, None)
+        if task is not None:
+            task.cancel()
         self._owned.discard(index)
         for group_id in [g for g in self._groups if self.partition_for(g) == index]:
             self._unload(self._groups.pop(group_id), ErrorCode.not_coordinator)
 
     def shutdown(self) -> None:
-        for index in list(self._owned):
+        for index in [*self._owned, *self._loading]:
             self.on_resign(index)
         self._join_purgatory.expire_all()
 
@@ -758,6 +796,8 @@ class GroupCoordinator:
         self, group_id: str, generation: int, member_id: str, instance_id: str | None
     ) -> ErrorCode:
         error = self._member_error(group_id, generation, member_id, instance_id)
+        if error == ErrorCode.coordinator_load_in_progress:
+            return ErrorCode.none  # as Kafka: the group is loading, answer blindly
         if error is not None:
             return error
         group = self._groups[group_id]

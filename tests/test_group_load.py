@@ -77,6 +77,11 @@ def offset_fetch(client: WireClient) -> Any:
     return client.call(v.OFFSET_FETCH, 7, body)
 
 
+def describe_error(client: WireClient) -> ErrorCode:
+    body = build(request_type(v.DESCRIBE_GROUPS, 0), groups=(GROUP,))
+    return client.call(v.DESCRIBE_GROUPS, 0, body).groups[0].error_code
+
+
 def metadata_round_trip(client: WireClient) -> float:
     started = time.monotonic()
     assert client.call(v.METADATA, 1, request_type(v.METADATA, 1)(topics=None)).brokers
@@ -112,10 +117,12 @@ def test_restart_loads_offsets_off_the_request_path(broker: BrokerProcess) -> No
     broker.restart()
     client = WireClient(broker.port, timeout=30)
     loading_answers = 0
+    describe_errors = set()
     latencies = []
     deadline = time.monotonic() + 120
     while True:
         latencies.append(metadata_round_trip(client))
+        describe_errors.add(describe_error(client))
         fetched = offset_fetch(client)
         if fetched.error_code == ErrorCode.none:
             break
@@ -126,6 +133,8 @@ def test_restart_loads_offsets_off_the_request_path(broker: BrokerProcess) -> No
     # The load took a while, and Metadata was answered promptly throughout it (a generous
     # bound for a shared machine: a chunk of replay takes a few milliseconds).
     assert loading_answers > 0
+    assert ErrorCode.coordinator_load_in_progress in describe_errors
+    assert describe_error(client) == ErrorCode.none
     assert max(latencies) < 1.0, max(latencies)
     last = COMMITS - 1
     offsets = {p.partition_index: p.committed_offset for p in fetched.topics[0].partitions}

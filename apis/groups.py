@@ -299,7 +299,13 @@ def handle_list(services: Services, ctx: RequestContext, request: Any) -> Any:
                     group_type="classic",
                 )
             )
-    return build(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, groups=tuple(groups))
+    # As Kafka: the groups loaded so far, and the error while any partition is loading.
+    error = (
+        ErrorCode.coordinator_load_in_progress
+        if coordinator(services).loading()
+        else ErrorCode.none
+    )
+    return build(cls, throttle_time=NO_THROTTLE, error_code=error, groups=tuple(groups))
 
 
 def handle_delete(services: Services, ctx: RequestContext, request: Any) -> Any:

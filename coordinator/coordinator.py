@@ -1,7 +1,8 @@
 """The group coordinator: the classic group protocol and committed offsets.
 
 Coordination for a group lives with the leadership of its ``__consumer_offsets``
-partition: ``on_become_leader`` replays that partition's log into memory and
+partition: ``on_become_leader`` replays that partition's log into memory (a chunk at a
+time in a task, answering COORDINATOR_LOAD_IN_PROGRESS for its groups meanwhile) and
 ``on_resign`` drops it. Every change of group metadata or offsets is written as a
 record to that partition first and applied (and answered) once the write is committed,
 that is once the high watermark has passed it; with one broker that is at once.
@@ -15,15 +16,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import traceback
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from coordinator.group import Group, GroupState, Member, TopicPartition
-from coordinator.loader import load_groups
+from coordinator.loader import PartitionLoader
 from coordinator.records import (
     OFFSETS_TOPIC,
     OffsetValue,
@@ -114,6 +117,7 @@ class GroupCoordinator:
         self._now = now_ms
         self._groups: dict[str, Group] = {}
         self._owned: set[int] = set()
+        self._loading: dict[int, asyncio.Task[None]] = {}
         self._rebalances: dict[str, int] = {}  # group id -> id of its current delayed join
 
     # -- ownership --------------------------------------------------------------------------
@@ -121,17 +125,50 @@ class GroupCoordinator:
         return partition_for(group_id, self.settings.partitions)
 
     def owner_error(self, group_id: str) -> ErrorCode | None:
-        """NOT_COORDINATOR unless this broker leads the group's partition and has loaded it."""
-        if self.partition_for(group_id) not in self._owned:
+        """COORDINATOR_LOAD_IN_PROGRESS while the group's partition is being loaded, and
+        NOT_COORDINATOR unless this broker leads that partition."""
+        index = self.partition_for(group_id)
+        if index in self._loading:
+            return ErrorCode.coordinator_load_in_progress
+        if index not in self._owned:
             return ErrorCode.not_coordinator
         return None
 
+    def loading(self) -> bool:
+        return bool(self._loading)
+
     def on_become_leader(self, index: int) -> None:
         partition = self._replicas.get(OFFSETS_TOPIC, index)
-        if partition is None or index in self._owned:
+        if partition is None or index in self._owned or index in self._loading:
             return
         started = time.monotonic()
-        groups = load_groups(partition)
+        loader = PartitionLoader(partition)
+        if loader.step():  # a small partition (the usual case) is ready at once
+            self._loaded(index, loader, started)
+            return
+        logger.info("Loading %s-%d in the background", OFFSETS_TOPIC, index)
+        self._loading[index] = asyncio.get_running_loop().create_task(
+            self._load(index, loader, started)
+        )
+
+    async def _load(self, index: int, loader: PartitionLoader, started: float) -> None:
+        """Replay the rest of the partition, yielding to the event loop between chunks."""
+        try:
+            while True:
+                await asyncio.sleep(0)
+                if loader.step():
+                    break
+        except Exception as e:  # noqa: BLE001 - the partition must not stay "loading"
+            self._loading.pop(index, None)
+            logger.error(
+                "Loading %s-%d failed: %s: %s", OFFSETS_TOPIC, index, type(e).__name__, e
+            )
+            return
+        self._loading.pop(index, None)
+        self._loaded(index, loader, started)
+
+    def _loaded(self, index: int, loader: PartitionLoader, started: float) -> None:
+        groups = loader.groups()
         for group in groups.values():
             self._groups[group.group_id] = group
             for member in group.members.values():
@@ -147,12 +184,15 @@ class GroupCoordinator:
             )
 
     def on_resign(self, index: int) -> None:
+        task = self._loading.pop(index, None)
+        if task is not None:
+            task.cancel()
         self._owned.discard(index)
         for group_id in [g for g in self._groups if self.partition_for(g) == index]:
             self._unload(self._groups.pop(group_id), ErrorCode.not_coordinator)
 
     def shutdown(self) -> None:
-        for index in list(self._owned):
+        for index in [*self._owned, *self._loading]:
             self.on_resign(index)
         self._join_purgatory.expire_all()
 
@@ -285,7 +325,13 @@ class GroupCoordinator:
             # KIP-394: hand out the id first, take the member in on its second join.
             loop = asyncio.get_running_loop()
             group.pending_members[joining.member_id] = loop.call_later(
-                joining.session_timeout_ms / 1000, self._expire_pending, group, joining.member_id
+                joining.session_timeout_ms / 1000,
+                self._guarded,
+                group,
+                "Expiring pending member",
+                self._expire_pending,
+                group,
+                joining.member_id,
             )
             future.set_result(JoinResult(ErrorCode.member_id_required, joining.member_id))
         else:
@@ -391,6 +437,7 @@ class GroupCoordinator:
                         member.protocols = previous_protocols
                     _resolve(waiter, JoinResult(error, ""))
                     return
+                self._schedule_heartbeat(group, member, member.session_timeout_ms)
                 # The old leader id tells a returning follower not to assign; a returning
                 # leader learns the members but skips assigning (KIP-814).
                 _resolve(
@@ -419,6 +466,53 @@ class GroupCoordinator:
             GroupState.PREPARING_REBALANCE
         ):
             self._join_purgatory.check(group.group_id)
+
+    # -- resilience -------------------------------------------------------------------------
+    def _guarded(self, group: Group, what: str, callback: Callable[..., Any], *args: Any) -> Any:
+        """Run a timer's or a parked join's callback. A fault in it must not leave the group
+        stuck (in PreparingRebalance, or with a member never removed): log one line and
+        reset the group's membership, so that its members join again."""
+        try:
+            return callback(*args)
+        except Exception as e:  # noqa: BLE001 - any fault; the group must recover
+            frame = traceback.extract_tb(e.__traceback__)[-1]
+            self._reset_membership(
+                group,
+                f"{what} failed with {type(e).__name__}: {e} "
+                f"({Path(frame.filename).name}:{frame.lineno})",
+            )
+            return True
+
+    def _reset_membership(self, group: Group, reason: str) -> None:
+        """Drop every member (their parked requests get UNKNOWN_MEMBER_ID, so they rejoin)
+        and leave the group Empty in a new generation; its committed offsets stay."""
+        if group.is_(GroupState.DEAD):
+            return
+        logger.error(
+            "Resetting group %s (generation %d, %d member(s)): %s",
+            group.group_id,
+            group.generation,
+            len(group.members),
+            reason,
+        )
+        # Makes any parked join of this group stale.
+        self._rebalances[group.group_id] = self._rebalances.get(group.group_id, 0) + 1
+        for timer in group.pending_members.values():
+            timer.cancel()
+        group.pending_members.clear()
+        self._cancel_pending_sync(group)
+        for member in group.members.values():
+            self._cancel_heartbeat(member)
+            _resolve(member.join_waiter, JoinResult(ErrorCode.unknown_member_id, member.member_id))
+            _resolve(member.sync_waiter, SyncResult(ErrorCode.unknown_member_id))
+            member.join_waiter = member.sync_waiter = None
+        group.members.clear()
+        group.static_members.clear()
+        group.leader_id = group.protocol_name = None
+        group.new_member_added = False
+        group.generation += 1
+        group.transition(GroupState.EMPTY, self._now())
+        self._store_group(group, lambda e: _log_store_error(group, e))
 
     # -- rebalance --------------------------------------------------------------------------
     def _maybe_prepare_rebalance(self, group: Group, reason: str) -> None:
@@ -461,8 +555,11 @@ class GroupCoordinator:
                 return True
             return None
 
-        if try_complete(False) is None:  # e.g. the last member left: complete at once
-            self._join_purgatory.park([group.group_id], timeout_ms, try_complete)
+        def guarded(force: bool) -> bool | None:
+            return self._guarded(group, "Completing the join", try_complete, force)
+
+        if guarded(False) is None:  # e.g. the last member left: complete at once
+            self._join_purgatory.park([group.group_id], timeout_ms, guarded)
 
     def _park_initial_join(
         self, group: Group, rebalance_id: int, delay_ms: int, remaining_ms: int
@@ -483,7 +580,11 @@ class GroupCoordinator:
                 self._complete_join(group)
             return True
 
-        self._join_purgatory.park([group.group_id], delay_ms, try_complete)
+        self._join_purgatory.park(
+            [group.group_id],
+            delay_ms,
+            lambda force: self._guarded(group, "Completing the join", try_complete, force),
+        )
 
     def _complete_join(self, group: Group) -> None:
         for member in group.not_yet_rejoined():
@@ -502,7 +603,11 @@ class GroupCoordinator:
             )
             self._store_group(group, lambda e: _log_store_error(group, e))
             return
-        group.protocol_name = group.select_protocol()
+        protocol = group.select_protocol()
+        if protocol is None:  # the join checks keep this from happening
+            self._reset_membership(group, "its members have no protocol in common")
+            return
+        group.protocol_name = protocol
         group.transition(GroupState.COMPLETING_REBALANCE, now)
         logger.info(
             "Stabilized group %s generation %d with %d member(s)",
@@ -530,7 +635,13 @@ class GroupCoordinator:
         group.pending_sync = set(group.members)
         timeout_ms = max(m.rebalance_timeout_ms for m in group.members.values())
         group.pending_sync_timer = asyncio.get_running_loop().call_later(
-            timeout_ms / 1000, self._pending_sync_expired, group, group.generation
+            timeout_ms / 1000,
+            self._guarded,
+            group,
+            "Expiring pending syncs",
+            self._pending_sync_expired,
+            group,
+            group.generation,
         )
 
     @staticmethod
@@ -638,9 +749,9 @@ class GroupCoordinator:
 
     def _propagate_assignment(self, group: Group) -> None:
         for member in group.members.values():
-            waiter, member.sync_waiter = member.sync_waiter, None
-            _resolve(
-                waiter,
+            self._answer_sync(
+                group,
+                member,
                 SyncResult(
                     ErrorCode.none, group.protocol_type, group.protocol_name, member.assignment
                 ),
@@ -649,8 +760,16 @@ class GroupCoordinator:
     def _propagate_assignment_error(self, group: Group, error: ErrorCode) -> None:
         for member in group.members.values():
             member.assignment = b""
-            waiter, member.sync_waiter = member.sync_waiter, None
-            _resolve(waiter, SyncResult(error))
+            self._answer_sync(group, member, SyncResult(error))
+
+    def _answer_sync(self, group: Group, member: Member, result: SyncResult) -> None:
+        """Answer a parked SyncGroup and restart the member's session from now: its timer
+        may have fired while the request was parked, and must be armed again (as Kafka
+        does when it propagates the assignment)."""
+        waiter, member.sync_waiter = member.sync_waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(result)
+            self._schedule_heartbeat(group, member, member.session_timeout_ms)
 
     def _member_error(
         self, group_id: str, generation: int, member_id: str, instance_id: str | None
@@ -677,6 +796,8 @@ class GroupCoordinator:
         self, group_id: str, generation: int, member_id: str, instance_id: str | None
     ) -> ErrorCode:
         error = self._member_error(group_id, generation, member_id, instance_id)
+        if error == ErrorCode.coordinator_load_in_progress:
+            return ErrorCode.none  # as Kafka: the group is loading, answer blindly
         if error is not None:
             return error
         group = self._groups[group_id]
@@ -746,7 +867,12 @@ class GroupCoordinator:
             if timer.when() <= deadline:
                 return
             timer.cancel()
-        member.heartbeat_timer = loop.call_at(deadline, self._heartbeat_expired, group, member)
+        self._arm_heartbeat(group, member, deadline)
+
+    def _arm_heartbeat(self, group: Group, member: Member, deadline: float) -> None:
+        member.heartbeat_timer = asyncio.get_running_loop().call_at(
+            deadline, self._guarded, group, "Session expiry", self._heartbeat_expired, group, member
+        )
 
     @staticmethod
     def _cancel_heartbeat(member: Member) -> None:
@@ -760,9 +886,7 @@ class GroupCoordinator:
             return
         loop = asyncio.get_running_loop()
         if member.heartbeat_deadline > loop.time():
-            member.heartbeat_timer = loop.call_at(
-                member.heartbeat_deadline, self._heartbeat_expired, group, member
-            )
+            self._arm_heartbeat(group, member, member.heartbeat_deadline)
             return
         # A member waiting in a join or sync is alive (its request is parked), unless it
         # never completed its first join.

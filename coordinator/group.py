@@ -56,8 +56,8 @@ class Member:
     def matches(self, protocols: list[tuple[str, bytes]]) -> bool:
         return self.protocols == protocols
 
-    def vote(self, candidates: set[str]) -> str:
-        return next(name for name, _ in self.protocols if name in candidates)
+    def vote(self, candidates: set[str]) -> str | None:
+        return next((name for name, _ in self.protocols if name in candidates), None)
 
 
 @dataclass(eq=False)
@@ -148,23 +148,33 @@ class Group:
         return {name for name, n in counts.items() if n == len(self.members)}
 
     def supports(self, protocol_type: str, protocols: list[tuple[str, bytes]]) -> bool:
-        if not self.members:
-            return bool(protocol_type) and bool(protocols)
-        if protocol_type != self.protocol_type:
+        """Kafka's rule for a joining member: a protocol type and at least one protocol,
+        each named once; in a group with members, their type and a protocol all of them
+        support. Otherwise the join fails with INCONSISTENT_GROUP_PROTOCOL."""
+        names = {name for name, _ in protocols}
+        if not protocol_type or not protocols or len(names) != len(protocols):
             return False
-        candidates = self.candidate_protocols()
-        return any(name in candidates for name, _ in protocols)
+        if not self.members:
+            return True
+        return protocol_type == self.protocol_type and not names.isdisjoint(
+            self.candidate_protocols()
+        )
 
-    def select_protocol(self) -> str:
+    def select_protocol(self) -> str | None:
+        """The protocol most members prefer among those all support; None if there is no
+        such protocol (which the join checks keep from happening)."""
         candidates = self.candidate_protocols()
         votes = Counter(m.vote(candidates) for m in self.members.values())
+        votes.pop(None, None)
+        if not votes:
+            return None
         best = max(votes.values())
         # Ties go to the protocol the earliest member prefers, so the choice is stable.
         return next(
             name
             for m in self.members.values()
             for name, _ in m.protocols
-            if votes.get(name) == best
+            if name in candidates and votes.get(name) == best
         )
 
     def subscribed_topics(self) -> set[str] | None:

@@ -4,7 +4,8 @@ kio's native reader raises ``KeyError`` on a tagged field its schema does not
 know, while Kafka ignores such fields (KIP-482): newer clients may send tags
 this broker has never heard of. This module walks the same kio dataclass
 schemas in Python and decodes exactly what the native reader decodes, except
-that unknown tags are skipped. It favours clarity over speed (roughly ten times
+that unknown tags are skipped and a null array is refused where the schema
+does not allow null (kio lets it through as None). It favours clarity over speed (roughly ten times
 slower than native); one reader per entity type is built once and cached.
 
 Malformed input raises only ``kio.serial.errors.DecodeError`` subclasses
@@ -235,16 +236,19 @@ def _primitive(kafka_type: str, flexible: bool, nullable: bool) -> tuple[_Reader
 # --- composites -------------------------------------------------------------
 
 
-def _array(item: _Reader, item_min_size: int, flexible: bool) -> _Reader:
+def _array(item: _Reader, item_min_size: int, flexible: bool, nullable: bool) -> _Reader:
     if item_min_size < 1:
         raise SchemaError("array elements must encode to at least one byte")
     read_length = _read_compact_length if flexible else _read_int32
 
     def read(data: memoryview, pos: int) -> tuple[tuple[Any, ...] | None, int]:
         length, pos = read_length(data, pos)
-        # Like kio, a null array decodes to None whether or not the schema allows it.
+        # kio reads a null array as None even where the schema forbids null; Kafka
+        # rejects it, and so must we, or handlers meet None where they iterate.
         if length == -1:
-            return None, pos
+            if nullable:
+                return None, pos
+            raise UnexpectedNull("null where a non-nullable array")
         if length < 0:
             raise MalformedData(f"negative array length {length}")
         if length * item_min_size > len(data) - pos:
@@ -282,17 +286,19 @@ def _field_reader(
     # A tagged field's presence is its tag, so its value is read as non-nullable.
     nullable = not tagged and is_optional(field)
     kind = classify_field(field)
+    # ... but an array is nullable exactly where the schema says (tagged or not).
+    array_nullable = is_optional(field)
     if isinstance(kind, PrimitiveField):
         return _primitive(get_schema_field_type(field), flexible, nullable)
     if isinstance(kind, PrimitiveTupleField):
         item, item_size = _primitive(get_schema_field_type(field), flexible, nullable=False)
-        return _array(item, item_size, flexible), 1 if flexible else 4
+        return _array(item, item_size, flexible, array_nullable), 1 if flexible else 4
     if isinstance(kind, EntityField):
         read_entity, size = _entity(kind.type_)
         return (_nullable_entity(read_entity), 1) if nullable else (read_entity, size)
     if isinstance(kind, EntityTupleField):
         read_entity, size = _entity(kind.type_)
-        return _array(read_entity, size, flexible), 1 if flexible else 4
+        return _array(read_entity, size, flexible, array_nullable), 1 if flexible else 4
     raise SchemaError(f"unsupported field {field.name}")
 
 

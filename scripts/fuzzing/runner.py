@@ -11,7 +11,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from benchmark.procstats import memory_kib
+from benchmark.procstats import cpu_seconds, memory_kib
 
 from compat_tests.broker import BrokerError, BrokerProcess
 from fuzzing.canary import TOPIC, Canary, CanaryState, create_topic, verify
@@ -33,6 +33,7 @@ class RunResult:
     frames: Counter[str] = field(default_factory=Counter)
     connections: int = 0
     seconds: float = 0.0
+    broker_cpu_s: float = 0.0
     crashes: list[str] = field(default_factory=list)
     peak_rss_kib: int = 0
     baseline_ms: list[float] = field(default_factory=list)
@@ -123,42 +124,67 @@ def run(work_dir: Path, frames: int, workers: int, max_seconds: float, seed: int
         canary = Canary(broker.port)
         canary.run(WARMUP_ROUNDS)
         result.baseline_ms = list(canary.state.latencies_ms)
-
-        start = time.time()
-        deadline = start + max_seconds
-        results, canary_out, stop = _MP.Queue(), _MP.Queue(), _MP.Event()
-        canary_proc = _MP.Process(target=canary_worker, args=(canary, stop, canary_out))
-        canary_proc.start()
-        quotas = [frames // workers + (i < frames % workers) for i in range(workers)]
-        procs = [
-            _MP.Process(
-                target=fuzz_worker, args=(broker.port, seed * 1000 + i, q, deadline, results)
-            )
-            for i, q in enumerate(quotas)
-        ]
-        for p in procs:
-            p.start()
-        while any(p.is_alive() for p in procs):
-            _watch(broker, result)
-            time.sleep(WATCH_EVERY_S)
-        result.seconds = time.time() - start
-        stop.set()
-        result.canary = canary_out.get(timeout=60)
-        while not results.empty():
-            worker_frames, connections = results.get()
-            result.frames.update(worker_frames)
-            result.connections += connections
-        for p in [*procs, canary_proc]:
-            p.join(10)
-        _watch(broker, result)
-
-        result.problems_after_fuzz = verify(broker.port, result.canary)
-        broker.restart()
-        result.problems_after_restart = verify(broker.port, result.canary)
+        _fuzz(broker, canary, result, frames, workers, max_seconds, seed)
+        result.problems_after_fuzz = _verify(broker, result.canary)
+        try:
+            broker.restart()
+        except BrokerError as e:
+            result.problems_after_restart = [f"clean restart failed: {e}"]
+        else:
+            result.problems_after_restart = _verify(broker, result.canary)
     finally:
-        broker.stop()
         broker.kill()
     return result
+
+
+def _fuzz(
+    broker: BrokerProcess,
+    canary: Canary,
+    result: RunResult,
+    frames: int,
+    workers: int,
+    max_seconds: float,
+    seed: int,
+) -> None:
+    """The fuzz itself: workers send, the canary times, this process watches the broker."""
+    start = time.time()
+    cpu_start = cpu_seconds(_pid(broker))
+    results, canary_out, stop = _MP.Queue(), _MP.Queue(), _MP.Event()
+    canary_proc = _MP.Process(target=canary_worker, args=(canary, stop, canary_out))
+    canary_proc.start()
+    quotas = [frames // workers + (i < frames % workers) for i in range(workers)]
+    procs = [
+        _MP.Process(
+            target=fuzz_worker,
+            args=(broker.port, seed * 1000 + i, quota, start + max_seconds, results),
+        )
+        for i, quota in enumerate(quotas)
+    ]
+    for p in procs:
+        p.start()
+    while any(p.is_alive() for p in procs):
+        _watch(broker, result)
+        time.sleep(WATCH_EVERY_S)
+    result.seconds = time.time() - start
+    result.broker_cpu_s = cpu_seconds(_pid(broker)) - cpu_start
+    stop.set()
+    result.canary = canary_out.get(timeout=60)
+    for p in procs:
+        if p.exitcode == 0:
+            worker_frames, connections = results.get(timeout=10)
+            result.frames.update(worker_frames)
+            result.connections += connections
+        else:
+            result.crashes.append(f"fuzz worker exited with {p.exitcode}")
+    canary_proc.join(10)
+    _watch(broker, result)
+
+
+def _verify(broker: BrokerProcess, state: CanaryState) -> list[str]:
+    try:
+        return verify(broker.port, state)
+    except (OSError, ValueError) as e:
+        return [f"could not read the data back: {type(e).__name__}: {e}"]
 
 
 def _watch(broker: BrokerProcess, result: RunResult) -> None:

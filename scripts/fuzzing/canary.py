@@ -13,10 +13,19 @@ from apis.context import build, nested
 from tests.kafka_wire import WireClient
 from wire.records import build_batch, decode_records, split_batches
 from wire.schema import request_type
-from wire.versions import CREATE_TOPICS, FETCH, METADATA, OFFSET_COMMIT, OFFSET_FETCH, PRODUCE
+from wire.versions import (
+    CREATE_TOPICS,
+    FETCH,
+    FIND_COORDINATOR,
+    METADATA,
+    OFFSET_COMMIT,
+    OFFSET_FETCH,
+    PRODUCE,
+)
 
 TOPIC = "canary"
-GROUP = "canary-group"
+GROUP = "canary-group"  # committed to every COMMIT_EVERY rounds
+GROUP_BEFORE = "canary-group-before"  # committed once, before the fuzz
 TIMEOUT = datetime.timedelta(seconds=10)
 COMMIT_EVERY = 20  # rounds between offset commits
 PAUSE_S = 0.005  # between rounds: a steady client, not a load generator
@@ -29,6 +38,7 @@ class CanaryState:
     acked: list[tuple[int, bytes]] = field(default_factory=list)  # (offset, value)
     sent: int = 0
     committed: int | None = None
+    committed_before: int | None = None
     latencies_ms: list[float] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
@@ -103,7 +113,12 @@ def fetch(client: WireClient, offset: int) -> tuple[int, int, bytes]:
     return int(result.error_code), result.high_watermark, result.records or b""
 
 
-def commit(client: WireClient, offset: int) -> int:
+def find_coordinator(client: WireClient, group: str) -> int:
+    """FindCoordinator v3 of a group (the broker itself); returns the error code."""
+    return int(_call(client, FIND_COORDINATOR, 3, key=group, key_type=0).error_code)
+
+
+def commit(client: WireClient, offset: int, group: str = GROUP) -> int:
     """A standalone (generation -1) commit of partition 0; returns the error code."""
     cls = request_type(OFFSET_COMMIT, 8)
     partition = build(
@@ -118,7 +133,7 @@ def commit(client: WireClient, offset: int) -> int:
         client,
         OFFSET_COMMIT,
         8,
-        group_id=GROUP,
+        group_id=group,
         generation_id_or_member_epoch=-1,
         member_id="",
         group_instance_id=None,
@@ -127,10 +142,10 @@ def commit(client: WireClient, offset: int) -> int:
     return int(response.topics[0].partitions[0].error_code)
 
 
-def committed_offset(client: WireClient) -> int:
+def committed_offset(client: WireClient, group_id: str) -> int:
     cls = request_type(OFFSET_FETCH, 8)
     topic = nested(cls, "OffsetFetchRequestTopics")(name=TOPIC, partition_indexes=(0,))
-    group = build(nested(cls, "OffsetFetchRequestGroup"), group_id=GROUP, topics=(topic,))
+    group = build(nested(cls, "OffsetFetchRequestGroup"), group_id=group_id, topics=(topic,))
     response = _call(client, OFFSET_FETCH, 8, groups=(group,), require_stable=False)
     return response.groups[0].topics[0].partitions[0].committed_offset
 
@@ -176,8 +191,25 @@ class Canary:
             return
         state.acked.append((offset, value))
         self._timed("fetch", fetch, offset)
-        if number % COMMIT_EVERY == 0 and self._timed("commit", commit, offset + 1) == 0:
-            state.committed = offset + 1
+        if number % COMMIT_EVERY == 0:
+            error = self._timed("commit", commit, offset + 1)
+            if error == 0:
+                state.committed = offset + 1
+            elif error is not None:
+                state.errors.append(f"commit: error code {error}")
+
+    def setup(self, deadline_s: float = 30.0) -> None:
+        """Find the coordinator of both groups and commit GROUP_BEFORE once (the fuzz must
+        leave it as it is), retrying while the offsets topic is created and loaded."""
+        client = self._client()
+        give_up = time.monotonic() + deadline_s
+        while time.monotonic() < give_up:
+            errors = [find_coordinator(client, g) for g in (GROUP, GROUP_BEFORE)]
+            if not any(errors) and commit(client, 0, GROUP_BEFORE) == 0:
+                self.state.committed_before = 0
+                return
+            time.sleep(0.1)
+        raise RuntimeError(f"the canary could not commit offsets within {deadline_s} s")
 
     def run(self, rounds: int, stop: Callable[[], bool] = lambda: False) -> None:
         """Up to ``rounds`` rounds, fewer if ``stop()`` turns true."""
@@ -216,10 +248,10 @@ def verify(port: int, state: CanaryState) -> list[str]:
         foreign = [v for _, v in stored if v not in sent]
         if foreign:
             problems.append(f"{len(foreign)} records the canary never sent")
-        if state.committed is not None and committed_offset(client) != state.committed:
-            problems.append(
-                f"committed offset {committed_offset(client)}, expected {state.committed}"
-            )
+        for group, expected in ((GROUP, state.committed), (GROUP_BEFORE, state.committed_before)):
+            actual = committed_offset(client, group)
+            if actual != expected:
+                problems.append(f"{group} committed offset {actual}, expected {expected}")
     finally:
         client.close()
     return problems

@@ -20,7 +20,7 @@ def main(argv: list[str] | None = None) -> int:
         " RSS, latency and that the client's data survived. Exits 1 if a target is missed.",
     )
     parser.add_argument("--frames", type=int, default=1_000_000, help="frames to send")
-    parser.add_argument("--workers", type=int, default=3, help="fuzzing processes")
+    parser.add_argument("--workers", type=int, default=6, help="fuzzing processes")
     parser.add_argument("--max-seconds", type=float, default=1800, help="stop sending after")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--work-dir", type=Path, help="broker data and log (default: a temp dir)")

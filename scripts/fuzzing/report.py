@@ -91,7 +91,8 @@ def render(result: RunResult, frames_wanted: int) -> tuple[str, bool]:
     checks = targets(result, frames_wanted, sum(found.values()))
     lines = [
         f"Fuzzed for {result.seconds:.0f} s over {result.connections:,} connections"
-        f" ({result.frames.total() / max(result.seconds, 1e-9):,.0f} frames/s)",
+        f" ({result.frames.total() / max(result.seconds, 1e-9):,.0f} frames/s); broker CPU"
+        f" {100 * result.broker_cpu_s / max(result.seconds, 1e-9):.0f}% of one core",
         "",
     ]
     lines += [f"  {family:<20} {count:>12,} frames" for family, count in result.frames.items()]

@@ -20,7 +20,7 @@ from tests.kafka_wire import WireClient
 
 CONNECT_TIMEOUT_S = 2.0
 SEND_TIMEOUT_S = 2.0  # a muted connection stops accepting bytes; give up on it
-DRAIN_S = 0.5  # wait this long for the broker to answer and close after our half-close
+DRAIN_S = 0.2  # wait this long for the broker to answer and close after our half-close
 FLOOD_HOLD_S = 1.0  # a flood keeps its connection open, unread, this long
 WATCH_EVERY_S = 0.25
 WARMUP_ROUNDS = 100  # canary rounds before the fuzz: the baseline latency
@@ -122,6 +122,7 @@ def run(work_dir: Path, frames: int, workers: int, max_seconds: float, seed: int
     try:
         _create_topics(broker.port)
         canary = Canary(broker.port)
+        canary.setup()
         canary.run(WARMUP_ROUNDS)
         result.baseline_ms = list(canary.state.latencies_ms)
         _fuzz(broker, canary, result, frames, workers, max_seconds, seed)

@@ -186,5 +186,5 @@ FAMILIES: dict[str, tuple[Family, float]] = {
     "schema_bodies": (schema_bodies, 0.45),
     "lying_sizes": (lying_sizes, 0.18),
     "compression_bombs": (compression_bombs, 0.001),
-    "pipelining_flood": (pipelining_flood, 0.001),
+    "pipelining_flood": (pipelining_flood, 0.0004),
 }

@@ -6,8 +6,9 @@ import argparse
 import tempfile
 from pathlib import Path
 
+from fuzzing.frames import FAMILIES
 from fuzzing.report import render
-from fuzzing.runner import run
+from fuzzing.runner import Plan, run
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,10 +25,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-seconds", type=float, default=1800, help="stop sending after")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--work-dir", type=Path, help="broker data and log (default: a temp dir)")
+    parser.add_argument(
+        "--family",
+        action="append",
+        choices=list(FAMILIES),
+        help="only this family (repeatable; default: all, in their usual shares)",
+    )
     parser.add_argument("--report-only", action="store_true", help="exit 0 even if missed")
     args = parser.parse_args(argv)
     work_dir = args.work_dir or Path(tempfile.mkdtemp(prefix="gregor-fuzz-"))
-    result = run(work_dir, args.frames, args.workers, args.max_seconds, args.seed)
+    families = tuple(args.family or FAMILIES)
+    plan = Plan(args.frames, args.workers, args.max_seconds, args.seed, families)
+    result = run(work_dir, plan)
     text, met = render(result, args.frames)
     print(text)
     return 0 if met or args.report_only else 1

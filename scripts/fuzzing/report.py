@@ -26,7 +26,7 @@ class Target:
 
 
 def tracebacks(log: str) -> Counter[str]:
-    """Tracebacks in a broker log, as 'ExceptionType at deepest/broker/file.py:function'."""
+    """Tracebacks in a broker log, as 'Exception: message at deepest/broker/file.py:function'."""
     found: Counter[str] = Counter()
     lines = log.splitlines()
     for i, line in enumerate(lines):
@@ -38,7 +38,7 @@ def tracebacks(log: str) -> Counter[str]:
             if frame:
                 where = f"{frame.group(1)}:{frame.group(2)}"
             elif not follow.startswith(" "):
-                found[f"{follow.split(':')[0]} at {where}"] += 1
+                found[f"{follow[:60]} at {where}"] += 1
                 break
     return found
 

@@ -72,12 +72,23 @@ def send_connection(port: int, family: str, frames: list[bytes]) -> int:
     return sent
 
 
+@dataclass(frozen=True)
+class Plan:
+    """What to send: ``frames`` frames of ``families`` from ``workers`` processes."""
+
+    frames: int
+    workers: int
+    max_seconds: float
+    seed: int
+    families: tuple[str, ...] = tuple(FAMILIES)
+
+
 def fuzz_worker(
-    port: int, seed: int, quota: int, deadline: float, out: multiprocessing.Queue
+    port: int, plan: Plan, index: int, quota: int, deadline: float, out: multiprocessing.Queue
 ) -> None:
-    rng = random.Random(seed)
-    names = list(FAMILIES)
-    weights = [share for _, share in FAMILIES.values()]
+    rng = random.Random(plan.seed * 1000 + index)
+    names = list(plan.families)
+    weights = [FAMILIES[name][1] for name in names]
     frames: Counter[str] = Counter()
     connections = 0
     while frames.total() < quota and time.time() < deadline:
@@ -112,8 +123,8 @@ def _create_topics(port: int) -> None:
         client.close()
 
 
-def run(work_dir: Path, frames: int, workers: int, max_seconds: float, seed: int) -> RunResult:
-    """Fuzz a fresh broker with ``frames`` frames (or for ``max_seconds``) and measure."""
+def run(work_dir: Path, plan: Plan) -> RunResult:
+    """Fuzz a fresh broker as planned (frames or max_seconds, whichever ends first)."""
     result = RunResult()
     bomb_batches()  # built once here, shared with the forked workers
     broker = BrokerProcess(work_dir)
@@ -125,7 +136,7 @@ def run(work_dir: Path, frames: int, workers: int, max_seconds: float, seed: int
         canary.setup()
         canary.run(WARMUP_ROUNDS)
         result.baseline_ms = list(canary.state.latencies_ms)
-        _fuzz(broker, canary, result, frames, workers, max_seconds, seed)
+        _fuzz(broker, canary, result, plan)
         result.problems_after_fuzz = _verify(broker, result.canary)
         try:
             broker.restart()
@@ -138,26 +149,19 @@ def run(work_dir: Path, frames: int, workers: int, max_seconds: float, seed: int
     return result
 
 
-def _fuzz(
-    broker: BrokerProcess,
-    canary: Canary,
-    result: RunResult,
-    frames: int,
-    workers: int,
-    max_seconds: float,
-    seed: int,
-) -> None:
+def _fuzz(broker: BrokerProcess, canary: Canary, result: RunResult, plan: Plan) -> None:
     """The fuzz itself: workers send, the canary times, this process watches the broker."""
     start = time.time()
     cpu_start = cpu_seconds(_pid(broker))
     results, canary_out, stop = _MP.Queue(), _MP.Queue(), _MP.Event()
     canary_proc = _MP.Process(target=canary_worker, args=(canary, stop, canary_out))
     canary_proc.start()
+    frames, workers = plan.frames, plan.workers
     quotas = [frames // workers + (i < frames % workers) for i in range(workers)]
     procs = [
         _MP.Process(
             target=fuzz_worker,
-            args=(broker.port, seed * 1000 + i, quota, start + max_seconds, results),
+            args=(broker.port, plan, i, quota, start + plan.max_seconds, results),
         )
         for i, quota in enumerate(quotas)
     ]

@@ -32,7 +32,7 @@ def tracebacks(log: str) -> Counter[str]:
     for i, line in enumerate(lines):
         if not line.startswith("Traceback"):
             continue
-        where = "?"
+        where = "no broker frame"
         for follow in lines[i + 1 :]:
             frame = _FRAME.match(follow)
             if frame:

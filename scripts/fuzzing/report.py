@@ -28,18 +28,17 @@ class Target:
 def tracebacks(log: str) -> Counter[str]:
     """Tracebacks in a broker log, as 'Exception: message at deepest/broker/file.py:function'."""
     found: Counter[str] = Counter()
-    lines = log.splitlines()
-    for i, line in enumerate(lines):
-        if not line.startswith("Traceback"):
-            continue
-        where = "no broker frame"
-        for follow in lines[i + 1 :]:
-            frame = _FRAME.match(follow)
+    where = None  # inside a traceback: its deepest broker frame so far
+    for line in log.splitlines():
+        if line.startswith("Traceback"):
+            where = "no broker frame"
+        elif where is not None:
+            frame = _FRAME.match(line)
             if frame:
                 where = f"{frame.group(1)}:{frame.group(2)}"
-            elif not follow.startswith(" "):
-                found[f"{follow[:60]} at {where}"] += 1
-                break
+            elif not line.startswith(" "):
+                found[f"{line[:60]} at {where}"] += 1
+                where = None
     return found
 
 

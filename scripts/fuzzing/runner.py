@@ -106,12 +106,6 @@ def canary_worker(canary: Canary, stop: multiprocessing.Event, out: multiprocess
     out.put(canary.state)
 
 
-def _pid(broker: BrokerProcess) -> int:
-    # BrokerProcess keeps its Popen private; a public pid would be the tidier hook.
-    assert broker._proc is not None
-    return broker._proc.pid
-
-
 def _create_topics(port: int) -> None:
     client = WireClient(port)
     try:
@@ -152,7 +146,7 @@ def run(work_dir: Path, plan: Plan) -> RunResult:
 def _fuzz(broker: BrokerProcess, canary: Canary, result: RunResult, plan: Plan) -> None:
     """The fuzz itself: workers send, the canary times, this process watches the broker."""
     start = time.time()
-    cpu_start = cpu_seconds(_pid(broker))
+    cpu_start = cpu_seconds(broker.pid)
     results, canary_out, stop = _MP.Queue(), _MP.Queue(), _MP.Event()
     canary_proc = _MP.Process(target=canary_worker, args=(canary, stop, canary_out))
     canary_proc.start()
@@ -171,7 +165,7 @@ def _fuzz(broker: BrokerProcess, canary: Canary, result: RunResult, plan: Plan) 
         _watch(broker, result)
         time.sleep(WATCH_EVERY_S)
     result.seconds = time.time() - start
-    result.broker_cpu_s = cpu_seconds(_pid(broker)) - cpu_start
+    result.broker_cpu_s = cpu_seconds(broker.pid) - cpu_start
     stop.set()
     result.canary = canary_out.get(timeout=60)
     for p in procs:
@@ -202,4 +196,4 @@ def _watch(broker: BrokerProcess, result: RunResult) -> None:
         except BrokerError as e:
             result.crashes.append(f"restart failed: {e}")
             return
-    result.peak_rss_kib = max(result.peak_rss_kib, memory_kib(_pid(broker)))
+    result.peak_rss_kib = max(result.peak_rss_kib, memory_kib(broker.pid))

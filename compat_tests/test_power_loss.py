@@ -25,7 +25,7 @@ from kio.schema.errors import ErrorCode
 
 from compat_tests.broker import BrokerError, BrokerProcess
 from log.checkpoint import RECOVERY_POINT_CHECKPOINT, read_checkpoint
-from tests.kafka_wire import WireClient
+from tests.kafka_wire import WireClient, fetch_one
 from tests.test_internal_topics import create_one
 from tests.test_topic_commit import list_offsets
 from wire import versions as v
@@ -60,25 +60,9 @@ def produce(client: WireClient, partition: int, values: list[bytes]) -> int:
 
 
 def read_all(client: WireClient, partition: int) -> dict[int, bytes]:
-    cls = request_type(v.FETCH, 12)
-    module = __import__(cls.__module__, fromlist=["x"])
     found: dict[int, bytes] = {}
     while True:
-        fetch_partition = module.FetchPartition(
-            partition=partition, fetch_offset=len(found), partition_max_bytes=1 << 20
-        )
-        request = cls(
-            max_wait=datetime.timedelta(0),
-            min_bytes=1,
-            max_bytes=1 << 20,
-            isolation_level=0,
-            session_id=0,
-            session_epoch=-1,
-            topics=(module.FetchTopic(topic=TOPIC, partitions=(fetch_partition,)),),
-            forgotten_topics_data=(),
-            rack_id="",
-        )
-        response = client.call(v.FETCH, 12, request).responses[0].partitions[0]
+        response = fetch_one(client, TOPIC, partition, len(found))
         assert response.error_code == ErrorCode.none
         records = response.records or b""
         batches = split_batches(records)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import datetime
 import socket
 import struct
 from typing import Any
 
 from wire.headers import skip_tagged_fields
-from wire.schema import decode, encode, is_flexible, response_type
-from wire.versions import is_supported
+from wire.schema import decode, encode, is_flexible, request_type, response_type
+from wire.versions import FETCH, is_supported
 
 
 def request_frame(
@@ -20,6 +21,36 @@ def request_frame(
         header += b"\x00"
     payload = header + (body if isinstance(body, bytes) else encode(body))
     return struct.pack(">i", len(payload)) + payload
+
+
+def fetch_one(
+    client: WireClient,
+    topic: str,
+    partition: int,
+    fetch_offset: int,
+    current_leader_epoch: int = -1,
+) -> Any:
+    """Fetch v12 of one partition without waiting; returns that partition's response."""
+    cls = request_type(FETCH, 12)
+    module = __import__(cls.__module__, fromlist=["x"])
+    wanted = module.FetchPartition(
+        partition=partition,
+        current_leader_epoch=current_leader_epoch,
+        fetch_offset=fetch_offset,
+        partition_max_bytes=1 << 20,
+    )
+    request = cls(
+        max_wait=datetime.timedelta(0),
+        min_bytes=1,
+        max_bytes=1 << 20,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        topics=(module.FetchTopic(topic=topic, partitions=(wanted,)),),
+        forgotten_topics_data=(),
+        rack_id="",
+    )
+    return client.call(FETCH, 12, request).responses[0].partitions[0]
 
 
 class WireClient:

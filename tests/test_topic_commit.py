@@ -16,7 +16,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from compat_tests.broker import BrokerProcess
-from tests.kafka_wire import WireClient
+from tests.kafka_wire import WireClient, fetch_one
 from tests.test_internal_topics import assert_prompt, create_one, metadata
 from wire import versions as v
 from wire.records import build_batch, split_batches
@@ -43,26 +43,7 @@ def produce(client: WireClient, topic: str, n: int) -> Any:
 
 
 def fetch(client: WireClient, topic: str, current_leader_epoch: int) -> Any:
-    cls = request_type(v.FETCH, 12)
-    module = __import__(cls.__module__, fromlist=["x"])
-    partition = module.FetchPartition(
-        partition=0,
-        current_leader_epoch=current_leader_epoch,
-        fetch_offset=0,
-        partition_max_bytes=1 << 20,
-    )
-    request = cls(
-        max_wait=datetime.timedelta(0),
-        min_bytes=1,
-        max_bytes=1 << 20,
-        isolation_level=0,
-        session_id=0,
-        session_epoch=-1,
-        topics=(module.FetchTopic(topic=topic, partitions=(partition,)),),
-        forgotten_topics_data=(),
-        rack_id="",
-    )
-    return client.call(v.FETCH, 12, request).responses[0].partitions[0]
+    return fetch_one(client, topic, 0, 0, current_leader_epoch)
 
 
 def list_offsets(client: WireClient, topic: str, current_leader_epoch: int) -> Any:

@@ -10,6 +10,7 @@ from kio.schema.errors import ErrorCode
 from apis.context import (
     NO_AUTHORIZED_OPERATIONS,
     NO_THROTTLE,
+    CloseConnection,
     RequestContext,
     Services,
     build,
@@ -111,6 +112,12 @@ def handle(services: Services, ctx: RequestContext, request: Any) -> Any:
         for entry in wanted:
             name = entry.name
             topic_id = getattr(entry, "topic_id", None)
+            if ctx.api_version < 12 and name is None:
+                # v10-11 carry a topic id field, but their responses cannot hold a null
+                # name: Kafka refuses such a request as invalid.
+                raise CloseConnection(
+                    f"Topic name can not be null for Metadata version {ctx.api_version}"
+                )
             if name is None and topic_id is not None:
                 name = cache.topic_name(topic_id)
                 if name is None:

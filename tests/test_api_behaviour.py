@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ from kio.schema.errors import ErrorCode
 
 from apis.context import build, nested
 from compat_tests.broker import BrokerProcess
-from tests.kafka_wire import WireClient
+from tests.kafka_wire import WireClient, request_frame
 from wire.records import build_batch, decode_records, split_batches
 from wire.schema import request_type
 from wire.versions import (
@@ -23,6 +24,7 @@ from wire.versions import (
     FETCH,
     INIT_PRODUCER_ID,
     LIST_OFFSETS,
+    METADATA,
     PRODUCE,
 )
 
@@ -351,3 +353,46 @@ def test_broker_fetch_max_bytes_caps_the_response(tmp_path: Path) -> None:
         data = fetch(c, "capped", 0, max_bytes=1 << 20)
         assert len(split_batches(data.records)) == 3000 // one
         c.close()
+
+
+def test_metadata_topic_by_id_only_from_v12(broker: BrokerProcess) -> None:
+    """v10-11 responses cannot carry a null topic name, so a request naming a topic by id
+    alone is refused (connection closed, one log line); v12 answers UNKNOWN_TOPIC_ID."""
+    cls = request_type(METADATA, 12)
+    unknown = uuid.uuid4()
+    request = build(
+        cls,
+        topics=(nested(cls, "MetadataRequestTopic")(topic_id=unknown, name=None),),
+        allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False,
+        include_cluster_authorized_operations=False,
+    )
+    client = WireClient(broker.port)
+    (topic,) = client.call(METADATA, 12, request).topics
+    assert (topic.error_code, topic.name, topic.topic_id) == (
+        ErrorCode.unknown_topic_id,
+        None,
+        unknown,
+    )
+    for version in (10, 11):
+        old = request_type(METADATA, version)
+        client.send(
+            request_frame(
+                METADATA,
+                version,
+                1,
+                build(
+                    old,
+                    topics=(nested(old, "MetadataRequestTopic")(topic_id=unknown, name=None),),
+                    allow_auto_topic_creation=False,
+                    include_topic_authorized_operations=False,
+                    include_cluster_authorized_operations=False,
+                ),
+            )
+        )
+        assert client.is_closed_by_peer()
+        client.close()
+        client = WireClient(broker.port)
+    assert client.call(METADATA, 12, request).topics[0].error_code == ErrorCode.unknown_topic_id
+    client.close()
+    assert "Traceback" not in broker.log_path.read_text(errors="replace")

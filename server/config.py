@@ -101,8 +101,28 @@ KEYS: dict[str, ConfigKey] = {
         _k("broker.rack", "string", None),
         _k("log.dirs", "list", None),
         _k("log.dir", "list", "/tmp/kafka-logs"),
+        # cluster mode (docs/cluster.md): set zookeeper.connect to join a cluster
         _k("zookeeper.connect", "string", None),
         _k("zookeeper.session.timeout.ms", "int", "18000", 1),
+        _k("zookeeper.connection.timeout.ms", "int", None, 1),  # None: the session timeout
+        _k("inter.broker.listener.name", "string", None),
+        _k("security.inter.broker.protocol", "string", "PLAINTEXT"),
+        _k("replica.lag.time.max.ms", "long", "30000", 0),
+        _k("replica.fetch.wait.max.ms", "int", "500", 0),
+        _k("replica.fetch.min.bytes", "int", "1", 0),
+        _k("replica.fetch.max.bytes", "int", "1048576", 0),
+        _k("replica.fetch.response.max.bytes", "int", "10485760", 0),
+        _k("replica.fetch.backoff.ms", "int", "1000", 0),
+        _k("num.replica.fetchers", "int", "1", 1),
+        _k("replica.high.watermark.checkpoint.interval.ms", "long", "5000", 1),
+        _k("replica.socket.timeout.ms", "int", "30000", 1),
+        _k("controller.socket.timeout.ms", "int", "30000", 1),
+        _k("auto.leader.rebalance.enable", "bool", "true"),
+        _k("leader.imbalance.check.interval.seconds", "long", "300", 1),
+        _k("leader.imbalance.per.broker.percentage", "int", "10", 0),
+        _k("controlled.shutdown.enable", "bool", "true"),
+        _k("controlled.shutdown.max.retries", "int", "3", 0),
+        _k("controlled.shutdown.retry.backoff.ms", "long", "5000", 0),
         # network and request handling
         _k("num.network.threads", "int", "3", 1),
         _k("num.io.threads", "int", "8", 1),
@@ -121,7 +141,6 @@ KEYS: dict[str, ConfigKey] = {
         # Gregor's own: how long the event loop polls before it sleeps (server/polling.py)
         _k("gregor.idle.poll.us", "int", "200", 0),
         _k("fetch.max.bytes", "int", "57671680", 1024),
-        _k("replica.lag.time.max.ms", "long", "30000", 0),
         _k("request.timeout.ms", "int", "30000", 0),
         # topics
         _k("num.partitions", "int", "1", 1),
@@ -157,10 +176,8 @@ KEYS: dict[str, ConfigKey] = {
 # one set explicitly is logged at start-up.
 IGNORED: dict[str, str] = {
     "num.network.threads": "one asyncio event loop does all network I/O",
-    "zookeeper.session.timeout.ms": "Gregor runs as one embedded node; zookeeper.connect "
-    "is refused",
-    "replica.lag.time.max.ms": "a single broker has no followers to drop from the ISR",
-    "request.timeout.ms": "the broker sends no requests of its own (no replication yet)",
+    "request.timeout.ms": "requests to other brokers time out after "
+    "controller.socket.timeout.ms or replica.socket.timeout.ms",
     "log.flush.start.offset.checkpoint.interval.ms": "the log start offsets are "
     "checkpointed with the recovery points (log.flush.offset.checkpoint.interval.ms)",
     "transactional.id.expiration.ms": "transactions are not implemented yet",
@@ -172,6 +189,32 @@ IGNORED: dict[str, str] = {
 _SECURITY_PREFIXES = ("ssl.", "sasl.", "security.", "authorizer.", "principal.builder.")
 _SECURITY_KEYS = frozenset({"super.users", "allow.everyone.if.no.acl.found"})
 _HARMLESS = frozenset({("security.inter.broker.protocol", "PLAINTEXT")})
+
+# Keys that act only in cluster mode: set without zookeeper.connect, they are logged as
+# ignored (an embedded node has no followers, no controller to talk to, no ZooKeeper).
+CLUSTER_ONLY = frozenset(
+    {
+        "zookeeper.session.timeout.ms",
+        "zookeeper.connection.timeout.ms",
+        "inter.broker.listener.name",
+        "replica.lag.time.max.ms",
+        "replica.fetch.wait.max.ms",
+        "replica.fetch.min.bytes",
+        "replica.fetch.max.bytes",
+        "replica.fetch.response.max.bytes",
+        "replica.fetch.backoff.ms",
+        "num.replica.fetchers",
+        "replica.high.watermark.checkpoint.interval.ms",
+        "replica.socket.timeout.ms",
+        "controller.socket.timeout.ms",
+        "auto.leader.rebalance.enable",
+        "leader.imbalance.check.interval.seconds",
+        "leader.imbalance.per.broker.percentage",
+        "controlled.shutdown.enable",
+        "controlled.shutdown.max.retries",
+        "controlled.shutdown.retry.backoff.ms",
+    }
+)
 
 
 def _is_security_key(name: str) -> bool:
@@ -198,6 +241,12 @@ class BrokerConfig:
                 )
             if name in IGNORED:
                 logger.warning("Configuration %s is accepted but ignored: %s", name, IGNORED[name])
+            elif name in CLUSTER_ONLY and not self.raw.get("zookeeper.connect"):
+                logger.warning(
+                    "Configuration %s is ignored: it applies only in cluster mode "
+                    "(zookeeper.connect is not set)",
+                    name,
+                )
             elif name not in KEYS and name not in log_keys:
                 logger.warning(
                     "Unknown configuration %r was supplied but isn't a known config; it is ignored",
@@ -239,15 +288,75 @@ class BrokerConfig:
                 )
         for listener in self.advertised_listeners:
             parse_listener(listener, "advertised.listeners")
-        if self["zookeeper.connect"] is not None:
-            raise ConfigError(
-                "zookeeper.connect is set, but Gregor runs as one embedded node "
-                "(no ZooKeeper cluster mode yet); remove the key"
-            )
+        if self.cluster_mode:
+            self._check_cluster()
         self.per_ip_overrides = self._per_ip_overrides()
         if self["node.id"] is not None and self["node.id"] != self["broker.id"]:
             if "broker.id" in self.raw:
                 raise ConfigError("broker.id and node.id must match when both are set")
+
+    def _check_cluster(self) -> None:
+        """Kafka's cross-key rules for the replication and inter-broker settings."""
+        connect = self["zookeeper.connect"]
+        hosts = connect.partition("/")[0]
+        if not hosts or any(not h.strip() for h in hosts.split(",")):
+            raise ConfigError(
+                f"Invalid value {connect!r} for configuration zookeeper.connect: expected "
+                "host:port[,host:port...][/chroot]"
+            )
+        if self["broker.rack"] == "":
+            raise ConfigError("Invalid value '' for configuration broker.rack: empty")
+        if "inter.broker.listener.name" in self.raw and "security.inter.broker.protocol" in (
+            self.raw
+        ):
+            raise ConfigError(
+                "Only one of inter.broker.listener.name and security.inter.broker.protocol "
+                "should be set."
+            )
+        name = self.inter_broker_listener
+        advertised = [parse_listener(x)[0] for x in self.advertised_listeners or self.listeners]
+        if name not in advertised:
+            raise ConfigError(
+                f"inter.broker.listener.name must be a listener name defined in "
+                f"advertised.listeners. The valid options based on currently configured "
+                f"listeners are {','.join(advertised)}"
+                if "inter.broker.listener.name" in self.raw
+                else f"No listener uses security.inter.broker.protocol "
+                f"{self['security.inter.broker.protocol']} (listener {name} is needed for "
+                "the other brokers to reach this one)"
+            )
+        if self["replica.fetch.wait.max.ms"] > self["replica.socket.timeout.ms"]:
+            raise ConfigError(
+                "replica.socket.timeout.ms should always be at least replica.fetch.wait.max.ms"
+                " to prevent unnecessary socket timeouts"
+            )
+        if self["replica.fetch.wait.max.ms"] > self["replica.lag.time.max.ms"]:
+            raise ConfigError(
+                "replica.fetch.wait.max.ms should always be less than or equal to "
+                "replica.lag.time.max.ms to prevent frequent changes in ISR"
+            )
+        if self["leader.imbalance.per.broker.percentage"] > 100:
+            raise ConfigError(
+                "Invalid value for configuration leader.imbalance.per.broker.percentage: "
+                "value must be at most 100"
+            )
+
+    @property
+    def cluster_mode(self) -> bool:
+        """True when zookeeper.connect is set: this broker is one of a cluster."""
+        return bool(self["zookeeper.connect"])
+
+    @property
+    def zookeeper_connection_timeout_ms(self) -> int:
+        timeout = self["zookeeper.connection.timeout.ms"]
+        return self["zookeeper.session.timeout.ms"] if timeout is None else timeout
+
+    @property
+    def inter_broker_listener(self) -> str:
+        """inter.broker.listener.name, or the listener named after
+        security.inter.broker.protocol (PLAINTEXT), as Kafka derives it."""
+        name = self["inter.broker.listener.name"]
+        return (name or self["security.inter.broker.protocol"]).upper()
 
     @property
     def broker_id(self) -> int:

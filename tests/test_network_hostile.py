@@ -493,7 +493,7 @@ def serve(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess[str]:
         (("sasl.enabled.mechanisms=PLAIN",), "sasl.enabled.mechanisms is set"),
         (("authorizer.class.name=x.Authorizer",), "authorizer.class.name is set"),
         (("listener.name.plaintext.ssl.keystore.location=/k",), "is set, but Gregor has no TLS"),
-        (("zookeeper.connect=localhost:2181",), "zookeeper.connect is set"),
+        (("zookeeper.connect=,",), "Invalid value ',' for configuration zookeeper.connect"),
     ],
 )
 def test_security_and_unsupported_config_refuses_to_start(

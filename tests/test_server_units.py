@@ -75,8 +75,91 @@ def test_unknown_keys_only_warn(caplog: pytest.LogCaptureFixture) -> None:
 
 def test_ignored_keys_warn_with_the_reason(caplog: pytest.LogCaptureFixture) -> None:
     BrokerConfig({"replica.lag.time.max.ms": "1000", "num.network.threads": "4"})
-    assert "replica.lag.time.max.ms is accepted but ignored: a single broker" in caplog.text
+    assert "replica.lag.time.max.ms is ignored: it applies only in cluster mode" in caplog.text
     assert "num.network.threads is accepted but ignored" in caplog.text
+
+
+def test_cluster_keys_have_kafkas_defaults(caplog: pytest.LogCaptureFixture) -> None:
+    config = BrokerConfig({"zookeeper.connect": "zk1:2181,zk2:2181/kafka", "broker.rack": "r1"})
+    assert config.cluster_mode
+    assert "ignored" not in caplog.text
+    assert config.zookeeper_connection_timeout_ms == config["zookeeper.session.timeout.ms"]
+    assert config.inter_broker_listener == "PLAINTEXT"
+    expected = {
+        "zookeeper.session.timeout.ms": 18000,
+        "replica.lag.time.max.ms": 30000,
+        "replica.fetch.wait.max.ms": 500,
+        "replica.fetch.min.bytes": 1,
+        "replica.fetch.max.bytes": 1048576,
+        "replica.fetch.response.max.bytes": 10485760,
+        "replica.fetch.backoff.ms": 1000,
+        "num.replica.fetchers": 1,
+        "replica.high.watermark.checkpoint.interval.ms": 5000,
+        "replica.socket.timeout.ms": 30000,
+        "controller.socket.timeout.ms": 30000,
+        "auto.leader.rebalance.enable": True,
+        "leader.imbalance.check.interval.seconds": 300,
+        "leader.imbalance.per.broker.percentage": 10,
+        "controlled.shutdown.enable": True,
+        "controlled.shutdown.max.retries": 3,
+        "controlled.shutdown.retry.backoff.ms": 5000,
+        "default.replication.factor": 1,
+        "offsets.topic.replication.factor": 3,
+        "delete.topic.enable": True,
+    }
+    assert {k: config[k] for k in expected} == expected
+    assert config.log_config.min_insync_replicas == 1
+    assert not BrokerConfig({}).cluster_mode
+    assert BrokerConfig(
+        {"zookeeper.connect": "zk:2181", "zookeeper.connection.timeout.ms": "6000"}
+    ).zookeeper_connection_timeout_ms == 6000
+
+
+def test_inter_broker_listener_is_named_or_derived() -> None:
+    config = BrokerConfig(
+        {
+            "zookeeper.connect": "zk:2181",
+            "listeners": "CLIENT://:9092,REPLICATION://:9093",
+            "listener.security.protocol.map": "CLIENT:PLAINTEXT,REPLICATION:PLAINTEXT",
+            "inter.broker.listener.name": "replication",
+        }
+    )
+    assert config.inter_broker_listener == "REPLICATION"
+
+
+@pytest.mark.parametrize(
+    ("props", "message"),
+    [
+        ({"zookeeper.connect": ","}, "expected host:port"),
+        ({"zookeeper.connect": "/chroot"}, "expected host:port"),
+        (
+            {
+                "inter.broker.listener.name": "PLAINTEXT",
+                "security.inter.broker.protocol": "PLAINTEXT",
+            },
+            "Only one of inter.broker.listener.name and security.inter.broker.protocol",
+        ),
+        ({"inter.broker.listener.name": "OTHER"}, "must be a listener name defined in"),
+        (
+            {"listeners": "CLIENT://:1", "listener.security.protocol.map": "CLIENT:PLAINTEXT"},
+            "No listener uses security.inter.broker.protocol PLAINTEXT",
+        ),
+        (
+            {"replica.fetch.wait.max.ms": "40000"},
+            "replica.socket.timeout.ms should always be at least replica.fetch.wait.max.ms",
+        ),
+        (
+            {"replica.fetch.wait.max.ms": "2000", "replica.lag.time.max.ms": "1000"},
+            "replica.fetch.wait.max.ms should always be less than or equal to",
+        ),
+        ({"leader.imbalance.per.broker.percentage": "101"}, "at most 100"),
+        ({"num.replica.fetchers": "0"}, "num.replica.fetchers"),
+        ({"controlled.shutdown.enable": "maybe"}, "controlled.shutdown.enable"),
+    ],
+)
+def test_invalid_cluster_settings_refuse_to_start(props: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        BrokerConfig({"zookeeper.connect": "zk:2181", **props})
 
 
 @pytest.mark.parametrize(
@@ -95,7 +178,6 @@ def test_ignored_keys_warn_with_the_reason(caplog: pytest.LogCaptureFixture) -> 
         ({"authorizer.class.name": "a.B"}, "authorizer.class.name is set"),
         ({"super.users": "User:admin"}, "super.users is set"),
         ({"listener.name.internal.sasl.enabled.mechanisms": "PLAIN"}, "has no TLS, SASL"),
-        ({"zookeeper.connect": "zk:2181"}, "zookeeper.connect is set"),
         ({"max.connections.per.ip.overrides": "127.0.0.1"}, "expected host:count"),
         ({"max.connections.per.ip.overrides": "127.0.0.1:x"}, "expected host:count"),
     ],

@@ -63,6 +63,24 @@ def handle(services: Services, ctx: RequestContext, request: Any) -> Any:
                 isr_nodes=tuple(p.isr),
                 offline_replicas=(hosted.broker_id,),
             )
+        leader = cache.brokers.get(p.leader)
+        if leader is None or leader.endpoint(ctx.listener) is None:
+            # No live leader (none elected yet, or it died and the controller has not moved
+            # the partition): clients wait and refresh. A live leader without this listener
+            # is LISTENER_NOT_FOUND from v6, as in Kafka.
+            listener_missing = leader is not None and ctx.api_version >= 6
+            return build(
+                partition_cls,
+                error_code=ErrorCode.listener_not_found
+                if listener_missing
+                else ErrorCode.leader_not_available,
+                partition_index=p.index,
+                leader_id=-1,
+                leader_epoch=p.leader_epoch,
+                replica_nodes=tuple(p.replicas),
+                isr_nodes=tuple(p.isr),
+                offline_replicas=tuple(p.offline_replicas),
+            )
         return build(
             partition_cls,
             error_code=ErrorCode.none,
@@ -71,7 +89,7 @@ def handle(services: Services, ctx: RequestContext, request: Any) -> Any:
             leader_epoch=p.leader_epoch,
             replica_nodes=tuple(p.replicas),
             isr_nodes=tuple(p.isr),
-            offline_replicas=(),
+            offline_replicas=tuple(p.offline_replicas),
         )
 
     def topic_entry(topic: TopicInfo) -> Any:

@@ -1,7 +1,8 @@
 """The metadata cache every broker answers Metadata from.
 
-It is written only by the controller side (embedded or, later, the ZooKeeper
-controller's UpdateMetadata) and read by the API handlers.
+It is written only by the controller side (the embedded controller, or in cluster mode the
+controller's UpdateMetadata requests through ``apply_update_metadata``) and read by the API
+handlers.
 """
 
 from __future__ import annotations
@@ -9,8 +10,15 @@ from __future__ import annotations
 import uuid
 from collections.abc import Container
 from dataclasses import dataclass, field
+from typing import Any
 
-from controller.topics import unify_collision_chars
+from controller.topics import INTERNAL_TOPICS, unify_collision_chars
+
+# The leader an UpdateMetadata names for a partition of a topic being deleted (Kafka's
+# LeaderAndIsr.LeaderDuringDelete): the partition leaves the cache.
+LEADER_DURING_DELETE = -2
+NO_LEADER = -1
+ZERO_UUID = uuid.UUID(int=0)
 
 
 @dataclass(slots=True)
@@ -30,6 +38,7 @@ class PartitionInfo:
     leader_epoch: int
     replicas: list[int]
     isr: list[int]
+    offline_replicas: list[int] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -79,3 +88,64 @@ class MetadataCache:
     def partition(self, topic: str, index: int) -> PartitionInfo | None:
         info = self.topics.get(topic)
         return None if info is None else info.partitions.get(index)
+
+    def live_leader(self, partition: PartitionInfo) -> BrokerInfo | None:
+        """The partition's leader if it is a live broker, else None (no leader elected, or
+        the leader died and the controller has not yet moved the partition)."""
+        return self.brokers.get(partition.leader)
+
+
+def apply_update_metadata(cache: MetadataCache, request: Any) -> set[tuple[str, int]]:
+    """Apply a controller's UpdateMetadata (v5+ layout: topic states with topic ids, live
+    brokers with endpoints) as Kafka's ZooKeeper-mode metadata cache does: the live brokers
+    and controller are replaced, the partitions named are added or updated, those whose
+    leader is LEADER_DURING_DELETE removed (with their topic once it has none left), and
+    partitions not named are kept. Returns the (topic, partition) pairs removed."""
+    cache.controller_id = request.controller_id
+    cache.brokers = {
+        b.id: BrokerInfo(
+            b.id,
+            {e.listener.upper(): (e.host, e.port) for e in b.endpoints},
+            b.rack,
+        )
+        for b in request.live_brokers
+    }
+    deleted: set[tuple[str, int]] = set()
+    for state in request.topic_states:
+        name = state.topic_name
+        existing = cache.topics.get(name)
+        topic_id = state.topic_id
+        if topic_id is None or topic_id == ZERO_UUID:
+            topic_id = existing.topic_id if existing is not None else ZERO_UUID
+        if existing is not None and existing.topic_id != topic_id:
+            # The topic was deleted and created again under the same name: a new topic.
+            deleted.update((name, i) for i in existing.partitions)
+            cache.remove_topic(name)
+            existing = None
+        partitions = dict(existing.partitions) if existing is not None else {}
+        for p in state.partition_states:
+            if p.leader == LEADER_DURING_DELETE:
+                if partitions.pop(p.partition_index, None) is not None:
+                    deleted.add((name, p.partition_index))
+                continue
+            partitions[p.partition_index] = PartitionInfo(
+                p.partition_index,
+                p.leader,
+                p.leader_epoch,
+                list(p.replicas),
+                list(p.isr),
+                list(p.offline_replicas),
+            )
+        if existing is not None:
+            cache.remove_topic(name)
+        if partitions:
+            cache.put_topic(
+                TopicInfo(
+                    name,
+                    topic_id,
+                    partitions,
+                    existing.configs if existing is not None else {},
+                    internal=name in INTERNAL_TOPICS,
+                )
+            )
+    return deleted

@@ -12,6 +12,7 @@ from apis.context import (
     RequestContext,
     Services,
     build,
+    later,
     nested,
 )
 from wire.schema import response_type
@@ -53,10 +54,14 @@ def handle_init_producer_id(services: Services, ctx: RequestContext, request: An
             producer_id=-1,
             producer_epoch=-1,
         )
+    return later(_allocate(services, cls))
+
+
+async def _allocate(services: Services, cls: type) -> Any:
     return build(
         cls,
         throttle_time=NO_THROTTLE,
         error_code=ErrorCode.none,
-        producer_id=services.controller.allocate_producer_id(),
+        producer_id=await services.controller.allocate_producer_id(),
         producer_epoch=0,
     )

@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
-    from controller.embedded import EmbeddedController
+    from controller.base import Controller
     from controller.metadata import MetadataCache
     from coordinator.coordinator import GroupCoordinator
     from replica.manager import ReplicaManager
     from server.config import BrokerConfig
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 NO_THROTTLE = timedelta(0)
 # Authorized-operations fields when the client did not ask for them.
@@ -48,7 +53,7 @@ class RequestContext:
 class Services:
     config: BrokerConfig
     metadata: MetadataCache
-    controller: EmbeddedController
+    controller: Controller
     replicas: ReplicaManager
     now_ms: Callable[[], int]  # the broker's wall clock, in milliseconds
     groups: GroupCoordinator | None = None
@@ -69,3 +74,20 @@ def build(cls: type, **values: Any) -> Any:
 def nested(entity: type, name: str) -> type:
     """A nested entity class defined next to ``entity`` (same API version)."""
     return getattr(sys.modules[entity.__module__], name)
+
+
+def later(response: Coroutine[Any, Any, T]) -> asyncio.Future[T]:
+    """A handler's response that needs the controller's asynchronous calls, as a future
+    the dispatcher answers when it is done."""
+    return asyncio.ensure_future(_logged(response))
+
+
+async def _logged(response: Coroutine[Any, Any, T]) -> T:
+    try:
+        return await response
+    except CloseConnection:
+        raise
+    except Exception:
+        # The dispatcher closes the connection; this says why.
+        logger.exception("Request failed")
+        raise

@@ -17,9 +17,10 @@ from apis.context import (
     RequestContext,
     Services,
     build,
+    later,
     nested,
 )
-from controller.metadata import TopicInfo
+from controller.base import NewTopic
 from controller.topics import TopicError
 from coordinator.coordinator import GroupCoordinator, JoinResult, SyncResult
 from coordinator.group import GroupState
@@ -68,39 +69,39 @@ def coordinator(services: Services) -> GroupCoordinator:
 
 
 # -- FindCoordinator ------------------------------------------------------------------------
-def ensure_offsets_topic(services: Services) -> TopicInfo:
-    """``__consumer_offsets``, created on first use with its internal settings as Kafka
-    does (whether FindCoordinator or a Metadata request asks first)."""
-    existing = services.metadata.topics.get(OFFSETS_TOPIC)
-    if existing is not None:
-        return existing
+async def create_offsets_topic(services: Services) -> None:
+    """Create ``__consumer_offsets`` with its internal settings, as Kafka does on first use
+    (whether FindCoordinator or a Metadata request asks first); raises TopicError, but not
+    when another request created it meanwhile."""
     config = services.config
     replication = min(config["offsets.topic.replication.factor"], len(services.metadata.brokers))
-    return services.controller.create_topic(
-        OFFSETS_TOPIC,
-        config["offsets.topic.num.partitions"],
-        replication,
-        {
-            "cleanup.policy": "compact",
-            "compression.type": "producer",
-            "segment.bytes": str(config["offsets.topic.segment.bytes"]),
-        },
+    (outcome,) = await services.controller.create_topics(
+        [
+            NewTopic(
+                OFFSETS_TOPIC,
+                config["offsets.topic.num.partitions"],
+                replication,
+                {
+                    "cleanup.policy": "compact",
+                    "compression.type": "producer",
+                    "segment.bytes": str(config["offsets.topic.segment.bytes"]),
+                },
+            )
+        ]
     )
+    if isinstance(outcome, TopicError) and outcome.code != ErrorCode.topic_already_exists:
+        raise outcome
 
 
 def _locate(
     services: Services, ctx: RequestContext, key: str, key_type: int
 ) -> tuple[ErrorCode, str | None, int, str, int]:
-    """(error, message, node id, host, port) of the coordinator of one key."""
+    """(error, message, node id, host, port) of the coordinator of one key, once
+    ``__consumer_offsets`` exists."""
     if key_type != GROUP_KEY:  # transaction coordinators arrive with transactions
         return ErrorCode.coordinator_not_available, None, -1, "", -1
     if not key:
         return ErrorCode.invalid_request, None, -1, "", -1
-    try:
-        ensure_offsets_topic(services)
-    except TopicError as e:
-        logger.warning("Could not create %s: %s", OFFSETS_TOPIC, e.message)
-        return ErrorCode.coordinator_not_available, None, -1, "", -1
     info = services.metadata.partition(OFFSETS_TOPIC, coordinator(services).partition_for(key))
     broker = None if info is None else services.metadata.brokers.get(info.leader)
     endpoint = None if broker is None else broker.endpoint(ctx.listener)
@@ -110,6 +111,24 @@ def _locate(
 
 
 def handle_find_coordinator(services: Services, ctx: RequestContext, request: Any) -> Any:
+    if ctx.api_version < 4:
+        key_type, keys = getattr(request, "key_type", GROUP_KEY), (request.key,)
+    else:
+        key_type, keys = request.key_type, request.coordinator_keys
+    if OFFSETS_TOPIC in services.metadata.topics or key_type != GROUP_KEY or not any(keys):
+        return _find_coordinator(services, ctx, request)
+    return later(_create_then_find(services, ctx, request))
+
+
+async def _create_then_find(services: Services, ctx: RequestContext, request: Any) -> Any:
+    try:
+        await create_offsets_topic(services)
+    except TopicError as e:
+        logger.warning("Could not create %s: %s", OFFSETS_TOPIC, e.message)
+    return _find_coordinator(services, ctx, request)
+
+
+def _find_coordinator(services: Services, ctx: RequestContext, request: Any) -> Any:
     cls = response_type(FIND_COORDINATOR, ctx.api_version)
     if ctx.api_version < 4:
         error, message, node, host, port = _locate(

@@ -14,10 +14,11 @@ from apis.context import (
     RequestContext,
     Services,
     build,
+    later,
     nested,
 )
-from apis.groups import ensure_offsets_topic
-from apis.topics import create_topic
+from apis.groups import create_offsets_topic
+from apis.topics import new_topic
 from controller.metadata import TopicInfo
 from controller.topics import INTERNAL_TOPICS, TopicError, check_topic_name
 from coordinator.records import OFFSETS_TOPIC
@@ -28,12 +29,96 @@ logger = logging.getLogger(__name__)
 
 
 def handle(services: Services, ctx: RequestContext, request: Any) -> Any:
+    """The response at once, unless topics are to be created first: then a future of it
+    (Metadata is on every client's hot path, so the common case stays synchronous)."""
+    missing = _to_create(services, ctx, request)
+    if not missing:
+        return _respond(services, ctx, request, {})
+    return later(_create_then_respond(services, ctx, request, missing))
+
+
+def _auto_create(services: Services, request: Any) -> bool:
+    return (
+        getattr(request, "allow_auto_topic_creation", True)
+        and services.config["auto.create.topics.enable"]
+    )
+
+
+def _to_create(services: Services, ctx: RequestContext, request: Any) -> list[str]:
+    """The topics the request names that auto-creation should create, in order."""
+    wanted = request.topics
+    if wanted is None or (ctx.api_version == 0 and not wanted):
+        return []
+    cache = services.metadata
+    auto_create = _auto_create(services, request)
+    missing: dict[str, None] = {}
+    for entry in wanted:
+        name = entry.name
+        if ctx.api_version < 12 and name is None:
+            # v10-11 carry a topic id field, but their responses cannot hold a null name:
+            # Kafka refuses such a request as invalid.
+            raise CloseConnection(
+                f"Topic name can not be null for Metadata version {ctx.api_version}"
+            )
+        # Internal topics get their shape from the broker's own settings: the group
+        # coordinator's for __consumer_offsets; __transaction_state waits for the
+        # transaction coordinator that will own it.
+        if (
+            auto_create
+            and name is not None
+            and name not in cache.topics
+            and (name not in INTERNAL_TOPICS or name == OFFSETS_TOPIC)
+            and _legal(name)
+        ):
+            missing[name] = None
+    return list(missing)
+
+
+def _legal(name: str) -> bool:
+    try:
+        check_topic_name(name)
+    except TopicError:
+        return False
+    return True
+
+
+async def _create_then_respond(
+    services: Services, ctx: RequestContext, request: Any, names: list[str]
+) -> Any:
+    failed: dict[str, ErrorCode] = {}
+    if OFFSETS_TOPIC in names:
+        try:
+            await create_offsets_topic(services)
+        except TopicError as e:
+            failed[OFFSETS_TOPIC] = e.code
+            logger.info("Auto-creation of topic %s failed: %s", OFFSETS_TOPIC, e.message)
+    wanted, errors = [], []
+    for name in names:
+        if name == OFFSETS_TOPIC:
+            continue
+        try:
+            wanted.append(new_topic(services, name, -1, -1, {}))
+        except TopicError as e:
+            errors.append((name, e))
+    errors.extend(zip(wanted, await services.controller.create_topics(wanted), strict=True))
+    for new, outcome in errors:
+        name = new if isinstance(new, str) else new.name
+        if isinstance(outcome, TopicError) and outcome.code != ErrorCode.topic_already_exists:
+            logger.info("Auto-creation of topic %s failed: %s", name, outcome.message)
+            failed[name] = outcome.code
+    return _respond(services, ctx, request, failed)
+
+
+def _respond(
+    services: Services, ctx: RequestContext, request: Any, failed: dict[str, ErrorCode]
+) -> Any:
+    """The response from the cache; `failed` holds the topics auto-creation could not
+    create, with the error to answer."""
     cls = response_type(METADATA, ctx.api_version)
     broker_cls = nested(cls, "MetadataResponseBroker")
     topic_cls = nested(cls, "MetadataResponseTopic")
     partition_cls = nested(cls, "MetadataResponsePartition")
     cache = services.metadata
-
     brokers = []
     for broker in cache.brokers.values():
         endpoint = broker.endpoint(ctx.listener)
@@ -122,50 +207,25 @@ def handle(services: Services, ctx: RequestContext, request: Any) -> Any:
     if wanted is None or (ctx.api_version == 0 and not wanted):
         topics = [topic_entry(t) for t in cache.topics.values()]
     else:
-        auto_create = (
-            getattr(request, "allow_auto_topic_creation", True)
-            and services.config["auto.create.topics.enable"]
-        )
         topics = []
         for entry in wanted:
             name = entry.name
             topic_id = getattr(entry, "topic_id", None)
-            if ctx.api_version < 12 and name is None:
-                # v10-11 carry a topic id field, but their responses cannot hold a null
-                # name: Kafka refuses such a request as invalid.
-                raise CloseConnection(
-                    f"Topic name can not be null for Metadata version {ctx.api_version}"
-                )
             if name is None and topic_id is not None:
                 name = cache.topic_name(topic_id)
                 if name is None:
                     topics.append(error_entry(ErrorCode.unknown_topic_id, None, topic_id))
                     continue
             topic = cache.topics.get(name)
-            if topic is None:
-                try:
-                    check_topic_name(name)
-                except TopicError as e:
-                    topics.append(error_entry(e.code, name))
-                    continue
-                # Internal topics get their shape from the broker's own settings: the group
-                # coordinator's for __consumer_offsets; __transaction_state waits for the
-                # transaction coordinator that will own it.
-                if not auto_create or (name in INTERNAL_TOPICS and name != OFFSETS_TOPIC):
-                    topics.append(error_entry(ErrorCode.unknown_topic_or_partition, name))
-                    continue
-                try:
-                    if name == OFFSETS_TOPIC:
-                        topic = ensure_offsets_topic(services)
-                    else:
-                        topic = create_topic(services, name, -1, -1, {})
-                except TopicError as e:
-                    if e.code != ErrorCode.topic_already_exists:
-                        logger.info("Auto-creation of topic %s failed: %s", name, e.message)
-                        topics.append(error_entry(e.code, name))
-                        continue
-                    topic = cache.topics[name]
-            topics.append(topic_entry(topic))
+            if topic is not None:
+                topics.append(topic_entry(topic))
+                continue
+            try:
+                check_topic_name(name)
+                code = failed.get(name, ErrorCode.unknown_topic_or_partition)
+            except TopicError as e:
+                code = e.code
+            topics.append(error_entry(code, name))
 
     return build(
         cls,

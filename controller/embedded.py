@@ -17,13 +17,30 @@ import base64
 import json
 import logging
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 from kio.schema.errors import ErrorCode
 
+from controller.base import (
+    Controller,
+    ElectionType,
+    NewPartitions,
+    NewTopic,
+    Reassignment,
+    TopicPartition,
+)
 from controller.metadata import BrokerInfo, MetadataCache, PartitionInfo, TopicInfo
-from controller.topics import INTERNAL_TOPICS, TopicError, check_topic_name, collision_error
+from controller.topics import (
+    INTERNAL_TOPICS,
+    TopicError,
+    check_assignments,
+    check_configs,
+    check_replicas,
+    check_topic_name,
+    collision_error,
+)
 from log.checkpoint import write_atomically
 from log.errors import KafkaStorageError
 
@@ -38,7 +55,7 @@ PRODUCER_ID_BLOCK = 1000
 TopicCallback = Callable[[TopicInfo], None]
 
 
-class EmbeddedController:
+class EmbeddedController(Controller):
     def __init__(
         self,
         state_dir: Path,
@@ -68,7 +85,7 @@ class EmbeddedController:
                 self._topic(
                     name,
                     uuid.UUID(topic["id"]),
-                    topic["partitions"],
+                    range(topic["partitions"]),
                     topic.get("configs", {}),
                     topic.get("leader_epoch", 0),
                 )
@@ -92,7 +109,7 @@ class EmbeddedController:
         self,
         name: str,
         topic_id: uuid.UUID,
-        partitions: int,
+        indexes: Iterable[int],
         configs: Mapping[str, str],
         leader_epoch: int = 0,
     ) -> TopicInfo:
@@ -100,31 +117,56 @@ class EmbeddedController:
         return TopicInfo(
             name,
             topic_id,
-            {i: PartitionInfo(i, me, leader_epoch, [me], [me]) for i in range(partitions)},
+            {i: PartitionInfo(i, me, leader_epoch, [me], [me]) for i in indexes},
             dict(configs),
             internal=name in INTERNAL_TOPICS,
         )
 
-    def create_topic(
-        self,
-        name: str,
-        partitions: int,
-        replication_factor: int,
-        configs: Mapping[str, str],
-        *,
-        validate_only: bool = False,
-        check_configs: Callable[[Mapping[str, str]], None] | None = None,
-    ) -> TopicInfo:
+    async def create_topics(
+        self, topics: Sequence[NewTopic], *, validate_only: bool = False
+    ) -> list[TopicInfo | TopicError]:
+        return [_attempt(self._create_topic, new, validate_only) for new in topics]
+
+    def _create_topic(self, new: NewTopic, validate_only: bool) -> TopicInfo:
+        name = new.name
         check_topic_name(name)
         if name in self.cache.topics:
             raise TopicError(ErrorCode.topic_already_exists, f"Topic '{name}' already exists.")
         colliding = self.cache.colliding_topic(name)
         if colliding is not None:
             raise collision_error(name, colliding)
-        if partitions < 1:
-            raise TopicError(
-                ErrorCode.invalid_partitions, "Number of partitions must be larger than 0."
-            )
+        if new.assignments is not None:
+            check_assignments(new.assignments, self.cache.brokers)
+            partitions = len(new.assignments)
+        else:
+            partitions = new.num_partitions
+            if partitions < 1:
+                raise TopicError(
+                    ErrorCode.invalid_partitions, "Number of partitions must be larger than 0."
+                )
+            self._check_replication_factor(new.replication_factor)
+        check_configs(new.configs)
+        topic = self._topic(name, uuid.uuid4(), range(partitions), new.configs)
+        if validate_only:
+            return topic
+        self._add_logs(topic)
+        self.cache.put_topic(topic)
+        try:
+            self._save()
+        except OSError as e:
+            self.cache.remove_topic(name)
+            self._on_abort(topic)
+            raise _storage_error(name, e) from None
+        logger.info(
+            "Created topic %s with %d partition(s) and configs %s",
+            name,
+            partitions,
+            dict(new.configs),
+        )
+        self._on_lead(topic)
+        return topic
+
+    def _check_replication_factor(self, replication_factor: int) -> None:
         if replication_factor < 1:
             raise TopicError(
                 ErrorCode.invalid_replication_factor, "Replication factor must be larger than 0."
@@ -137,35 +179,19 @@ class EmbeddedController:
                 f"reached because only {len(self.cache.brokers)} broker(s) are "
                 "registered.",
             )
-        if check_configs is not None:
-            check_configs(configs)
-        topic = self._topic(name, uuid.uuid4(), partitions, configs)
-        if validate_only:
-            return topic
+
+    def _add_logs(self, topic: TopicInfo) -> None:
+        """Create the logs of `topic`'s partitions, before the file names them."""
         try:
             self._on_create(topic)
         except (OSError, KafkaStorageError) as e:
-            raise _storage_error(name, e) from None
-        self.cache.put_topic(topic)
-        try:
-            self._save()
-        except OSError as e:
-            self.cache.remove_topic(name)
-            self._on_abort(topic)
-            raise _storage_error(name, e) from None
-        logger.info(
-            "Created topic %s with %d partition(s) and configs %s", name, partitions, dict(configs)
-        )
-        self._on_lead(topic)
-        return topic
+            raise _storage_error(topic.name, e) from None
 
-    def delete_topic(self, name: str) -> TopicInfo:
-        topic = self.cache.topics.get(name)
-        if topic is None:
-            raise TopicError(
-                ErrorCode.unknown_topic_or_partition,
-                "This server does not host this topic-partition.",
-            )
+    async def delete_topics(self, names: Sequence[str]) -> list[TopicInfo | TopicError]:
+        return [_attempt(self._delete_topic, name) for name in names]
+
+    def _delete_topic(self, name: str) -> TopicInfo:
+        topic = self._existing(name)
         self.cache.remove_topic(name)
         try:
             self._save()
@@ -179,14 +205,114 @@ class EmbeddedController:
         self._on_delete(topic)
         return topic
 
-    def allocate_producer_id(self) -> int:
-        """A producer id never handed out before, even across restarts."""
+    def _existing(self, name: str) -> TopicInfo:
+        topic = self.cache.topics.get(name)
+        if topic is None:
+            raise TopicError(
+                ErrorCode.unknown_topic_or_partition,
+                "This server does not host this topic-partition.",
+            )
+        return topic
+
+    async def create_partitions(
+        self, requests: Sequence[NewPartitions], *, validate_only: bool = False
+    ) -> list[TopicInfo | TopicError]:
+        return [_attempt(self._create_partitions, new, validate_only) for new in requests]
+
+    def _create_partitions(self, new: NewPartitions, validate_only: bool) -> TopicInfo:
+        """New partitions are committed as a new topic is: logs first, then the file."""
+        topic = self._existing(new.topic)
+        current = len(topic.partitions)
+        if new.count < current:
+            raise TopicError(
+                ErrorCode.invalid_partitions,
+                f"Topic currently has {current} partitions, which is higher than the "
+                f"requested {new.count}.",
+            )
+        if new.count == current:
+            raise TopicError(
+                ErrorCode.invalid_partitions, f"Topic already has {current} partitions."
+            )
+        if new.assignments is not None:
+            if len(new.assignments) != new.count - current:
+                raise TopicError(
+                    ErrorCode.invalid_replica_assignment,
+                    f"Increasing the number of partitions by {new.count - current} but "
+                    f"{len(new.assignments)} assignments provided.",
+                )
+            replication = len(topic.partitions[0].replicas)
+            for replicas in new.assignments:
+                check_replicas(replicas, self.cache.brokers, replication)
+        epoch = max(p.leader_epoch for p in topic.partitions.values())
+        added = self._topic(
+            topic.name, topic.topic_id, range(current, new.count), topic.configs, epoch
+        )
+        if validate_only:
+            return _grown(topic, added)
+        self._add_logs(added)
+        topic.partitions.update(added.partitions)
+        try:
+            self._save()
+        except OSError as e:
+            for index in added.partitions:
+                del topic.partitions[index]
+            self._on_abort(added)
+            raise _storage_error(topic.name, e) from None
+        logger.info("Increased the partitions of topic %s to %d", topic.name, new.count)
+        self._on_lead(added)
+        return topic
+
+    async def allocate_producer_id(self) -> int:
         if self._next_producer_id >= self._producer_id_block_end:
             self._producer_id_block_end = self._next_producer_id + PRODUCER_ID_BLOCK
             self._save()
         producer_id = self._next_producer_id
         self._next_producer_id += 1
         return producer_id
+
+    async def elect_leaders(
+        self, election_type: ElectionType, partitions: Sequence[TopicPartition] | None
+    ) -> dict[TopicPartition, TopicError | None]:
+        """This broker is every partition's only replica, its preferred one and its leader:
+        no election is ever needed (and an election of all partitions answers none)."""
+        if partitions is None:
+            return {}
+        return {tp: self._not_needed(tp) for tp in partitions}
+
+    def _not_needed(self, tp: TopicPartition) -> TopicError:
+        if self.cache.partition(*tp) is None:
+            return _unknown_partition(tp)
+        return TopicError(
+            ErrorCode.election_not_needed,
+            "Leader election not needed for topic partition.",
+        )
+
+    async def alter_partition_reassignments(
+        self, targets: Mapping[TopicPartition, Sequence[int] | None]
+    ) -> dict[TopicPartition, TopicError | None]:
+        """None is ever ongoing: a valid target is this broker alone, the replicas already."""
+        return {tp: self._reassign(tp, target) for tp, target in targets.items()}
+
+    def _reassign(self, tp: TopicPartition, target: Sequence[int] | None) -> TopicError | None:
+        partition = self.cache.partition(*tp)
+        if partition is None:
+            return _unknown_partition(tp)
+        if target is None:
+            return TopicError(
+                ErrorCode.no_reassignment_in_progress,
+                f"Unable to cancel reassignment for partition {tp[0]}-{tp[1]}: "
+                "no reassignment is in progress.",
+            )
+        try:
+            check_replicas(target, self.cache.brokers, None)
+        except TopicError as e:
+            return e
+        return None
+
+    async def list_partition_reassignments(
+        self, partitions: Sequence[TopicPartition] | None
+    ) -> dict[TopicPartition, Reassignment]:
+        return {}
 
     def _save(self) -> None:
         """Rewrite the file atomically and durably (temp file, fsync, rename, directory
@@ -222,6 +348,33 @@ def _load(path: Path) -> dict:
             f"The metadata file {path} is unreadable ({e}); restore it from a backup "
             "or remove the log directories' contents to start a new broker"
         ) from None
+
+
+T = TypeVar("T")
+
+
+def _attempt(operation: Callable[..., T], *args: object) -> T | TopicError:
+    try:
+        return operation(*args)
+    except TopicError as e:
+        return e
+
+
+def _grown(topic: TopicInfo, added: TopicInfo) -> TopicInfo:
+    """`topic` as it would be with the `added` partitions."""
+    return TopicInfo(
+        topic.name,
+        topic.topic_id,
+        {**topic.partitions, **added.partitions},
+        topic.configs,
+        topic.internal,
+    )
+
+
+def _unknown_partition(tp: TopicPartition) -> TopicError:
+    return TopicError(
+        ErrorCode.unknown_topic_or_partition, f"No such topic partition as {tp[0]}-{tp[1]}."
+    )
 
 
 def _storage_error(topic: str, error: Exception) -> TopicError:

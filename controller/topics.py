@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Container, Mapping, Sequence
 
 from kio.schema.errors import ErrorCode
+
+from log.config import validate_topic_configs
 
 MAX_NAME_LENGTH = 249
 _LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
@@ -70,3 +73,55 @@ def check_client_creatable(name: str) -> None:
 def check_client_deletable(name: str) -> None:
     if name in INTERNAL_TOPICS:
         raise TopicError(ErrorCode.invalid_topic_exception, f"Cannot delete internal topic {name}.")
+
+
+def check_replicas(replicas: Sequence[int], brokers: Container[int], count: int | None) -> None:
+    """One partition's replicas as a client chose them (CreateTopics, CreatePartitions,
+    AlterPartitionReassignments): not empty, registered brokers, each once, and as many as
+    the topic's other partitions have (`count`, when known)."""
+    if not replicas:
+        raise TopicError(
+            ErrorCode.invalid_replica_assignment,
+            "The manual partition assignment includes an empty replica list.",
+        )
+    seen: set[int] = set()
+    for broker in sorted(replicas):
+        if broker not in brokers:
+            raise TopicError(
+                ErrorCode.invalid_replica_assignment,
+                f"The manual partition assignment includes broker {broker}, but no broker "
+                "with that id is registered.",
+            )
+        if broker in seen:
+            raise TopicError(
+                ErrorCode.invalid_replica_assignment,
+                f"The manual partition assignment includes the broker {broker} more than once.",
+            )
+        seen.add(broker)
+    if count is not None and len(replicas) != count:
+        raise TopicError(
+            ErrorCode.invalid_replica_assignment,
+            f"The manual partition assignment includes a partition with {len(replicas)} "
+            "replica(s), but this is not consistent with previous partitions, which have "
+            f"{count} replica(s).",
+        )
+
+
+def check_assignments(assignments: Mapping[int, Sequence[int]], brokers: Container[int]) -> None:
+    """A new topic's assignment: partitions 0..n-1, each with valid replicas, all as many."""
+    count = None
+    for replicas in assignments.values():
+        check_replicas(replicas, brokers, count)
+        count = len(replicas)
+    if sorted(assignments) != list(range(len(assignments))):
+        raise TopicError(
+            ErrorCode.invalid_replica_assignment,
+            "partitions should be a consecutive 0-based integer sequence",
+        )
+
+
+def check_configs(configs: Mapping[str, str]) -> None:
+    try:
+        validate_topic_configs(configs)
+    except ValueError as e:
+        raise TopicError(ErrorCode.invalid_config, str(e)) from None

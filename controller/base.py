@@ -1,0 +1,110 @@
+"""The controller as the API handlers see it: an asynchronous interface with two
+implementations, the embedded single node (`controller/embedded.py`) and a broker of a
+ZooKeeper cluster (`controller/zk_broker.py`).
+
+Every operation takes many items at once and answers each one: its result, or a
+`TopicError` carrying Kafka's error code, in the order asked. The handlers await these
+calls; the embedded node does its work at once, a cluster broker waits for the controller
+and for the metadata to come back.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from controller.metadata import MetadataCache, TopicInfo
+from controller.topics import TopicError
+
+TopicPartition = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class NewTopic:
+    """A topic to create. `assignments` (partition -> replica broker ids), when given,
+    fixes the partitions and their replicas; otherwise the controller assigns
+    `num_partitions` partitions of `replication_factor` replicas (both resolved from the
+    broker defaults by the caller)."""
+
+    name: str
+    num_partitions: int
+    replication_factor: int
+    configs: Mapping[str, str] = field(default_factory=dict)
+    assignments: Mapping[int, Sequence[int]] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NewPartitions:
+    """Grow `topic` to `count` partitions; `assignments`, when given, are the replicas of
+    each new partition in order."""
+
+    topic: str
+    count: int
+    assignments: Sequence[Sequence[int]] | None = None
+
+
+class ElectionType(enum.IntEnum):
+    """ElectLeaders' election_type values."""
+
+    PREFERRED = 0
+    UNCLEAN = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Reassignment:
+    """An ongoing reassignment of one partition, as ListPartitionReassignments shows it."""
+
+    replicas: Sequence[int]
+    adding_replicas: Sequence[int]
+    removing_replicas: Sequence[int]
+
+
+class Controller(Protocol):
+    cache: MetadataCache
+
+    @property
+    def cluster_id(self) -> str: ...
+
+    async def create_topics(
+        self, topics: Sequence[NewTopic], *, validate_only: bool = False
+    ) -> list[TopicInfo | TopicError]:
+        """Create each topic (or only check it, with `validate_only`); a topic is created
+        whole or not at all, and is in `cache` once its result is returned."""
+        ...
+
+    async def delete_topics(self, names: Sequence[str]) -> list[TopicInfo | TopicError]:
+        """Delete each topic; the result is the topic as it was."""
+        ...
+
+    async def create_partitions(
+        self, requests: Sequence[NewPartitions], *, validate_only: bool = False
+    ) -> list[TopicInfo | TopicError]:
+        """Add partitions to each topic; the result is the topic with its new partitions."""
+        ...
+
+    async def allocate_producer_id(self) -> int:
+        """A producer id never handed out before in this cluster, even across restarts."""
+        ...
+
+    async def elect_leaders(
+        self, election_type: ElectionType, partitions: Sequence[TopicPartition] | None
+    ) -> dict[TopicPartition, TopicError | None]:
+        """Elect leaders of the partitions (None: every partition, answering only those
+        whose leader changed or could not be elected); None is success, ELECTION_NOT_NEEDED
+        a leader that is already the one the election would choose."""
+        ...
+
+    async def alter_partition_reassignments(
+        self, targets: Mapping[TopicPartition, Sequence[int] | None]
+    ) -> dict[TopicPartition, TopicError | None]:
+        """Start moving each partition to its target replicas (None cancels its ongoing
+        reassignment)."""
+        ...
+
+    async def list_partition_reassignments(
+        self, partitions: Sequence[TopicPartition] | None
+    ) -> dict[TopicPartition, Reassignment]:
+        """The ongoing reassignments among `partitions` (None: all of them)."""
+        ...

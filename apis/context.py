@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 if TYPE_CHECKING:
     from controller.base import Controller
     from controller.metadata import MetadataCache
+    from controller.zk_broker import ZkBroker
     from coordinator.coordinator import GroupCoordinator
     from replica.manager import ReplicaManager
     from server.config import BrokerConfig
@@ -57,6 +58,9 @@ class Services:
     replicas: ReplicaManager
     now_ms: Callable[[], int]  # the broker's wall clock, in milliseconds
     groups: GroupCoordinator | None = None
+    # In cluster mode, this broker's ZooKeeper side (controller/zk_broker.py), which the
+    # controller's requests act through; None on an embedded node.
+    cluster: ZkBroker | None = None
 
 
 @cache

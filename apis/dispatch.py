@@ -13,9 +13,11 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from apis import (
+    alter_partition,
     api_versions,
     cluster,
     configs,
+    controlled_shutdown,
     fetch,
     groups,
     list_offsets,
@@ -23,6 +25,7 @@ from apis import (
     offsets,
     produce,
     topics,
+    update_metadata,
 )
 from apis.context import CloseConnection, RawResponse, RequestContext, Services
 from wire import versions
@@ -63,6 +66,9 @@ HANDLERS: dict[int, Handler] = {
     versions.OFFSET_COMMIT: offsets.handle_commit,
     versions.OFFSET_FETCH: offsets.handle_fetch,
     versions.OFFSET_DELETE: offsets.handle_delete,
+    versions.UPDATE_METADATA: update_metadata.handle,
+    versions.CONTROLLED_SHUTDOWN: controlled_shutdown.handle,
+    versions.ALTER_PARTITION: alter_partition.handle,
 }
 assert HANDLERS.keys() == versions.SUPPORTED.keys()
 

@@ -10,6 +10,10 @@ PRODUCE = 0
 FETCH = 1
 LIST_OFFSETS = 2
 METADATA = 3
+LEADER_AND_ISR = 4
+STOP_REPLICA = 5
+UPDATE_METADATA = 6
+CONTROLLED_SHUTDOWN = 7
 OFFSET_COMMIT = 8
 OFFSET_FETCH = 9
 FIND_COORDINATOR = 10
@@ -26,6 +30,7 @@ INIT_PRODUCER_ID = 22
 DESCRIBE_CONFIGS = 32
 DELETE_GROUPS = 42
 OFFSET_DELETE = 47
+ALTER_PARTITION = 56
 DESCRIBE_CLUSTER = 60
 
 SUPPORTED: dict[int, tuple[int, int]] = {
@@ -51,6 +56,11 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     LIST_GROUPS: (0, 5),
     DELETE_GROUPS: (0, 2),
     OFFSET_DELETE: (0, 0),
+    # Inter-broker, ZooKeeper mode (wire/interbroker.py): only Gregor brokers send them,
+    # at one version each; AlterPartition v2 names topics by id, as the controller needs.
+    UPDATE_METADATA: (8, 8),
+    CONTROLLED_SHUTDOWN: (3, 3),
+    ALTER_PARTITION: (2, 2),
 }
 
 

@@ -1,0 +1,35 @@
+"""ControlledShutdown (cluster mode, answered by the controller): a stopping broker asks the
+controller to move its leaderships away; the answer lists the partitions it still leads."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from apis.context import RequestContext, Services, later
+from apis.inter_broker import cluster_member
+from wire.interbroker import ControlledShutdownResponse, RemainingPartition
+
+
+def handle(services: Services, ctx: RequestContext, request: Any) -> Any:
+    member = cluster_member(services, "ControlledShutdown")
+    controller = member.active_controller
+    if controller is None:
+        return ControlledShutdownResponse(
+            error_code=ErrorCode.not_controller, remaining_partitions=()
+        )
+    return later(_shut_down(controller, request))
+
+
+async def _shut_down(controller: Any, request: Any) -> ControlledShutdownResponse:
+    result = await controller.controlled_shutdown(request.broker_id, request.broker_epoch)
+    if isinstance(result, ErrorCode):
+        return ControlledShutdownResponse(error_code=result, remaining_partitions=())
+    return ControlledShutdownResponse(
+        error_code=ErrorCode.none,
+        remaining_partitions=tuple(
+            RemainingPartition(topic_name=topic, partition_index=index)
+            for topic, index in sorted(result)
+        ),
+    )

@@ -1,0 +1,202 @@
+"""A real ZooKeeper server (Debian's zookeeperd jars) as a plain process for tests.
+
+Standalone, on a free 127.0.0.1 port, with its own zoo.cfg, data dir and log in the work
+dir; the admin server is off and only the ``ruok``/``srvr`` four-letter words are served.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+from types import TracebackType
+
+from compat_tests.broker import free_port
+
+JAVA = os.environ.get("GREGOR_JAVA", "java")
+# zookeeper.jar's manifest names its dependencies; slf4j-simple sends its log to stderr.
+CLASSPATH = "/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar"
+MAIN_CLASS = "org.apache.zookeeper.server.ZooKeeperServerMain"
+# A short tick lets tests ask for sessions as short as 2 ticks (1 s); Kafka's default of
+# 18 s stays within 20 ticks of the maximum (60 s, set explicitly).
+TICK_MS = 500
+START_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 20.0
+LOG_TAIL_LINES = 40
+
+
+class ZooKeeperError(RuntimeError):
+    """ZooKeeper did not start or stop as expected; the message carries its log tail."""
+
+
+class ZooKeeperProcess:
+    """One standalone ZooKeeper; its port and data dir survive restart()."""
+
+    def __init__(self, work_dir: Path) -> None:
+        self.work_dir = Path(work_dir)
+        self.data_dir = self.work_dir / "data"
+        self.config_path = self.work_dir / "zoo.cfg"
+        self.log_path = self.work_dir / "zookeeper.log"
+        self.port = free_port()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._paused = False
+
+    @property
+    def connect(self) -> str:
+        """The ``zookeeper.connect`` string (no chroot)."""
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        assert self._proc is not None, "zookeeper not started"
+        return self._proc.pid
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def start(self) -> None:
+        if self.running:
+            raise ZooKeeperError("zookeeper already running")
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.config_path.write_text(
+            "\n".join(
+                [
+                    f"tickTime={TICK_MS}",
+                    f"dataDir={self.data_dir}",
+                    f"clientPort={self.port}",
+                    "clientPortAddress=127.0.0.1",
+                    "minSessionTimeout=1000",
+                    "maxSessionTimeout=60000",
+                    "maxClientCnxns=0",
+                    "admin.enableServer=false",
+                    "4lw.commands.whitelist=ruok,srvr",
+                    "autopurge.snapRetainCount=3",
+                    "autopurge.purgeInterval=1",
+                    "",
+                ]
+            )
+        )
+        command = [
+            JAVA,
+            "-Xmx256m",
+            "-XX:+UseSerialGC",
+            "-Dzookeeper.jmx.log4j.disable=true",
+            "-cp",
+            CLASSPATH,
+            MAIN_CLASS,
+            str(self.config_path),
+        ]
+        with open(self.log_path, "ab") as log:
+            log.write(f"==== start: {' '.join(command)}\n".encode())
+            log.flush()
+            self._proc = subprocess.Popen(
+                command,
+                cwd=self.work_dir,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        self._paused = False
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.kill()
+            raise
+
+    def stop(self) -> None:
+        """SIGTERM and wait for the exit; escalates to SIGKILL and raises if it hangs."""
+        proc = self._proc
+        if proc is None or proc.poll() is not None:
+            return
+        self.resume()
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise ZooKeeperError(self._describe("did not exit within 20s of SIGTERM")) from None
+
+    def kill(self) -> None:
+        """SIGKILL: a crash."""
+        proc = self._proc
+        if proc is None or proc.poll() is not None:
+            return
+        proc.kill()
+        proc.wait()
+        self._paused = False
+
+    def pause(self) -> None:
+        """SIGSTOP: the server stops answering (sessions expire once it resumes)."""
+        if self.running and not self._paused:
+            os.kill(self.pid, signal.SIGSTOP)
+            self._paused = True
+
+    def resume(self) -> None:
+        """SIGCONT after pause()."""
+        if self.running and self._paused:
+            os.kill(self.pid, signal.SIGCONT)
+            self._paused = False
+
+    def restart(self) -> None:
+        """Stop (cleanly, if running) and start again on the same port and data dir."""
+        self.stop()
+        self.start()
+
+    def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return "(no zookeeper log)"
+        return "\n".join(text.splitlines()[-lines:])
+
+    def __enter__(self) -> ZooKeeperProcess:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            self.stop()
+        finally:
+            self.kill()
+
+    def _describe(self, problem: str) -> str:
+        return f"zookeeper on {self.connect} {problem}; log {self.log_path}:\n{self.log_tail()}"
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        last_error: Exception | None = None
+        while time.monotonic() < deadline:
+            assert self._proc is not None
+            code = self._proc.poll()
+            if code is not None:
+                raise ZooKeeperError(self._describe(f"exited with code {code} during startup"))
+            try:
+                # "ruok" answers before the database is loaded; "srvr" only once serving.
+                if four_letter_word(self.port, "srvr").startswith("Zookeeper version"):
+                    return
+            except OSError as e:
+                last_error = e
+            time.sleep(0.1)
+        raise ZooKeeperError(
+            self._describe(f"not serving after {START_TIMEOUT_S}s ({last_error!r})")
+        )
+
+
+def four_letter_word(port: int, word: str, timeout: float = 2.0) -> str:
+    """Send a four-letter command and return the server's whole answer."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.sendall(word.encode())
+        chunks = []
+        while chunk := sock.recv(4096):
+            chunks.append(chunk)
+    return b"".join(chunks).decode(errors="replace")

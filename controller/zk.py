@@ -1,0 +1,348 @@
+"""ZooKeeper through kazoo, bridged to asyncio.
+
+kazoo runs its own threads; every call here starts kazoo's ``*_async`` variant and completes
+an asyncio future on the caller's loop with ``call_soon_threadsafe``. Watches and session
+state changes are delivered the same way, as plain callbacks run on the loop.
+
+Like Kafka's ZooKeeperClient, a request waits while the connection is down and is sent
+again after a ConnectionLoss; it fails only when the session expires (SessionExpiredError)
+or the client is closed. Writes retried that way may find their own earlier effect
+(NodeExists, BadVersion); callers that care check the znode's owner or content.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import functools
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import (
+    BadVersionError,
+    ConnectionClosedError,
+    ConnectionLoss,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+    RolledBackError,
+    RuntimeInconsistency,
+    SessionExpiredError,
+    ZookeeperError,
+)
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol.states import EventType, WatchedEvent, ZnodeStat
+from kazoo.retry import KazooRetry
+
+__all__ = [
+    "AsyncZk",
+    "BadVersionError",
+    "ConnectionClosedError",
+    "ConnectionLoss",
+    "EventType",
+    "NoNodeError",
+    "NodeExistsError",
+    "NotEmptyError",
+    "SessionExpiredError",
+    "SessionState",
+    "Transaction",
+    "TransactionFailed",
+    "Watch",
+    "WatchedEvent",
+    "ZkConnectTimeout",
+    "ZnodeStat",
+    "ZookeeperError",
+]
+
+log = logging.getLogger(__name__)
+
+# ZooKeeper closes the connection on a request larger than jute.maxbuffer (1 MiB less one
+# byte by default); a multi is refused well before that.
+MAX_TRANSACTION_BYTES = 1_000_000
+# Per-op overhead of a multi on the wire (header, version, flags, ACL), rounded up.
+OP_OVERHEAD_BYTES = 64
+
+Watch = Callable[[WatchedEvent], None]
+
+
+class SessionState(enum.Enum):
+    """kazoo's simplified session states.
+
+    SUSPENDED: the connection dropped; the session may still be alive (ephemeral nodes and
+    watches kept). LOST: the session expired (or the client closed); its ephemeral nodes are
+    gone and kazoo is connecting with a new session, reported as CONNECTED again.
+    """
+
+    CONNECTED = "CONNECTED"
+    SUSPENDED = "SUSPENDED"
+    LOST = "LOST"
+
+
+StateListener = Callable[[SessionState], None]
+
+
+class ZkConnectTimeout(TimeoutError):
+    """No ZooKeeper session within zookeeper.connection.timeout.ms."""
+
+
+class TransactionFailed(ZookeeperError):
+    """A multi was refused as a whole; ``errors`` holds kazoo's typed error for every op."""
+
+    def __init__(self, errors: list[ZookeeperError]) -> None:
+        self.errors = errors
+        # The op that failed carries the real error; the others are RolledBackError (before
+        # it) or RuntimeInconsistency (after it).
+        self.index = next(
+            (
+                i
+                for i, e in enumerate(errors)
+                if not isinstance(e, RolledBackError | RuntimeInconsistency)
+            ),
+            0,
+        )
+        self.cause = errors[self.index]
+        super().__init__(f"multi failed at op {self.index}: {type(self.cause).__name__}")
+
+
+class Transaction:
+    """A ZooKeeper multi: ops collected here, committed atomically by ``await commit()``."""
+
+    def __init__(self, zk: AsyncZk) -> None:
+        self._zk = zk
+        self._ops: list[tuple[str, tuple[Any, ...]]] = []
+        self.size_bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._ops)
+
+    def create(self, path: str, value: bytes = b"", *, ephemeral: bool = False) -> None:
+        self._add("create", path, value, (path, value, None, ephemeral))
+
+    def set_data(self, path: str, value: bytes, version: int = -1) -> None:
+        self._add("set_data", path, value, (path, value, version))
+
+    def delete(self, path: str, version: int = -1) -> None:
+        self._add("delete", path, b"", (path, version))
+
+    def check(self, path: str, version: int) -> None:
+        self._add("check", path, b"", (path, version))
+
+    async def commit(self) -> list[Any]:
+        """Apply every op or none; the results per op (created path, ZnodeStat, True).
+
+        Raises TransactionFailed (its ``cause`` typed: NoNodeError, NodeExistsError,
+        BadVersionError, NotEmptyError) when ZooKeeper refused it.
+        """
+        if self.size_bytes > MAX_TRANSACTION_BYTES:
+            raise ValueError(
+                f"multi of {len(self)} ops is about {self.size_bytes} bytes, over the "
+                f"{MAX_TRANSACTION_BYTES}-byte limit; split it"
+            )
+        if not self._ops:
+            return []
+        results = await self._zk._call(self._start)
+        if any(isinstance(r, Exception) for r in results):
+            raise TransactionFailed(results)
+        return results
+
+    def _start(self) -> Any:
+        tx = self._zk._client.transaction()
+        for op, args in self._ops:
+            getattr(tx, op)(*args)
+        return tx.commit_async()
+
+    def _add(self, op: str, path: str, value: bytes, args: tuple[Any, ...]) -> None:
+        self._ops.append((op, args))
+        self.size_bytes += len(path.encode()) + len(value) + OP_OVERHEAD_BYTES
+
+
+class AsyncZk:
+    """One ZooKeeper session (renewed by kazoo after expiry) used from one asyncio loop.
+
+    ``connect`` is ``zookeeper.connect``: ``host:port[,host:port...][/chroot]``; a chroot
+    that does not exist yet is created, as Kafka does.
+    """
+
+    def __init__(
+        self,
+        connect: str,
+        session_timeout_ms: int = 18000,
+        connection_timeout_ms: int | None = None,
+    ) -> None:
+        hosts, slash, chroot = connect.partition("/")
+        self.hosts = hosts
+        self.chroot = (slash + chroot).rstrip("/")
+        self.session_timeout_ms = session_timeout_ms
+        self.connection_timeout_ms = connection_timeout_ms or session_timeout_ms
+        self._client = KazooClient(
+            hosts=connect,
+            timeout=session_timeout_ms / 1000,
+            # kazoo's default back-off grows to an hour; reconnect within a second instead.
+            connection_retry=KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_delay=1.0),
+        )
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._listeners: list[StateListener] = []
+        self._state = SessionState.LOST
+        self._closed = False
+        self._client.add_listener(self._on_kazoo_state)
+
+    @property
+    def state(self) -> SessionState:
+        return self._state
+
+    @property
+    def session_id(self) -> int | None:
+        """The current session's id (an ephemeral znode's ``ephemeralOwner``)."""
+        return self._client.client_id[0] if self._client.client_id else None
+
+    def add_state_listener(self, listener: StateListener) -> None:
+        """Call ``listener(state)`` on the loop at every session state change (the first
+        CONNECTED included)."""
+        self._listeners.append(listener)
+
+    def remove_state_listener(self, listener: StateListener) -> None:
+        self._listeners.remove(listener)
+
+    async def start(self) -> None:
+        """Connect, waiting at most zookeeper.connection.timeout.ms for a session."""
+        self._loop = asyncio.get_running_loop()
+        timeout_s = self.connection_timeout_ms / 1000
+        try:
+            if self.chroot:
+                await self._loop.run_in_executor(None, self._create_chroot, timeout_s)
+            await self._loop.run_in_executor(None, self._client.start, timeout_s)
+        except KazooTimeoutError:
+            raise ZkConnectTimeout(
+                f"no ZooKeeper session with {self.hosts} within {self.connection_timeout_ms} ms"
+            ) from None
+        self._state = SessionState.CONNECTED
+
+    async def close(self) -> None:
+        """End the session (its ephemeral znodes go at once); no callbacks after this."""
+        if self._closed:
+            return
+        self._closed = True
+        loop = self._loop or asyncio.get_running_loop()
+        await loop.run_in_executor(None, self._stop_client)
+
+    def _stop_client(self) -> None:
+        self._client.stop()
+        self._client.close()
+
+    def _create_chroot(self, timeout_s: float) -> None:
+        root = KazooClient(hosts=self.hosts, timeout=self.session_timeout_ms / 1000)
+        root.start(timeout_s)
+        try:
+            root.ensure_path(self.chroot)
+        finally:
+            root.stop()
+            root.close()
+
+    # --- calls -------------------------------------------------------------------------
+
+    async def get(self, path: str, watch: Watch | None = None) -> tuple[bytes, ZnodeStat]:
+        return await self._call(lambda: self._client.get_async(path, self._watcher(watch)))
+
+    async def get_children(self, path: str, watch: Watch | None = None) -> list[str]:
+        return await self._call(
+            lambda: self._client.get_children_async(path, self._watcher(watch))
+        )
+
+    async def exists(self, path: str, watch: Watch | None = None) -> ZnodeStat | None:
+        return await self._call(lambda: self._client.exists_async(path, self._watcher(watch)))
+
+    async def create(
+        self,
+        path: str,
+        value: bytes = b"",
+        *,
+        ephemeral: bool = False,
+        sequence: bool = False,
+        makepath: bool = False,
+    ) -> tuple[str, ZnodeStat]:
+        """Create a znode; its path (with a sequence suffix if asked) and stat."""
+        return await self._call(
+            lambda: self._client.create_async(
+                path,
+                value,
+                ephemeral=ephemeral,
+                sequence=sequence,
+                makepath=makepath,
+                include_data=True,
+            )
+        )
+
+    async def set(self, path: str, value: bytes, version: int = -1) -> ZnodeStat:
+        return await self._call(lambda: self._client.set_async(path, value, version))
+
+    async def delete(self, path: str, version: int = -1) -> None:
+        await self._call(lambda: self._client.delete_async(path, version))
+
+    async def ensure_path(self, path: str) -> None:
+        """Create ``path`` and its missing parents, empty and persistent."""
+        await self._call(lambda: self._client.ensure_path_async(path))
+
+    def transaction(self) -> Transaction:
+        return Transaction(self)
+
+    # --- the bridge ----------------------------------------------------------------------
+
+    async def _call(self, start: Callable[[], Any]) -> Any:
+        """Run a kazoo async call on the loop; resend it after a ConnectionLoss."""
+        while True:
+            future = self._running_loop().create_future()
+            start().rawlink(functools.partial(self._to_loop, _settle, future))
+            try:
+                return await future
+            except ConnectionLoss:
+                if self._closed:
+                    raise
+                # kazoo queues the request until it has reconnected.
+                log.debug("ZooKeeper connection lost during a request; sending it again")
+
+    def _watcher(self, watch: Watch | None) -> Watch | None:
+        if watch is None:
+            return None
+        return lambda event: self._to_loop(watch, event)
+
+    def _on_kazoo_state(self, state: str) -> None:
+        # kazoo's connection thread: must not block.
+        self._to_loop(self._deliver_state, SessionState(state))
+
+    def _deliver_state(self, state: SessionState) -> None:
+        if self._closed:
+            return
+        self._state = state
+        log.info("ZooKeeper session %s (session id %s)", state.name, _hex(self.session_id))
+        for listener in list(self._listeners):
+            listener(state)
+
+    def _to_loop(self, fn: Callable[..., Any], *args: Any) -> None:
+        loop = self._loop
+        if loop is None:
+            return
+        try:
+            loop.call_soon_threadsafe(fn, *args)
+        except RuntimeError:
+            pass  # the loop is closed: nobody is waiting any more
+
+    def _running_loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:
+            raise RuntimeError("AsyncZk.start() has not been awaited")
+        return self._loop
+
+
+def _settle(future: asyncio.Future[Any], result: Any) -> None:
+    if future.done():
+        return
+    if result.successful():
+        future.set_result(result.value)
+    else:
+        future.set_exception(result.exception)
+
+
+def _hex(session_id: int | None) -> str:
+    return "none" if session_id is None else f"0x{session_id:x}"
+

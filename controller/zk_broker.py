@@ -1,0 +1,352 @@
+"""A broker's ZooKeeper side in cluster mode, and the Controller its API handlers call.
+
+It registers the broker under /brokers/ids, campaigns for the controller and runs the
+controller while elected (resigning when the session is lost), registers and campaigns
+again after a session loss, and implements the handlers' Controller interface
+(controller/base.py) through ZooKeeper as Kafka's ZooKeeper-mode brokers did: a topic is
+created by writing its assignment (the controller elects its leaders and tells every
+broker), deleted by marking it under /admin/delete_topics; either call returns once this
+broker's metadata cache, fed by the controller's UpdateMetadata, shows the outcome.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+from kio.schema.errors import ErrorCode
+
+from controller.assignment import assign_replicas
+from controller.base import (
+    ElectionType,
+    NewPartitions,
+    NewTopic,
+    Reassignment,
+    TopicPartition,
+)
+from controller.metadata import MetadataCache, PartitionInfo, TopicInfo
+from controller.topics import (
+    INTERNAL_TOPICS,
+    TopicError,
+    check_assignments,
+    check_configs,
+    check_topic_name,
+    collision_error,
+)
+from controller.zk import SessionState, WatchedEvent
+from controller.zk_data import (
+    BrokerRegistration,
+    ControllerEpoch,
+    KafkaZk,
+    ProducerIdBlock,
+    TopicAssignment,
+    TopicExistsError,
+    random_uuid,
+)
+
+logger = logging.getLogger(__name__)
+
+
+class ActiveController(Protocol):
+    """The controller this broker runs while elected (controller/zk_controller.py)."""
+
+    async def start(self) -> None: ...
+    async def stop(self) -> None: ...
+
+
+# Builds the controller for an election won at the given epoch.
+ControllerFactory = Callable[[ControllerEpoch], ActiveController]
+
+
+class ZkBroker:
+    def __init__(
+        self,
+        kafka_zk: KafkaZk,
+        registration: BrokerRegistration,
+        cache: MetadataCache,
+        make_controller: ControllerFactory,
+        *,
+        topic_wait_ms: int,
+        on_registered: Callable[[int], Awaitable[None]] | None = None,
+    ) -> None:
+        """``topic_wait_ms``: how long topic creation and deletion wait for the metadata to
+        show them. ``on_registered(broker_epoch)`` runs after every registration."""
+        self.zk = kafka_zk
+        self.registration = registration
+        self.cache = cache
+        self.broker_id = registration.id
+        self.broker_epoch = -1
+        self.active_controller: ActiveController | None = None
+        self._make_controller = make_controller
+        self._topic_wait_s = topic_wait_ms / 1000
+        self._on_registered = on_registered
+        self._metadata_changed = asyncio.Event()
+        self._producer_ids: ProducerIdBlock | None = None
+        self._next_producer_id = 0
+        self._pid_lock = asyncio.Lock()
+        self._campaign_lock = asyncio.Lock()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._session_lost = False
+        self._stopping = False
+
+    @property
+    def cluster_id(self) -> str:
+        return self.cache.cluster_id
+
+    # -- membership and the controller election ----------------------------------------
+
+    async def join(self) -> None:
+        """Register this broker (BrokerIdInUseError if its id is taken) and campaign for
+        the controller; from then on, follow the session."""
+        self.zk.zk.add_state_listener(self._on_session_state)
+        await self._register()
+        await self._campaign()
+
+    async def _register(self) -> None:
+        registered = await self.zk.register_broker(self.registration)
+        self.broker_epoch = registered.epoch
+        logger.info(
+            "Registered broker %d at path /brokers/ids/%d with addresses: %s, czxid (broker "
+            "epoch): %d",
+            self.broker_id,
+            self.broker_id,
+            self.registration.describe(),
+            self.broker_epoch,
+        )
+        if self._on_registered is not None:
+            await self._on_registered(self.broker_epoch)
+
+    async def _campaign(self) -> None:
+        """Try to become the controller; otherwise watch /controller and try again when it
+        goes away."""
+        async with self._campaign_lock:
+            if self._stopping or self.active_controller is not None:
+                return
+            epoch = await self.zk.elect_controller(self.broker_id)
+            if epoch is None:
+                current = await self.zk.controller_id(watch=self._on_controller_change)
+                if current is None:  # gone between the campaign and the watch
+                    self._spawn(self._campaign())
+                return
+            logger.info(
+                "Broker %d elected as the controller with epoch %d", self.broker_id, epoch.epoch
+            )
+            controller = self._make_controller(epoch)
+            self.active_controller = controller
+            try:
+                await controller.start()
+            except Exception:
+                logger.exception("The controller failed to start; resigning")
+                await self._resign()
+                raise
+            # A watch so a resignation (ours or a deletion) is noticed.
+            await self.zk.controller_id(watch=self._on_controller_change)
+
+    def _on_controller_change(self, event: WatchedEvent) -> None:
+        self._spawn(self._check_controller())
+
+    async def _check_controller(self) -> None:
+        current = await self.zk.controller_id(watch=self._on_controller_change)
+        if current == self.broker_id:
+            return
+        if self.active_controller is not None:
+            logger.info("Broker %d is no longer the controller (now %s)", self.broker_id, current)
+            await self._resign()
+        if current is None:
+            await self._campaign()
+
+    async def _resign(self) -> None:
+        controller, self.active_controller = self.active_controller, None
+        if controller is not None:
+            await controller.stop()
+
+    def _on_session_state(self, state: SessionState) -> None:
+        if state == SessionState.LOST:
+            # The session expired: the registration and /controller (if ours) are gone and
+            # another broker may be controller already.
+            self._session_lost = True
+            self._spawn(self._resign())
+        elif state == SessionState.CONNECTED and self._session_lost and not self._stopping:
+            self._session_lost = False
+            self._spawn(self._rejoin())
+
+    async def _rejoin(self) -> None:
+        logger.info(
+            "Broker %d re-registering after the loss of its ZooKeeper session", self.broker_id
+        )
+        await self._register()
+        await self._campaign()
+
+    def _spawn(self, work: Awaitable[None]) -> None:
+        async def logged() -> None:
+            try:
+                await work
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.exception("Cluster membership work failed")
+
+        task = asyncio.get_running_loop().create_task(logged())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def stop(self) -> None:
+        """Resign and stop membership work; the session is closed by the caller."""
+        self._stopping = True
+        self.zk.zk.remove_state_listener(self._on_session_state)
+        for task in list(self._tasks):
+            task.cancel()
+        await self._resign()
+
+    # -- the metadata cache, as the controller's UpdateMetadata feeds it -------------------
+
+    def metadata_updated(self) -> None:
+        """Called after each UpdateMetadata: wakes the calls waiting for an outcome."""
+        self._metadata_changed.set()
+        self._metadata_changed = asyncio.Event()
+
+    async def _await_metadata(self, holds: Callable[[], bool]) -> bool:
+        deadline = time.monotonic() + self._topic_wait_s
+        while not holds():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            try:
+                await asyncio.wait_for(self._metadata_changed.wait(), left)
+            except TimeoutError:
+                return holds()
+        return True
+
+    def _led(self, name: str, partitions: int) -> TopicInfo | None:
+        topic = self.cache.topics.get(name)
+        if topic is None or len(topic.partitions) < partitions:
+            return None
+        if any(self.cache.live_leader(p) is None for p in topic.partitions.values()):
+            return None
+        return topic
+
+    async def topic_configs(self, names: Sequence[str]) -> dict[str, dict[str, str]]:
+        """Each topic's config overrides, from /config/topics."""
+        found = await asyncio.gather(*(self.zk.topic_configs(n) for n in names))
+        return dict(zip(names, found, strict=True))
+
+    # -- the Controller interface ---------------------------------------------------------
+
+    async def create_topics(
+        self, topics: Sequence[NewTopic], *, validate_only: bool = False
+    ) -> list[TopicInfo | TopicError]:
+        return list(await asyncio.gather(*(self._create(t, validate_only) for t in topics)))
+
+    async def _create(self, new: NewTopic, validate_only: bool) -> TopicInfo | TopicError:
+        try:
+            assignment = self._assignment(new)
+        except TopicError as e:
+            return e
+        topic_id = random_uuid()
+        if validate_only:
+            return _topic_info(new.name, topic_id, assignment, new.configs)
+        try:
+            await self.zk.create_topic(
+                TopicAssignment(new.name, topic_id, assignment), new.configs
+            )
+        except TopicExistsError:
+            return TopicError(ErrorCode.topic_already_exists, f"Topic '{new.name}' already exists.")
+        logger.info(
+            "Creating topic %s with configuration %s and initial partition assignment %s",
+            new.name,
+            dict(new.configs),
+            assignment,
+        )
+        if not await self._await_metadata(lambda: self._led(new.name, len(assignment)) is not None):
+            return TopicError(
+                ErrorCode.request_timed_out,
+                f"Topic '{new.name}' was created, but not every partition had a leader within "
+                f"{self._topic_wait_s * 1000:.0f} ms.",
+            )
+        topic = self.cache.topics[new.name]
+        topic.configs = dict(new.configs)
+        return topic
+
+    def _assignment(self, new: NewTopic) -> dict[int, list[int]]:
+        check_topic_name(new.name)
+        if new.name in self.cache.topics:
+            raise TopicError(ErrorCode.topic_already_exists, f"Topic '{new.name}' already exists.")
+        colliding = self.cache.colliding_topic(new.name)
+        if colliding is not None:
+            raise collision_error(new.name, colliding)
+        check_configs(new.configs)
+        if new.assignments is not None:
+            check_assignments(new.assignments, self.cache.brokers)
+            return {p: list(r) for p, r in new.assignments.items()}
+        racks = {b.node_id: b.rack for b in self.cache.brokers.values()}
+        return assign_replicas(racks, new.num_partitions, new.replication_factor)
+
+    async def delete_topics(self, names: Sequence[str]) -> list[TopicInfo | TopicError]:
+        return list(await asyncio.gather(*(self._delete(n) for n in names)))
+
+    async def _delete(self, name: str) -> TopicInfo | TopicError:
+        topic = self.cache.topics.get(name)
+        if topic is None:
+            return TopicError(
+                ErrorCode.unknown_topic_or_partition,
+                "This server does not host this topic-partition.",
+            )
+        await self.zk.mark_for_deletion(name)
+        logger.info("Topic %s marked for deletion", name)
+        if not await self._await_metadata(lambda: self.cache.topics.get(name) is not topic):
+            return TopicError(
+                ErrorCode.request_timed_out,
+                f"Topic '{name}' is marked for deletion, but its deletion did not complete "
+                f"within {self._topic_wait_s * 1000:.0f} ms.",
+            )
+        return topic
+
+    async def create_partitions(
+        self, requests: Sequence[NewPartitions], *, validate_only: bool = False
+    ) -> list[TopicInfo | TopicError]:
+        return [_not_yet("CreatePartitions") for _ in requests]
+
+    async def allocate_producer_id(self) -> int:
+        """From blocks of 1000 claimed in /latest_producer_id_block."""
+        async with self._pid_lock:
+            block = self._producer_ids
+            if block is None or self._next_producer_id > block.last:
+                block = self._producer_ids = await self.zk.allocate_producer_ids(self.broker_id)
+                self._next_producer_id = block.first
+            producer_id = self._next_producer_id
+            self._next_producer_id += 1
+            return producer_id
+
+    async def elect_leaders(
+        self, election_type: ElectionType, partitions: Sequence[TopicPartition] | None
+    ) -> dict[TopicPartition, TopicError | None]:
+        return {tp: _not_yet("ElectLeaders") for tp in partitions or ()}
+
+    async def alter_partition_reassignments(
+        self, targets: Mapping[TopicPartition, Sequence[int] | None]
+    ) -> dict[TopicPartition, TopicError | None]:
+        return {tp: _not_yet("AlterPartitionReassignments") for tp in targets}
+
+    async def list_partition_reassignments(
+        self, partitions: Sequence[TopicPartition] | None
+    ) -> dict[TopicPartition, Reassignment]:
+        return {}
+
+
+def _not_yet(api: str) -> TopicError:
+    return TopicError(ErrorCode.invalid_request, f"{api} is not supported in cluster mode yet.")
+
+
+def _topic_info(
+    name: str, topic_id: Any, assignment: Mapping[int, list[int]], configs: Mapping[str, str]
+) -> TopicInfo:
+    return TopicInfo(
+        name,
+        topic_id,
+        {p: PartitionInfo(p, r[0], 0, list(r), list(r)) for p, r in assignment.items()},
+        dict(configs),
+        internal=name in INTERNAL_TOPICS,
+    )

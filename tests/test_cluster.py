@@ -1,0 +1,232 @@
+"""A 3-broker cluster on a real ZooKeeper: membership, topics, replication and failover.
+
+Every broker is a real process (compat_tests/cluster.py); clients are confluent-kafka.
+Conditions are awaited by polling Metadata from every running broker with a deadline; a
+failure names what was awaited and what each broker last answered.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, Message, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from compat_tests.broker import BrokerError, BrokerProcess
+from compat_tests.cluster import Cluster
+
+# A killed broker's ZooKeeper session expires after this (TEST_DEFAULTS uses 6 s): the
+# failover waits allow it twice over plus the controller's work.
+FAILOVER_TIMEOUT_S = 30.0
+CONSUME_TIMEOUT_S = 30.0
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    with Cluster(tmp_path_factory.mktemp("cluster")) as c:
+        c.wait_for_brokers([1, 2, 3])
+        yield c
+
+
+@pytest.fixture(autouse=True)
+def _all_brokers_running(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Tests that kill brokers restart them; a failure must not leave the next test with
+    a broken cluster, so whatever is down is started again afterwards."""
+    yield
+    if "cluster" in request.fixturenames:
+        c: Cluster = request.getfixturevalue("cluster")
+        for broker_id, broker in c.brokers.items():
+            c.resume(broker_id)
+            if not broker.running:
+                broker.start()
+        c.wait_for_brokers(c.brokers)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()
+    c = getattr(item, "funcargs", {}).get("cluster")
+    if report.failed and isinstance(c, Cluster):
+        report.sections.append(("cluster log tails", c.log_tails(60)))
+
+
+def new_topic(prefix: str = "t") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def create(bootstrap: str, topic: str, partitions: int, rf: int, **configs: str) -> None:
+    client = AdminClient({"bootstrap.servers": bootstrap})
+    futures = client.create_topics(
+        [NewTopic(topic, partitions, rf, config=dict(configs))], operation_timeout=30
+    )
+    futures[topic].result(timeout=60)
+
+
+def produce(bootstrap: str, topic: str, values: list[bytes], **config: str | int) -> list[Message]:
+    """Send values with acks=all and an idempotent producer; return the delivery reports of
+    those acknowledged. Delivery errors are returned too (as reports whose error() is set)."""
+    reports: list[Message] = []
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": "all",
+            "enable.idempotence": True,
+            "linger.ms": 5,
+            "message.timeout.ms": 60000,
+            **config,
+        }
+    )
+    for value in values:
+        producer.produce(topic, value=value, on_delivery=lambda _e, m: reports.append(m))
+        producer.poll(0)
+    remaining = producer.flush(90)
+    assert remaining == 0, f"{remaining} record(s) neither acknowledged nor failed in 90s"
+    return reports
+
+
+def acknowledged(reports: list[Message]) -> list[Message]:
+    failed = [(m.value(), m.error()) for m in reports if m.error() is not None]
+    assert not failed, f"{len(failed)} record(s) failed, first: {failed[:3]}"
+    return reports
+
+
+def consume_all(bootstrap: str, topic: str, expected: int) -> list[Message]:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": new_topic("g"),
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.subscribe([topic])
+    got: list[Message] = []
+    deadline = time.monotonic() + CONSUME_TIMEOUT_S
+    try:
+        while len(got) < expected and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error() is not None:
+                assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error()
+                continue
+            got.append(msg)
+    finally:
+        consumer.close()
+    assert len(got) >= expected, (
+        f"awaited {expected} records of {topic} for {CONSUME_TIMEOUT_S:.0f}s, got {len(got)}"
+    )
+    return got
+
+
+def wait_for_identical_replicas(cluster: Cluster, topic: str, partition: int) -> None:
+    """Every replica's segment files of the partition hold the same bytes (followers fetch
+    continuously, so this is awaited)."""
+    deadline = time.monotonic() + FAILOVER_TIMEOUT_S
+    while True:
+        files = cluster.segment_bytes(topic, partition)
+        contents = {tuple(sorted(f.items())) for f in files.values()}
+        if len(files) == len(cluster.brokers) and len(contents) == 1:
+            return
+        if time.monotonic() > deadline:
+            sizes = {
+                b: {name: len(data) for name, data in f.items()} for b, f in files.items()
+            }
+            raise AssertionError(
+                f"awaited identical segment files of {topic}-{partition} on every broker "
+                f"for {FAILOVER_TIMEOUT_S:.0f}s; sizes by broker: {sizes}"
+            )
+        time.sleep(0.2)
+
+
+def test_three_brokers_start_and_all_see_each_other(cluster: Cluster) -> None:
+    views = {i: cluster.metadata(i) for i in cluster.brokers}
+    cluster_ids = {v.cluster_id for v in views.values()}
+    assert len(cluster_ids) == 1 and None not in cluster_ids, cluster_ids
+    for view in views.values():
+        assert {i: port for i, (_h, port, _r) in view.brokers.items()} == {
+            i: b.port for i, b in cluster.brokers.items()
+        }
+    assert len({v.controller_id for v in views.values()}) == 1
+    # The cluster id is each broker's meta.properties' too.
+    (cluster_id,) = cluster_ids
+    for broker in cluster.brokers.values():
+        assert f"cluster.id={cluster_id}\n" in (broker.data_dir / "meta.properties").read_text()
+
+
+@pytest.mark.parametrize("via", [1, 2, 3])
+def test_topic_created_through_any_broker_gets_leaders_and_full_isrs(
+    cluster: Cluster, via: int
+) -> None:
+    topic = new_topic()
+    create(cluster.brokers[via].bootstrap, topic, 3, 3)
+    partitions = cluster.wait_for_topic(topic, 3, isr=3)
+    for p in partitions.values():
+        assert sorted(p.replicas) == [1, 2, 3] and sorted(p.isr) == [1, 2, 3]
+    # Kafka's assignment starts leaders round-robin: each broker leads one of three.
+    assert sorted(p.leader for p in partitions.values()) == [1, 2, 3]
+
+
+def test_acks_all_produce_and_consume_with_identical_replicas(cluster: Cluster) -> None:
+    topic = new_topic()
+    create(cluster.bootstrap, topic, 1, 3, **{"min.insync.replicas": "2"})
+    cluster.wait_for_topic(topic, 1, isr=3)
+    values = [b"v%05d" % i for i in range(2000)]
+    acknowledged(produce(cluster.bootstrap, topic, values))
+    got = consume_all(cluster.bootstrap, topic, len(values))
+    assert [m.value() for m in got] == values
+    wait_for_identical_replicas(cluster, topic, 0)
+
+
+def test_kill_of_the_leader_elects_from_the_isr_and_loses_nothing(cluster: Cluster) -> None:
+    topic = new_topic()
+    create(cluster.bootstrap, topic, 1, 3, **{"min.insync.replicas": "2"})
+    before = cluster.wait_for_topic(topic, 1, isr=3)[0]
+    first = [b"a%05d" % i for i in range(1000)]
+    acknowledged(produce(cluster.bootstrap, topic, first))
+
+    cluster.kill(before.leader)
+    after = cluster.wait_for_leader(topic, 0, not_in=[before.leader], timeout=FAILOVER_TIMEOUT_S)
+    assert after.leader in before.isr and after.leader_epoch > before.leader_epoch, (before, after)
+    second = [b"b%05d" % i for i in range(1000)]
+    acknowledged(produce(cluster.bootstrap, topic, second))
+    got = consume_all(cluster.bootstrap, topic, len(first) + len(second))
+    assert [m.value() for m in got] == first + second
+
+    # The killed broker comes back, catches up and rejoins the ISR; every replica ends
+    # byte-identical.
+    cluster.restart(before.leader)
+    cluster.wait_for_topic(topic, 1, isr=3, timeout=FAILOVER_TIMEOUT_S)
+    wait_for_identical_replicas(cluster, topic, 0)
+
+
+def test_another_broker_takes_over_when_the_controller_is_killed(cluster: Cluster) -> None:
+    controller = cluster.wait_for_controller()
+    cluster.kill(controller)
+    successor = cluster.wait_for_controller(not_in=[controller], timeout=FAILOVER_TIMEOUT_S)
+    assert successor != controller
+    cluster.wait_for_brokers(set(cluster.brokers) - {controller}, timeout=FAILOVER_TIMEOUT_S)
+    # The new controller acts: a topic created now gets leaders on the live brokers.
+    topic = new_topic()
+    live = [i for i in cluster.brokers if i != controller]
+    create(cluster.brokers[live[0]].bootstrap, topic, 2, 2)
+    partitions = cluster.wait_for_topic(topic, 2, isr=2)
+    assert all(set(p.replicas) <= set(live) for p in partitions.values())
+    cluster.restart(controller)
+    cluster.wait_for_brokers(cluster.brokers)
+
+
+def test_a_second_broker_with_the_same_id_is_refused(cluster: Cluster, tmp_path: Path) -> None:
+    twin = BrokerProcess(
+        tmp_path / "twin",
+        {**cluster.brokers[1].overrides, "zookeeper.connect": cluster.zookeeper.connect},
+    )
+    with pytest.raises(BrokerError, match="exited with code 1"):
+        twin.start()
+    assert "Broker id 1 is already registered" in twin.log_tail()
+    assert "Traceback" not in twin.log_path.read_text()

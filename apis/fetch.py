@@ -1,4 +1,6 @@
-"""Fetch: whole batches up to the high watermark, long-polled through the purgatory."""
+"""Fetch: whole batches up to the high watermark (for followers, the log end), long-polled
+through the purgatory. One path for consumers and followers (replica_id >= 0): a
+follower's fetch offset is its log end, which moves the high watermark and the ISR."""
 
 from __future__ import annotations
 
@@ -8,10 +10,17 @@ from kio.schema.errors import ErrorCode
 
 from apis.context import RawResponse, RequestContext, Services
 from apis.errors import STORAGE_ERRORS, error_code, not_hosted
+from log.errors import OffsetOutOfRangeError
 from log.log import ReadResult
 from replica.delayed_fetch import DelayedFetch, PartitionFetch
-from replica.partition import Partition
-from wire.fetch import FetchPartition, FetchRequest, FetchTopic, encode_fetch_response
+from replica.partition import Partition, check_leader
+from wire.fetch import (
+    FetchPartition,
+    FetchPartitionRequest,
+    FetchRequest,
+    FetchTopic,
+    encode_fetch_response,
+)
 
 # What a read found per partition, kept in case the fetch parks:
 # (partition, fetch offset, region read, the partition's byte limit).
@@ -30,7 +39,7 @@ def handle(
     if request.max_wait_ms <= 0 or available >= request.min_bytes or available < 0 or not found:
         return _answer(ctx, topics)
     delayed = DelayedFetch(
-        [PartitionFetch.after_read(*f) for f in found],
+        [PartitionFetch.after_read(*f, follower=request.replica_id >= 0) for f in found],
         request.min_bytes,
         lambda: _answer(ctx, _read(services, request, None)[0]),
         f"fetch from {ctx.client_id!r} at {ctx.peer}",
@@ -51,13 +60,16 @@ def _read(
     services: Services, request: FetchRequest, found: list[_Found] | None
 ) -> tuple[list[FetchTopic], int]:
     """Read every requested partition; return the topics and the bytes found (-1: an error
-    that must be answered at once). Each partition read without error goes to ``found``."""
+    or a diverging epoch, answered at once). Each partition read without error goes to
+    ``found``; only then (the first read of a request) is a follower's fetch recorded."""
     remaining = min(request.max_bytes, services.config["fetch.max.bytes"])
     total = 0
     errors = False
     first_with_data = True
     topics = []
     read_committed = request.isolation_level == 1
+    replica = request.replica_id
+    follower = replica >= 0
     for topic in request.topics:
         out = FetchTopic(topic.topic)
         topics.append(out)
@@ -70,19 +82,28 @@ def _read(
                 result.records = b""
                 errors = True
                 continue
-            if not partition.is_leader:
+            result.error_code = check_leader(partition, fp.current_leader_epoch)
+            if not result.error_code and follower and replica not in partition.followers:
                 result.error_code = ErrorCode.not_leader_or_follower
-            elif fp.current_leader_epoch > partition.leader_epoch:
-                result.error_code = ErrorCode.unknown_leader_epoch
-            elif 0 <= fp.current_leader_epoch < partition.leader_epoch:
-                result.error_code = ErrorCode.fenced_leader_epoch
             log = partition.log
+            try:
+                if result.error_code == ErrorCode.none and fp.last_fetched_epoch >= 0:
+                    result.diverging_epoch = _diverging_epoch(partition, fp)
+                if (
+                    follower
+                    and found is not None
+                    and result.error_code == ErrorCode.none
+                    and result.diverging_epoch is None
+                ):
+                    services.replicas.update_follower_fetch(partition, replica, fp.fetch_offset)
+            except STORAGE_ERRORS as e:
+                result.error_code = error_code(e)
             result.high_watermark = partition.high_watermark
             result.last_stable_offset = partition.high_watermark
             result.log_start_offset = log.log_start_offset
             if read_committed:
                 result.aborted = []
-            if result.error_code != ErrorCode.none:
+            if result.error_code != ErrorCode.none or result.diverging_epoch is not None:
                 result.records = b""
                 errors = True
                 continue
@@ -91,6 +112,7 @@ def _read(
                     fp.fetch_offset,
                     min(fp.partition_max_bytes, remaining),
                     min_one_batch=first_with_data,
+                    follower=follower,
                 )
             except STORAGE_ERRORS as e:
                 result.error_code = error_code(e)
@@ -105,3 +127,22 @@ def _read(
                 remaining = max(remaining - region.size, 0)
                 total += region.size
     return topics, -1 if errors else total
+
+
+def _diverging_epoch(partition: Partition, fp: FetchPartitionRequest) -> tuple[int, int] | None:
+    """KIP-320: the largest epoch at or below the fetcher's last fetched one and its end
+    offset here, when the fetcher's log diverged from this one (it has that epoch beyond
+    where this log ends it, or an epoch this log lacks)."""
+    log = partition.log
+    epoch, end = log.end_offset_for_epoch(fp.last_fetched_epoch)
+    if epoch < 0 or end < 0:
+        raise OffsetOutOfRangeError(
+            f"the end offset of the last fetched epoch {fp.last_fetched_epoch} is not known"
+        )
+    if fp.fetch_offset < log.log_start_offset:
+        raise OffsetOutOfRangeError(
+            f"offset {fp.fetch_offset} is below the log start offset {log.log_start_offset}"
+        )
+    if epoch < fp.last_fetched_epoch or end < fp.fetch_offset:
+        return epoch, end
+    return None

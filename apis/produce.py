@@ -1,4 +1,5 @@
-"""Produce: validate each partition's batch, then append it to the partition's leader log.
+"""Produce: validate each partition's batch, then append it to the partition's leader log;
+with acks=all, answer once the high watermark covers every append (the produce purgatory).
 
 Validation walks every record (in C) and decompresses compressed batches. When a request
 holds a compressed or large batch, or one the topic recompresses, its validation runs in a
@@ -29,6 +30,7 @@ from log.validator import (
     Validated,
     validate,
 )
+from replica.delayed_produce import ReplicationWait
 from replica.partition import Partition
 from wire.compression import NONE
 from wire.produce import (
@@ -81,9 +83,22 @@ def handle(services: Services, ctx: RequestContext, request: ProduceRequest) -> 
         return _respond(ctx.api_version, acks, results)
 
     def finish(outcomes: list[Validated | Exception]) -> Any:
+        waits: list[tuple[PartitionResult, ReplicationWait]] = []
         for append, outcome in zip(appends, outcomes, strict=True):
-            _append(services, append, outcome, acks, now_ms)
-        return _respond(ctx.api_version, acks, results)
+            end = _append(services, append, outcome, acks, now_ms)
+            if end is not None and acks == -1:
+                waits.append((append.result, ReplicationWait(append.partition, end)))
+        if not waits:
+            return _respond(ctx.api_version, acks, results)
+
+        def replicated() -> Any:
+            for result, wait in waits:
+                result.error_code = wait.error
+            return _respond(ctx.api_version, acks, results)
+
+        return services.replicas.wait_for_replication(
+            [wait for _, wait in waits], request.timeout_ms, replicated
+        )
 
     if not any(a.heavy for a in appends):
         return finish(_validate_all(appends, now_ms))
@@ -92,13 +107,27 @@ def handle(services: Services, ctx: RequestContext, request: ProduceRequest) -> 
 
     def validated(work: asyncio.Future[list[Validated | Exception]]) -> None:
         try:
-            response.set_result(finish(work.result()))
+            answer = finish(work.result())
         except Exception as e:  # CloseConnection for acks=0, or a bug: the dispatcher reports
             response.set_exception(e)
+            return
+        if isinstance(answer, asyncio.Future):  # waiting for replication
+            answer.add_done_callback(lambda done: _forward(done, response))
+        else:
+            response.set_result(answer)
 
     work = asyncio.wrap_future(_workers.submit(_validate_all, appends, now_ms), loop=loop)
     work.add_done_callback(validated)
     return response
+
+
+def _forward(done: asyncio.Future[Any], response: asyncio.Future[Any]) -> None:
+    if done.cancelled():
+        response.cancel()
+    elif done.exception() is not None:
+        response.set_exception(done.exception())  # type: ignore[arg-type]
+    else:
+        response.set_result(done.result())
 
 
 def _admit(
@@ -116,6 +145,9 @@ def _admit(
     partition = services.replicas.get(topic, data.index)
     if partition is None:
         result.error_code = not_hosted(services, topic, data.index)
+        return None
+    if not partition.is_leader:
+        result.error_code = ErrorCode.not_leader_or_follower
         return None
     try:
         header = check_records(version, data.records)
@@ -152,26 +184,34 @@ def _validate_all(appends: list[_Append], now_ms: int) -> list[Validated | Excep
 
 def _append(
     services: Services, a: _Append, outcome: Validated | Exception, acks: int, now_ms: int
-) -> None:
+) -> int | None:
+    """Append one partition's batch; return the offset the high watermark must reach for
+    it to be replicated (None if nothing was appended)."""
     result, partition = a.result, a.partition
     if isinstance(outcome, Exception):
         _fail(result, outcome, a.topic, result.index)
-        return
+        return None
     # The partition may have moved or gone while its batch was validated in a thread.
     if services.replicas.get(a.topic, result.index) is not partition or not partition.is_leader:
         result.error_code = ErrorCode.not_leader_or_follower
-        return
-    if acks == -1 and len(partition.isr) < partition.log.config.min_insync_replicas:
+        return None
+    min_isr = partition.log.config.min_insync_replicas
+    if acks == -1 and len(partition.isr) < min_isr:
         result.error_code = ErrorCode.not_enough_replicas
-        return
+        result.error_message = (
+            f"The size of the current ISR {partition.isr} is insufficient to satisfy the "
+            f"min.isr requirement of {min_isr} for partition {a.topic}-{result.index}"
+        )
+        return None
     try:
         appended = services.replicas.append_validated(partition, outcome, now_ms)
     except STORAGE_ERRORS as e:
         _fail(result, e, a.topic, result.index)
-        return
+        return None
     result.base_offset = appended.first_offset
     result.log_start_offset = appended.log_start_offset
     result.log_append_time = appended.log_append_time
+    return appended.last_offset + 1
 
 
 def _fail(result: PartitionResult, e: Exception, topic: str, index: int) -> None:

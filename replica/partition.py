@@ -1,8 +1,18 @@
-"""One partition as seen by this broker: its log, leadership, ISR and high watermark."""
+"""One partition as seen by this broker: its log, leadership, ISR and high watermark.
+
+As leader it tracks each follower's log end offset (from the offsets its fetches ask for)
+and when it last caught up, advances the high watermark to the smallest log end of the
+ISR, and decides which followers leave or join the ISR. While an ISR change is being
+committed (AlterPartition, KIP-497) the high watermark counts the maximal ISR: the
+committed one plus any follower being added.
+"""
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
+
+from kio.schema.errors import ErrorCode
 
 from log.log import AppendResult, Log, ReadResult
 from log.validator import Validated
@@ -19,6 +29,27 @@ class LogPosition:
     position: int
 
 
+@dataclass(slots=True)
+class FollowerState:
+    """What the leader knows of one follower (Kafka's Replica)."""
+
+    log_end_offset: int = -1  # unknown until its first fetch in this leader epoch
+    last_caught_up_ms: int = 0
+    last_fetch_leader_end: int = -1  # the leader's log end at its previous fetch
+    last_fetch_ms: int = 0
+
+    def update(self, fetch_offset: int, leader_end: int, now_ms: int) -> None:
+        """A fetch at ``fetch_offset``: caught up if it reached the leader's log end now, or
+        the log end of its previous fetch (then it was caught up as of that fetch)."""
+        if fetch_offset >= leader_end:
+            self.last_caught_up_ms = max(self.last_caught_up_ms, now_ms)
+        elif fetch_offset >= self.last_fetch_leader_end:
+            self.last_caught_up_ms = max(self.last_caught_up_ms, self.last_fetch_ms)
+        self.log_end_offset = fetch_offset
+        self.last_fetch_leader_end = leader_end
+        self.last_fetch_ms = now_ms
+
+
 @dataclass(eq=False)
 class Partition:
     topic: str
@@ -30,16 +61,72 @@ class Partition:
     isr: list[int]
     broker_id: int
     high_watermark: int = 0
-    # Offsets of the followers' logs, as reported by their fetches (for ISR and HW).
-    follower_ends: dict[int, int] = field(default_factory=dict)
-    # Where the high watermark lies; valid while the log below it is unchanged (a follower's
-    # truncation below it, once replication exists, must reset it).
+    topic_id: uuid.UUID | None = None
+    partition_epoch: int = 0
+    # Leader only: the followers' fetch state, and the ISR being committed (None: none).
+    followers: dict[int, FollowerState] = field(default_factory=dict)
+    pending_isr: list[int] | None = None
+    # The log end when this broker became leader in this epoch: a follower joins the ISR
+    # only once it has everything up to there (Kafka's leaderEpochStartOffset).
+    epoch_start_offset: int = 0
+    # Where the high watermark lies; valid while the log below it is unchanged.
     _hw_position: LogPosition | None = field(default=None, repr=False)
 
     @property
     def is_leader(self) -> bool:
         return self.leader == self.broker_id
 
+    @property
+    def maximal_isr(self) -> list[int]:
+        """The committed ISR, plus the followers a pending expansion adds (KIP-497): the
+        high watermark waits for them, and a shrink counts only once committed."""
+        pending = self.pending_isr
+        if pending is None:
+            return self.isr
+        return self.isr + [r for r in pending if r not in self.isr]
+
+    # -- leadership ------------------------------------------------------------------------
+    def make_leader(
+        self, leader_epoch: int, isr: list[int], replicas: list[int], partition_epoch: int,
+        now_ms: int,
+    ) -> bool:
+        """Become (or stay) leader; return whether this is a new leader epoch."""
+        new_epoch = leader_epoch != self.leader_epoch or not self.is_leader
+        self.leader, self.leader_epoch = self.broker_id, leader_epoch
+        self.isr, self.replicas = list(isr), list(replicas)
+        self.partition_epoch = partition_epoch
+        self.pending_isr = None
+        if new_epoch:
+            end = self.log.log_end_offset
+            self.log.assign_epoch_start(leader_epoch, end)
+            self.epoch_start_offset = end
+            self.followers = {
+                r: FollowerState(last_caught_up_ms=now_ms if r in self.isr else 0)
+                for r in self.replicas
+                if r != self.broker_id
+            }
+        else:
+            for r in self.replicas:
+                if r != self.broker_id:
+                    self.followers.setdefault(r, FollowerState())
+        self.maybe_advance_high_watermark()
+        return new_epoch
+
+    def make_follower(
+        self, leader: int, leader_epoch: int, isr: list[int], replicas: list[int],
+        partition_epoch: int,
+    ) -> bool:
+        """Follow ``leader``; return whether the leader or its epoch changed."""
+        changed = leader != self.leader or leader_epoch != self.leader_epoch
+        self.leader, self.leader_epoch = leader, leader_epoch
+        self.isr, self.replicas = list(isr), list(replicas)
+        self.partition_epoch = partition_epoch
+        self.followers = {}
+        self.pending_isr = None
+        self.high_watermark = min(self.high_watermark, self.log.log_end_offset)
+        return changed
+
+    # -- leader: appends, follower fetches, the high watermark and the ISR ------------------
     def append_as_leader(
         self, records: bytes, now_ms: int, *, origin_client: bool = True
     ) -> AppendResult:
@@ -56,17 +143,80 @@ class Partition:
         self.maybe_advance_high_watermark()
         return result
 
+    def update_follower(self, replica: int, fetch_offset: int, now_ms: int) -> bool:
+        """A follower fetched at ``fetch_offset``; return whether the high watermark moved."""
+        state = self.followers.get(replica)
+        if state is None:
+            return False
+        state.update(fetch_offset, self.log.log_end_offset, now_ms)
+        return self.maybe_advance_high_watermark()
+
     def maybe_advance_high_watermark(self) -> bool:
-        """The HW is the smallest log end offset across the ISR; it never moves back."""
+        """The HW is the smallest log end offset across the (maximal) ISR; it never moves
+        back."""
         end = self.log.log_end_offset
-        for replica in self.isr:
+        for replica in self.maximal_isr:
             if replica != self.broker_id:
-                end = min(end, self.follower_ends.get(replica, 0))
+                state = self.followers.get(replica)
+                end = min(end, state.log_end_offset if state is not None else -1)
         if end > self.high_watermark:
             self.high_watermark = end
             return True
         return False
 
+    def follower_in_sync(self, replica: int) -> bool:
+        """Kafka's test for adding a follower back: it has the high watermark and everything
+        this leader epoch's leader had when it was elected."""
+        state = self.followers.get(replica)
+        return (
+            state is not None
+            and state.log_end_offset >= self.high_watermark
+            and state.log_end_offset >= self.epoch_start_offset
+        )
+
+    def isr_to_expand(self) -> list[int] | None:
+        """The ISR with the followers that caught up, when there are some and no change is
+        pending."""
+        if self.pending_isr is not None:
+            return None
+        joining = [r for r in self.replicas if r not in self.isr and self.follower_in_sync(r)]
+        return self.isr + joining if joining else None
+
+    def isr_to_shrink(self, now_ms: int, lag_time_ms: int) -> list[int] | None:
+        """The ISR without the followers that have not caught up for ``lag_time_ms``."""
+        if self.pending_isr is not None:
+            return None
+        lagging = {
+            r
+            for r in self.isr
+            if r != self.broker_id
+            and now_ms - self.followers.get(r, FollowerState()).last_caught_up_ms > lag_time_ms
+        }
+        return [r for r in self.isr if r not in lagging] if lagging else None
+
+    # -- follower ----------------------------------------------------------------------------
+    def append_as_follower(self, records: bytes | memoryview, leader_high_watermark: int) -> None:
+        if records:
+            self.log.append_as_follower(records)
+        self.update_follower_high_watermark(leader_high_watermark)
+
+    def update_follower_high_watermark(self, leader_high_watermark: int) -> None:
+        """A follower's HW is the leader's, bounded by its own log end."""
+        self.high_watermark = max(
+            self.high_watermark, min(leader_high_watermark, self.log.log_end_offset)
+        )
+
+    def truncate_to(self, offset: int) -> None:
+        self.log.truncate_to(offset)
+        self.high_watermark = min(self.high_watermark, self.log.log_end_offset)
+        self._hw_position = None
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        self.log.truncate_fully_and_start_at(offset)
+        self.high_watermark = offset
+        self._hw_position = None
+
+    # -- reads -------------------------------------------------------------------------------
     def log_end_position(self) -> LogPosition:
         active = self.log.active_segment
         return LogPosition(self.log.log_end_offset, active.base_offset, active.size)
@@ -91,8 +241,26 @@ class Partition:
         )
         return LogPosition(offset, region.segment_base, region.position)
 
-    def read(self, offset: int, max_bytes: int, min_one_batch: bool) -> ReadResult:
-        """Committed data only: nothing at or above the high watermark."""
+    def read(
+        self, offset: int, max_bytes: int, min_one_batch: bool, *, follower: bool = False
+    ) -> ReadResult:
+        """Committed data only (nothing at or above the high watermark), or for a follower
+        everything up to the log end."""
         return self.log.read(
-            offset, max_bytes=max_bytes, max_offset=self.high_watermark, min_one_batch=min_one_batch
+            offset,
+            max_bytes=max_bytes,
+            max_offset=self.log.log_end_offset if follower else self.high_watermark,
+            min_one_batch=min_one_batch,
         )
+
+
+def check_leader(partition: Partition, current_leader_epoch: int) -> ErrorCode:
+    """Kafka's check of a request naming the leader epoch it knows (-1: none), then of
+    this broker leading the partition."""
+    if current_leader_epoch > partition.leader_epoch:
+        return ErrorCode.unknown_leader_epoch
+    if 0 <= current_leader_epoch < partition.leader_epoch:
+        return ErrorCode.fenced_leader_epoch
+    if not partition.is_leader:
+        return ErrorCode.not_leader_or_follower
+    return ErrorCode.none

@@ -18,6 +18,7 @@ from coordinator.group import GroupState
 from coordinator.records import OFFSETS_TOPIC, partition_for
 from log import LogManager
 from replica.manager import ReplicaManager
+from replica.partition import FollowerState
 from replica.purgatory import Purgatory
 from server.config import BrokerConfig
 
@@ -279,11 +280,11 @@ def test_commit_completes_only_once_replicated(stack: Stack) -> None:
         partition = stack.replicas.get(OFFSETS_TOPIC, partition_for("g", PARTITIONS))
         assert partition is not None
         partition.isr = [0, 1]  # a follower that has not caught up holds the HW back
+        partition.followers[1] = FollowerState()
         pending = c.commit_offsets("g", -1, "", None, [("t", 0, 3, 4, None)])
         assert isinstance(pending, asyncio.Future) and not pending.done()
         assert c.fetch_offsets("g", [("t", 0)])[1][("t", 0)] is None
-        partition.follower_ends[1] = partition.log.log_end_offset
-        partition.maybe_advance_high_watermark()
+        partition.update_follower(1, partition.log.log_end_offset, 0)
         stack.purgatory.check((OFFSETS_TOPIC, partition.index))
         assert (await pending) == {("t", 0): ErrorCode.none}
         assert c.fetch_offsets("g", [("t", 0)])[1][("t", 0)].offset == 3  # type: ignore[union-attr]

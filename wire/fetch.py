@@ -22,6 +22,9 @@ _ABORTED = struct.Struct(">qq")
 MAX_FETCH_VERSION = 12
 _REQUEST_HEAD = struct.Struct(">iiii")  # replica id, max wait, min bytes, max bytes
 _SESSION = struct.Struct(">ii")  # session id, session epoch
+# Partition tagged fields holding only DivergingEpoch (tag 0): count 1, tag 0, size 13,
+# then epoch, end offset and its own (empty) tagged fields.
+_DIVERGING = struct.Struct(">BBBiqB")
 
 
 class Region(Protocol):
@@ -39,6 +42,7 @@ class FetchPartition:
     log_start_offset: int = -1
     aborted: list[tuple[int, int]] | None = None  # (producer id, first offset)
     records: bytes | Region | None = None
+    diverging_epoch: tuple[int, int] | None = None  # v12+: (epoch, end offset), KIP-320
 
 
 @dataclass(slots=True)
@@ -100,7 +104,10 @@ def encode_fetch_response(
                     total += size
                     head = bytearray()
             if flexible:
-                head += b"\x00"  # partition tagged fields
+                if p.diverging_epoch is None:
+                    head += b"\x00"  # partition tagged fields
+                else:
+                    head += _DIVERGING.pack(1, 0, 13, *p.diverging_epoch, 0)
         if flexible:
             head += b"\x00"  # topic tagged fields
     if flexible:

@@ -27,6 +27,7 @@ API_VERSIONS = 18
 CREATE_TOPICS = 19
 DELETE_TOPICS = 20
 INIT_PRODUCER_ID = 22
+OFFSET_FOR_LEADER_EPOCH = 23
 DESCRIBE_CONFIGS = 32
 DELETE_GROUPS = 42
 OFFSET_DELETE = 47
@@ -42,6 +43,8 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     CREATE_TOPICS: (2, 7),
     DELETE_TOPICS: (1, 6),
     INIT_PRODUCER_ID: (0, 4),
+    # v0-v1 lack a schema in kio; clients since Kafka 2.1 send v2 or later.
+    OFFSET_FOR_LEADER_EPOCH: (2, 4),
     DESCRIBE_CONFIGS: (1, 4),
     DESCRIBE_CLUSTER: (0, 1),
     # Groups: OffsetCommit/OffsetFetch stop at v9 because v10 addresses topics by id only.

@@ -1,0 +1,289 @@
+"""Follower fetchers: copy the leaders' logs, byte for byte (Kafka's ReplicaFetcherThread).
+
+``num.replica.fetchers`` fetchers per source broker, each an asyncio task owning the
+partitions hashed to it and sending one Fetch (v12, with this broker's replica id) for
+all of them, long-polled at the leader (replica.fetch.wait.max.ms / min.bytes). A fetch
+asks from the follower's log end with the epoch of its last batch; when the leader finds
+that the follower's log diverged from its own (KIP-320), it answers that epoch's end
+offset instead of data and the follower truncates by the leader-epoch method (KIP-101,
+KIP-279): to the end of the largest epoch both logs share, never below it. A partition
+whose fetch failed waits replica.fetch.backoff.ms before it is fetched again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+import zlib
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+from kio.schema.fetch.v12 import request as fetch_v12
+
+from log.errors import LogError
+from replica.partition import Partition
+from replica.state import ReplicationConfig
+
+if TYPE_CHECKING:
+    from replica.manager import ReplicaManager
+
+logger = logging.getLogger(__name__)
+
+# (node id, request entity, api version) -> response entity; the inter-broker client's.
+Send = Callable[[int, Any, int], Awaitable[Any]]
+FETCH_VERSION = 12
+TopicPartition = tuple[str, int]
+
+
+def fetcher_id(topic: str, partition: int, num_fetchers: int) -> int:
+    """Which of a source broker's fetchers owns a partition (Kafka's hash, with a stable
+    string hash)."""
+    return (31 * zlib.crc32(topic.encode()) + partition) % num_fetchers
+
+
+@dataclass(slots=True)
+class _FetchState:
+    partition: Partition
+    leader_epoch: int  # the epoch this fetcher follows; a newer one re-adds the partition
+    delayed_until: float = 0.0  # loop time before which it is not fetched (back-off)
+
+
+class Fetcher:
+    """One fetcher: the partitions it copies from ``leader``, fetched in one request."""
+
+    def __init__(
+        self, replicas: ReplicaManager, send: Send, config: ReplicationConfig, leader: int
+    ) -> None:
+        self._replicas = replicas
+        self._send = send
+        self._config = config
+        self.leader = leader
+        self.partitions: dict[TopicPartition, _FetchState] = {}
+        self._wake = asyncio.Event()
+        self._failing = False
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    def add(self, partition: Partition) -> None:
+        self.partitions[(partition.topic, partition.index)] = _FetchState(
+            partition, partition.leader_epoch
+        )
+        self._wake.set()
+
+    def remove(self, tp: TopicPartition) -> None:
+        self.partitions.pop(tp, None)
+
+    def stop(self) -> None:
+        self._task.cancel()
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        backoff_s = self._config.fetch_backoff_ms / 1000
+        while True:
+            now = loop.time()
+            ready = [s for s in self.partitions.values() if s.delayed_until <= now]
+            if not ready:
+                self._wake.clear()
+                delays = [s.delayed_until - now for s in self.partitions.values()]
+                try:
+                    await asyncio.wait_for(self._wake.wait(), min(delays, default=None))
+                except TimeoutError:
+                    pass
+                continue
+            request, sent = self._request(ready)
+            try:
+                response = await self._send(self.leader, request, FETCH_VERSION)
+            except Exception as e:  # the leader unreachable: every partition backs off
+                if not self._failing:
+                    logger.warning("Fetching from broker %d failed: %s", self.leader, e)
+                self._failing = True
+                until = loop.time() + backoff_s
+                for state in ready:
+                    state.delayed_until = until
+                continue
+            if self._failing:
+                logger.info("Fetching from broker %d works again", self.leader)
+                self._failing = False
+            if response.error_code != ErrorCode.none:
+                logger.warning(
+                    "Fetch from broker %d failed: %s", self.leader, response.error_code.name
+                )
+                await asyncio.sleep(backoff_s)
+                continue
+            for topic in response.responses:
+                for data in topic.partitions:
+                    self._process(topic.topic, data, sent, loop.time() + backoff_s)
+
+    def _request(self, ready: list[_FetchState]) -> tuple[Any, dict[TopicPartition, int]]:
+        """The Fetch of ``ready`` partitions, and the offset each was fetched from."""
+        config = self._config
+        topics: dict[str, list[Any]] = {}
+        sent: dict[TopicPartition, int] = {}
+        for state in ready:
+            p = state.partition
+            log = p.log
+            sent[(p.topic, p.index)] = log.log_end_offset
+            topics.setdefault(p.topic, []).append(
+                fetch_v12.FetchPartition(
+                    partition=p.index,
+                    current_leader_epoch=state.leader_epoch,
+                    fetch_offset=log.log_end_offset,
+                    last_fetched_epoch=log.leader_epochs.latest_epoch,
+                    log_start_offset=log.log_start_offset,
+                    partition_max_bytes=config.fetch_max_bytes,
+                )
+            )
+        request = fetch_v12.FetchRequest(
+            replica_id=self._replicas.broker_id,
+            max_wait=datetime.timedelta(milliseconds=config.fetch_wait_max_ms),
+            min_bytes=config.fetch_min_bytes,
+            max_bytes=config.fetch_response_max_bytes,
+            isolation_level=0,
+            session_id=0,
+            session_epoch=-1,
+            topics=tuple(
+                fetch_v12.FetchTopic(topic=t, partitions=tuple(ps)) for t, ps in topics.items()
+            ),
+            forgotten_topics_data=(),
+            rack_id="",
+        )
+        return request, sent
+
+    def _process(
+        self, topic: str, data: Any, sent: dict[TopicPartition, int], retry_at: float
+    ) -> None:
+        tp = (topic, data.partition_index)
+        state = self.partitions.get(tp)
+        if state is None or tp not in sent:
+            return
+        partition = state.partition
+        # The answer is stale if the partition changed while the fetch was out.
+        if (
+            partition.leader_epoch != state.leader_epoch
+            or partition.log.log_end_offset != sent[tp]
+        ):
+            return
+        error = data.error_code
+        try:
+            if error == ErrorCode.none:
+                diverging = data.diverging_epoch
+                if diverging.end_offset >= 0:
+                    truncate_on_divergence(partition, diverging.epoch, diverging.end_offset)
+                else:
+                    partition.append_as_follower(data.records or b"", data.high_watermark)
+                    start = min(data.log_start_offset, partition.high_watermark)
+                    if start > partition.log.log_start_offset:
+                        partition.log.advance_log_start_offset(start)
+                self._replicas.on_follower_data(partition)
+                return
+            if error == ErrorCode.offset_out_of_range:
+                self._out_of_range(partition, sent[tp], data)
+                return
+        except LogError as e:
+            logger.error("Replicating %s-%d failed: %s", topic, tp[1], e)
+        else:
+            logger.info(
+                "Fetch of %s-%d from broker %d failed: %s; retrying after back-off",
+                topic,
+                tp[1],
+                self.leader,
+                error.name,
+            )
+        state.delayed_until = retry_at
+
+    @staticmethod
+    def _out_of_range(partition: Partition, fetch_offset: int, data: Any) -> None:
+        """Below the leader's log start: start over there. Past its end (only possible
+        without leader epochs, which would have answered a diverging epoch): truncate to
+        the leader's high watermark, which its log holds."""
+        if fetch_offset < data.log_start_offset:
+            logger.info(
+                "%s-%d: offset %d is below the leader's log start %d; starting over there",
+                partition.topic,
+                partition.index,
+                fetch_offset,
+                data.log_start_offset,
+            )
+            partition.truncate_fully_and_start_at(data.log_start_offset)
+        else:
+            logger.warning(
+                "%s-%d: offset %d is past the leader's log end; truncating to its high "
+                "watermark %d",
+                partition.topic,
+                partition.index,
+                fetch_offset,
+                data.high_watermark,
+            )
+            partition.truncate_to(data.high_watermark)
+
+
+def truncate_on_divergence(partition: Partition, leader_epoch: int, leader_end: int) -> int:
+    """Truncate a follower's log after the leader answered the end offset of the largest
+    epoch it has at or below the follower's last (Kafka's getOffsetTruncationState);
+    return the new log end. When the follower does not know that epoch, truncation stops
+    at the end of its largest epoch below it, and the next fetch asks again."""
+    log = partition.log
+    end = log.log_end_offset
+    if leader_epoch < 0:
+        target = min(leader_end, end)
+    else:
+        epoch, epoch_end = log.end_offset_for_epoch(leader_epoch)
+        if epoch_end < 0:
+            target = min(leader_end, end)  # no epochs that old here: the leader's says
+        elif epoch != leader_epoch:
+            target = min(epoch_end, end)
+        else:
+            target = min(epoch_end, leader_end, end)
+    if target < end:
+        logger.info(
+            "Truncating %s-%d from %d to %d (the leader's epoch %d ends at %d)",
+            partition.topic,
+            partition.index,
+            end,
+            target,
+            leader_epoch,
+            leader_end,
+        )
+        partition.truncate_to(target)
+    return partition.log.log_end_offset
+
+
+class FetcherManager:
+    """The fetchers of this broker, by (source broker, fetcher id)."""
+
+    def __init__(self, replicas: ReplicaManager, send: Send, config: ReplicationConfig) -> None:
+        self._replicas = replicas
+        self._send = send
+        self._config = config
+        self._fetchers: dict[tuple[int, int], Fetcher] = {}
+        self._owner: dict[TopicPartition, Fetcher] = {}
+
+    def add(self, leader: int, partitions: Iterable[Partition]) -> None:
+        for partition in partitions:
+            tp = (partition.topic, partition.index)
+            key = (leader, fetcher_id(partition.topic, partition.index, self._config.num_fetchers))
+            fetcher = self._fetchers.get(key)
+            if fetcher is None:
+                fetcher = self._fetchers[key] = Fetcher(
+                    self._replicas, self._send, self._config, leader
+                )
+            self.remove([tp])
+            fetcher.add(partition)
+            self._owner[tp] = fetcher
+
+    def fetches(self, tp: TopicPartition) -> bool:
+        return tp in self._owner
+
+    def remove(self, tps: Iterable[TopicPartition]) -> None:
+        for tp in tps:
+            fetcher = self._owner.pop(tp, None)
+            if fetcher is not None:
+                fetcher.remove(tp)
+
+    def shutdown(self) -> None:
+        for fetcher in self._fetchers.values():
+            fetcher.stop()
+        self._fetchers.clear()
+        self._owner.clear()

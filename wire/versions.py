@@ -24,7 +24,12 @@ CREATE_TOPICS = 19
 DELETE_TOPICS = 20
 INIT_PRODUCER_ID = 22
 DESCRIBE_CONFIGS = 32
+DESCRIBE_LOG_DIRS = 35
+CREATE_PARTITIONS = 37
 DELETE_GROUPS = 42
+ELECT_LEADERS = 43
+ALTER_PARTITION_REASSIGNMENTS = 45
+LIST_PARTITION_REASSIGNMENTS = 46
 OFFSET_DELETE = 47
 DESCRIBE_CLUSTER = 60
 
@@ -39,6 +44,12 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     INIT_PRODUCER_ID: (0, 4),
     DESCRIBE_CONFIGS: (1, 4),
     DESCRIBE_CLUSTER: (0, 1),
+    # Cluster administration (Kafka 4's ranges; DescribeLogDirs v0 is gone from Kafka 4).
+    CREATE_PARTITIONS: (0, 3),
+    DESCRIBE_LOG_DIRS: (1, 4),
+    ELECT_LEADERS: (0, 2),
+    ALTER_PARTITION_REASSIGNMENTS: (0, 0),
+    LIST_PARTITION_REASSIGNMENTS: (0, 0),
     # Groups: OffsetCommit/OffsetFetch stop at v9 because v10 addresses topics by id only.
     FIND_COORDINATOR: (0, 6),
     JOIN_GROUP: (0, 9),

@@ -1,4 +1,4 @@
-"""CreateTopics and DeleteTopics."""
+"""CreateTopics, DeleteTopics and CreatePartitions."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from kio.schema.errors import ErrorCode
 
 from apis.configs import describe_topic_configs
 from apis.context import NO_THROTTLE, RequestContext, Services, build, later, nested
-from controller.base import NewTopic
+from controller.base import NewPartitions, NewTopic
 from controller.metadata import TopicInfo
 from controller.topics import TopicError, check_client_creatable, check_client_deletable
 from wire.schema import response_type
-from wire.versions import CREATE_TOPICS, DELETE_TOPICS
+from wire.versions import CREATE_PARTITIONS, CREATE_TOPICS, DELETE_TOPICS
 
 
 def new_topic(
@@ -178,3 +178,39 @@ async def _delete(services: Services, ctx: RequestContext, request: Any) -> Any:
             build(result_cls, name=name, topic_id=topic_id, error_code=code, error_message=message)
         )
     return build(cls, throttle_time=NO_THROTTLE, responses=tuple(results))
+
+
+def handle_create_partitions(services: Services, ctx: RequestContext, request: Any) -> Any:
+    return later(_create_partitions(services, ctx, request))
+
+
+async def _create_partitions(services: Services, ctx: RequestContext, request: Any) -> Any:
+    cls = response_type(CREATE_PARTITIONS, ctx.api_version)
+    result_cls = nested(cls, "CreatePartitionsTopicResult")
+    counts = Counter(t.name for t in request.topics)
+    # One result per topic name, as Kafka answers: a repeated topic is refused as a whole.
+    outcomes: dict[str, TopicInfo | TopicError | None] = {}
+    wanted: list[NewPartitions] = []
+    for entry in request.topics:
+        if counts[entry.name] > 1:
+            outcomes[entry.name] = TopicError(
+                ErrorCode.invalid_request, "Duplicate topic in request."
+            )
+            continue
+        assignments = (
+            None if entry.assignments is None else [a.broker_ids for a in entry.assignments]
+        )
+        wanted.append(NewPartitions(entry.name, entry.count, assignments))
+        outcomes[entry.name] = None  # the controller's answer, below
+    answers = await services.controller.create_partitions(
+        wanted, validate_only=request.validate_only
+    )
+    outcomes.update(zip((w.topic for w in wanted), answers, strict=True))
+    results = []
+    for name, outcome in outcomes.items():
+        if isinstance(outcome, TopicError):
+            code, message = outcome.code, outcome.message
+        else:
+            code, message = ErrorCode.none, None
+        results.append(result_cls(name=name, error_code=code, error_message=message))
+    return build(cls, throttle_time=NO_THROTTLE, results=tuple(results))

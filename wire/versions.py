@@ -29,7 +29,12 @@ DELETE_TOPICS = 20
 INIT_PRODUCER_ID = 22
 OFFSET_FOR_LEADER_EPOCH = 23
 DESCRIBE_CONFIGS = 32
+DESCRIBE_LOG_DIRS = 35
+CREATE_PARTITIONS = 37
 DELETE_GROUPS = 42
+ELECT_LEADERS = 43
+ALTER_PARTITION_REASSIGNMENTS = 45
+LIST_PARTITION_REASSIGNMENTS = 46
 OFFSET_DELETE = 47
 ALTER_PARTITION = 56
 DESCRIBE_CLUSTER = 60
@@ -47,6 +52,12 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     OFFSET_FOR_LEADER_EPOCH: (2, 4),
     DESCRIBE_CONFIGS: (1, 4),
     DESCRIBE_CLUSTER: (0, 1),
+    # Cluster administration (Kafka 4's ranges; DescribeLogDirs v0 is gone from Kafka 4).
+    CREATE_PARTITIONS: (0, 3),
+    DESCRIBE_LOG_DIRS: (1, 4),
+    ELECT_LEADERS: (0, 2),
+    ALTER_PARTITION_REASSIGNMENTS: (0, 0),
+    LIST_PARTITION_REASSIGNMENTS: (0, 0),
     # Groups: OffsetCommit/OffsetFetch stop at v9 because v10 addresses topics by id only.
     FIND_COORDINATOR: (0, 6),
     JOIN_GROUP: (0, 9),
@@ -61,6 +72,8 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     OFFSET_DELETE: (0, 0),
     # Inter-broker, ZooKeeper mode (wire/interbroker.py): only Gregor brokers send them,
     # at one version each; AlterPartition v2 names topics by id, as the controller needs.
+    LEADER_AND_ISR: (7, 7),
+    STOP_REPLICA: (4, 4),
     UPDATE_METADATA: (8, 8),
     CONTROLLED_SHUTDOWN: (3, 3),
     ALTER_PARTITION: (2, 2),

@@ -1,0 +1,83 @@
+"""LeaderAndIsr (cluster mode): the controller tells this broker which partitions it leads
+and which it follows, and from which leader."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from apis.context import RequestContext, Services, later
+from apis.inter_broker import cluster_member, stale_epoch
+from coordinator.records import OFFSETS_TOPIC
+from replica.state import LeaderAndIsrState
+from wire.interbroker import (
+    LeaderAndIsrPartitionError,
+    LeaderAndIsrResponse,
+    LeaderAndIsrTopicError,
+)
+
+
+def handle(services: Services, ctx: RequestContext, request: Any) -> Any:
+    member = cluster_member(services, "LeaderAndIsr")
+    return later(_apply(services, member, request))
+
+
+async def _apply(services: Services, member: Any, request: Any) -> LeaderAndIsrResponse:
+    stale = stale_epoch(services, member, request)
+    if stale is not None:
+        return _response(request, lambda _tp: stale, stale)
+    # A partition new to this broker gets its log created with its topic's overrides.
+    new_topics = {
+        t.topic_name
+        for t in request.topic_states
+        for p in t.partition_states
+        if services.replicas.get(t.topic_name, p.partition_index) is None
+    }
+    configs = await member.topic_configs(sorted(new_topics)) if new_topics else {}
+    states = [
+        LeaderAndIsrState(
+            topic=t.topic_name,
+            topic_id=t.topic_id,
+            partition=p.partition_index,
+            leader=p.leader,
+            leader_epoch=p.leader_epoch,
+            isr=list(p.isr),
+            partition_epoch=p.partition_epoch,
+            replicas=list(p.replicas),
+            is_new=p.is_new,
+            configs=configs.get(t.topic_name, {}),
+        )
+        for t in request.topic_states
+        for p in t.partition_states
+    ]
+    errors = services.replicas.become_leader_or_follower(request.controller_epoch, states)
+    groups = services.groups
+    if groups is not None:
+        # The group coordinator follows the leadership of __consumer_offsets' partitions.
+        for s in states:
+            if s.topic == OFFSETS_TOPIC and errors.get((s.topic, s.partition)) == ErrorCode.none:
+                if s.leader == member.broker_id:
+                    groups.on_become_leader(s.partition)
+                else:
+                    groups.on_resign(s.partition)
+    return _response(request, lambda tp: errors.get(tp, ErrorCode.none), ErrorCode.none)
+
+
+def _response(request: Any, error_of: Any, top: ErrorCode) -> LeaderAndIsrResponse:
+    return LeaderAndIsrResponse(
+        error_code=top,
+        topics=tuple(
+            LeaderAndIsrTopicError(
+                topic_id=t.topic_id,
+                partition_errors=tuple(
+                    LeaderAndIsrPartitionError(
+                        partition_index=p.partition_index,
+                        error_code=error_of((t.topic_name, p.partition_index)),
+                    )
+                    for p in t.partition_states
+                ),
+            )
+            for t in request.topic_states
+        ),
+    )

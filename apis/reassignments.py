@@ -1,0 +1,83 @@
+"""AlterPartitionReassignments and ListPartitionReassignments: moving partitions between
+brokers, which the controller carries out."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from apis.context import NO_THROTTLE, RequestContext, Services, later, nested
+from controller.base import TopicPartition
+from wire.schema import response_type
+from wire.versions import ALTER_PARTITION_REASSIGNMENTS, LIST_PARTITION_REASSIGNMENTS
+
+
+def handle_alter(services: Services, ctx: RequestContext, request: Any) -> Any:
+    return later(_alter(services, ctx, request))
+
+
+async def _alter(services: Services, ctx: RequestContext, request: Any) -> Any:
+    cls = response_type(ALTER_PARTITION_REASSIGNMENTS, ctx.api_version)
+    topic_cls = nested(cls, "ReassignableTopicResponse")
+    partition_cls = nested(cls, "ReassignablePartitionResponse")
+    targets: dict[TopicPartition, list[int] | None] = {
+        (t.name, p.partition_index): None if p.replicas is None else list(p.replicas)
+        for t in request.topics
+        for p in t.partitions
+    }
+    outcomes = await services.controller.alter_partition_reassignments(targets)
+    by_topic: dict[str, list[Any]] = defaultdict(list)
+    for (topic, index), error in outcomes.items():
+        by_topic[topic].append(
+            partition_cls(
+                partition_index=index,
+                error_code=ErrorCode.none if error is None else error.code,
+                error_message=None if error is None else error.message,
+            )
+        )
+    return cls(
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode.none,
+        error_message=None,
+        responses=tuple(
+            topic_cls(name=topic, partitions=tuple(partitions))
+            for topic, partitions in by_topic.items()
+        ),
+    )
+
+
+def handle_list(services: Services, ctx: RequestContext, request: Any) -> Any:
+    return later(_list(services, ctx, request))
+
+
+async def _list(services: Services, ctx: RequestContext, request: Any) -> Any:
+    cls = response_type(LIST_PARTITION_REASSIGNMENTS, ctx.api_version)
+    topic_cls = nested(cls, "OngoingTopicReassignment")
+    partition_cls = nested(cls, "OngoingPartitionReassignment")
+    partitions = (
+        None
+        if request.topics is None
+        else [(t.name, p) for t in request.topics for p in t.partition_indexes]
+    )
+    ongoing = await services.controller.list_partition_reassignments(partitions)
+    by_topic: dict[str, list[Any]] = defaultdict(list)
+    for (topic, index), reassignment in ongoing.items():
+        by_topic[topic].append(
+            partition_cls(
+                partition_index=index,
+                replicas=tuple(reassignment.replicas),
+                adding_replicas=tuple(reassignment.adding_replicas),
+                removing_replicas=tuple(reassignment.removing_replicas),
+            )
+        )
+    return cls(
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode.none,
+        error_message=None,
+        topics=tuple(
+            topic_cls(name=topic, partitions=tuple(partitions))
+            for topic, partitions in by_topic.items()
+        ),
+    )

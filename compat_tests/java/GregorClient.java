@@ -18,6 +18,15 @@
 //                 callback, {"event": "first", "partition", "offset"} for the first
 //                 record seen per partition, {"event": "closed", "consumed"} at the end.
 //                 stdin: any line or EOF closes the consumer cleanly.
+//   create-partitions --count N       grows the topic to N partitions
+//   describe-log-dirs                  stdout: {"log_dir", "error", "total_bytes",
+//                 "usable_bytes", "replicas": [{"topic", "partition", "size", "offset_lag",
+//                 "is_future"}]} per log dir of every broker
+//   elect-leaders --election PREFERRED|UNCLEAN [--partition P]...  (no --partition: all)
+//                 stdout: {"partition", "error"} per partition answered (error: class or null)
+//   alter-reassignment --partition P [--replica B]...  (no --replica: cancel)
+//                 stdout: {"partition", "error"}
+//   list-reassignments  stdout: {"topic", "partition", "replicas", "adding", "removing"}
 // Binary fields are base64. A failure prints {"error": "..."} and exits 1.
 
 import java.io.BufferedReader;
@@ -32,8 +41,15 @@ import java.util.List;
 import java.util.Map;
 import java.util.Optional;
 import java.util.Properties;
+import java.util.Set;
+import java.util.concurrent.ExecutionException;
 import java.util.concurrent.Future;
 import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.LogDirDescription;
+import org.apache.kafka.clients.admin.NewPartitionReassignment;
+import org.apache.kafka.clients.admin.NewPartitions;
+import org.apache.kafka.clients.admin.PartitionReassignment;
+import org.apache.kafka.clients.admin.ReplicaInfo;
 import org.apache.kafka.clients.admin.ListOffsetsResult;
 import org.apache.kafka.clients.admin.NewTopic;
 import org.apache.kafka.clients.admin.OffsetSpec;
@@ -44,6 +60,8 @@ import org.apache.kafka.clients.consumer.OffsetAndTimestamp;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.clients.producer.RecordMetadata;
+import org.apache.kafka.common.ElectionType;
+import org.apache.kafka.common.KafkaFuture;
 import org.apache.kafka.common.PartitionInfo;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.header.Header;
@@ -80,6 +98,11 @@ public final class GregorClient {
                 case "consume" -> c.consume();
                 case "list-offsets" -> c.listOffsets();
                 case "group-consume" -> c.groupConsume();
+                case "create-partitions" -> c.createPartitions();
+                case "describe-log-dirs" -> c.describeLogDirs();
+                case "elect-leaders" -> c.electLeaders();
+                case "alter-reassignment" -> c.alterReassignment();
+                case "list-reassignments" -> c.listReassignments();
                 default -> throw new IllegalArgumentException("unknown command " + args[0]);
             };
         } catch (Exception e) {
@@ -350,6 +373,112 @@ public final class GregorClient {
             consumer.close();
         }
         System.out.println("{\"event\": \"closed\", \"consumed\": " + consumed + "}");
+        return 0;
+    }
+
+    private List<TopicPartition> partitionsOpt(String topic) {
+        List<TopicPartition> out = new ArrayList<>();
+        for (String p : opts.getOrDefault("partition", List.of())) {
+            out.add(new TopicPartition(topic, Integer.parseInt(p)));
+        }
+        return out;
+    }
+
+    private static String errorOf(Throwable e) {
+        return e == null ? "null" : str(e.getClass().getSimpleName());
+    }
+
+    private static String errorOf(KafkaFuture<?> f) throws InterruptedException {
+        try {
+            f.get();
+            return "null";
+        } catch (ExecutionException e) {
+            return errorOf(e.getCause());
+        }
+    }
+
+    private int createPartitions() throws Exception {
+        String topic = opt("topic", null);
+        int count = Integer.parseInt(opt("count", null));
+        try (Admin admin = Admin.create(props())) {
+            admin.createPartitions(Map.of(topic, NewPartitions.increaseTo(count))).all().get();
+        }
+        System.out.println("{\"partitions\": " + count + "}");
+        return 0;
+    }
+
+    private int describeLogDirs() throws Exception {
+        try (Admin admin = Admin.create(props())) {
+            List<Integer> brokers = new ArrayList<>();
+            admin.describeCluster().nodes().get().forEach(n -> brokers.add(n.id()));
+            var all = admin.describeLogDirs(brokers).allDescriptions().get();
+            for (Map<String, LogDirDescription> dirs : all.values()) {
+                for (var dir : dirs.entrySet()) {
+                    LogDirDescription d = dir.getValue();
+                    StringBuilder replicas = new StringBuilder();
+                    for (Map.Entry<TopicPartition, ReplicaInfo> r : d.replicaInfos().entrySet()) {
+                        replicas.append(replicas.length() > 0 ? ", " : "")
+                                .append("{\"topic\": ").append(str(r.getKey().topic()))
+                                .append(", \"partition\": ").append(r.getKey().partition())
+                                .append(", \"size\": ").append(r.getValue().size())
+                                .append(", \"offset_lag\": ").append(r.getValue().offsetLag())
+                                .append(", \"is_future\": ").append(r.getValue().isFuture())
+                                .append("}");
+                    }
+                    System.out.println("{\"log_dir\": " + str(dir.getKey())
+                            + ", \"error\": " + errorOf(d.error())
+                            + ", \"total_bytes\": " + d.totalBytes().orElse(-1)
+                            + ", \"usable_bytes\": " + d.usableBytes().orElse(-1)
+                            + ", \"replicas\": [" + replicas + "]}");
+                }
+            }
+        }
+        return 0;
+    }
+
+    private int electLeaders() throws Exception {
+        String topic = opt("topic", null);
+        List<TopicPartition> tps = partitionsOpt(topic);
+        ElectionType type = ElectionType.valueOf(opt("election", "PREFERRED"));
+        try (Admin admin = Admin.create(props())) {
+            var result = admin.electLeaders(type, tps.isEmpty() ? null : Set.copyOf(tps));
+            for (var e : result.partitions().get().entrySet()) {
+                System.out.println("{\"topic\": " + str(e.getKey().topic())
+                        + ", \"partition\": " + e.getKey().partition()
+                        + ", \"error\": " + errorOf(e.getValue().orElse(null)) + "}");
+            }
+        }
+        return 0;
+    }
+
+    private int alterReassignment() throws Exception {
+        String topic = opt("topic", null);
+        TopicPartition tp = partitionsOpt(topic).get(0);
+        List<Integer> replicas = new ArrayList<>();
+        for (String b : opts.getOrDefault("replica", List.of())) {
+            replicas.add(Integer.parseInt(b));
+        }
+        Optional<NewPartitionReassignment> target = replicas.isEmpty()
+                ? Optional.empty() : Optional.of(new NewPartitionReassignment(replicas));
+        try (Admin admin = Admin.create(props())) {
+            var f = admin.alterPartitionReassignments(Map.of(tp, target)).values().get(tp);
+            System.out.println("{\"partition\": " + tp.partition()
+                    + ", \"error\": " + errorOf(f) + "}");
+        }
+        return 0;
+    }
+
+    private int listReassignments() throws Exception {
+        try (Admin admin = Admin.create(props())) {
+            var all = admin.listPartitionReassignments().reassignments().get();
+            for (Map.Entry<TopicPartition, PartitionReassignment> e : all.entrySet()) {
+                PartitionReassignment r = e.getValue();
+                System.out.println("{\"topic\": " + str(e.getKey().topic())
+                        + ", \"partition\": " + e.getKey().partition()
+                        + ", \"replicas\": " + r.replicas() + ", \"adding\": "
+                        + r.addingReplicas() + ", \"removing\": " + r.removingReplicas() + "}");
+            }
+        }
         return 0;
     }
 

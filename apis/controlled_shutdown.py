@@ -9,12 +9,12 @@ from kio.schema.errors import ErrorCode
 
 from apis.context import RequestContext, Services, later
 from apis.inter_broker import cluster_member
+from controller.zk_controller import ControllerError
 from wire.interbroker import ControlledShutdownResponse, RemainingPartition
 
 
 def handle(services: Services, ctx: RequestContext, request: Any) -> Any:
-    member = cluster_member(services, "ControlledShutdown")
-    controller = member.active_controller
+    controller = cluster_member(services, "ControlledShutdown").active_controller
     if controller is None:
         return ControlledShutdownResponse(
             error_code=ErrorCode.not_controller, remaining_partitions=()
@@ -23,13 +23,16 @@ def handle(services: Services, ctx: RequestContext, request: Any) -> Any:
 
 
 async def _shut_down(controller: Any, request: Any) -> ControlledShutdownResponse:
-    result = await controller.controlled_shutdown(request.broker_id, request.broker_epoch)
-    if isinstance(result, ErrorCode):
-        return ControlledShutdownResponse(error_code=result, remaining_partitions=())
+    try:
+        remaining = await controller.handle_controlled_shutdown(
+            request.broker_id, request.broker_epoch
+        )
+    except ControllerError as e:
+        return ControlledShutdownResponse(error_code=e.code, remaining_partitions=())
     return ControlledShutdownResponse(
         error_code=ErrorCode.none,
         remaining_partitions=tuple(
             RemainingPartition(topic_name=topic, partition_index=index)
-            for topic, index in sorted(result)
+            for topic, index in sorted(remaining)
         ),
     )

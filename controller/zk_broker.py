@@ -36,10 +36,9 @@ from controller.topics import (
     check_topic_name,
     collision_error,
 )
-from controller.zk import SessionState, WatchedEvent
+from controller.zk import SessionState
 from controller.zk_data import (
     BrokerRegistration,
-    ControllerEpoch,
     KafkaZk,
     ProducerIdBlock,
     TopicAssignment,
@@ -51,14 +50,13 @@ logger = logging.getLogger(__name__)
 
 
 class ActiveController(Protocol):
-    """The controller this broker runs while elected (controller/zk_controller.py)."""
+    """The controller every broker runs (controller/zk_controller.py): it campaigns for
+    /controller itself and is ``active`` while elected."""
+
+    active: bool
 
     async def start(self) -> None: ...
     async def stop(self) -> None: ...
-
-
-# Builds the controller for an election won at the given epoch.
-ControllerFactory = Callable[[ControllerEpoch], ActiveController]
 
 
 class ZkBroker:
@@ -67,43 +65,43 @@ class ZkBroker:
         kafka_zk: KafkaZk,
         registration: BrokerRegistration,
         cache: MetadataCache,
-        make_controller: ControllerFactory,
+        controller: ActiveController,
         *,
         topic_wait_ms: int,
-        on_registered: Callable[[int], Awaitable[None]] | None = None,
     ) -> None:
         """``topic_wait_ms``: how long topic creation and deletion wait for the metadata to
-        show them. ``on_registered(broker_epoch)`` runs after every registration."""
+        show them."""
         self.zk = kafka_zk
         self.registration = registration
         self.cache = cache
         self.broker_id = registration.id
         self.broker_epoch = -1
-        self.active_controller: ActiveController | None = None
-        self._make_controller = make_controller
+        self.controller = controller
         self._topic_wait_s = topic_wait_ms / 1000
-        self._on_registered = on_registered
         self._metadata_changed = asyncio.Event()
         self._producer_ids: ProducerIdBlock | None = None
         self._next_producer_id = 0
         self._pid_lock = asyncio.Lock()
-        self._campaign_lock = asyncio.Lock()
         self._tasks: set[asyncio.Task[None]] = set()
         self._session_lost = False
-        self._stopping = False
 
     @property
     def cluster_id(self) -> str:
         return self.cache.cluster_id
 
-    # -- membership and the controller election ----------------------------------------
+    @property
+    def active_controller(self) -> Any:
+        """This broker's controller while it is the elected one, else None."""
+        return self.controller if self.controller.active else None
+
+    # -- membership ------------------------------------------------------------------------
 
     async def join(self) -> None:
-        """Register this broker (BrokerIdInUseError if its id is taken) and campaign for
-        the controller; from then on, follow the session."""
+        """Register this broker (BrokerIdInUseError if its id is taken) and start the
+        controller's campaign; from then on, register again after each session loss."""
         self.zk.zk.add_state_listener(self._on_session_state)
         await self._register()
-        await self._campaign()
+        await self.controller.start()
 
     async def _register(self) -> None:
         registered = await self.zk.register_broker(self.registration)
@@ -116,90 +114,38 @@ class ZkBroker:
             self.registration.describe(),
             self.broker_epoch,
         )
-        if self._on_registered is not None:
-            await self._on_registered(self.broker_epoch)
-
-    async def _campaign(self) -> None:
-        """Try to become the controller; otherwise watch /controller and try again when it
-        goes away."""
-        async with self._campaign_lock:
-            if self._stopping or self.active_controller is not None:
-                return
-            epoch = await self.zk.elect_controller(self.broker_id)
-            if epoch is None:
-                current = await self.zk.controller_id(watch=self._on_controller_change)
-                if current is None:  # gone between the campaign and the watch
-                    self._spawn(self._campaign())
-                return
-            logger.info(
-                "Broker %d elected as the controller with epoch %d", self.broker_id, epoch.epoch
-            )
-            controller = self._make_controller(epoch)
-            self.active_controller = controller
-            try:
-                await controller.start()
-            except Exception:
-                logger.exception("The controller failed to start; resigning")
-                await self._resign()
-                raise
-            # A watch so a resignation (ours or a deletion) is noticed.
-            await self.zk.controller_id(watch=self._on_controller_change)
-
-    def _on_controller_change(self, event: WatchedEvent) -> None:
-        self._spawn(self._check_controller())
-
-    async def _check_controller(self) -> None:
-        current = await self.zk.controller_id(watch=self._on_controller_change)
-        if current == self.broker_id:
-            return
-        if self.active_controller is not None:
-            logger.info("Broker %d is no longer the controller (now %s)", self.broker_id, current)
-            await self._resign()
-        if current is None:
-            await self._campaign()
-
-    async def _resign(self) -> None:
-        controller, self.active_controller = self.active_controller, None
-        if controller is not None:
-            await controller.stop()
 
     def _on_session_state(self, state: SessionState) -> None:
+        # LOST: the session expired, the registration with it (the controller resigns on its
+        # own); CONNECTED again after that: a new session, to register in.
         if state == SessionState.LOST:
-            # The session expired: the registration and /controller (if ours) are gone and
-            # another broker may be controller already.
             self._session_lost = True
-            self._spawn(self._resign())
-        elif state == SessionState.CONNECTED and self._session_lost and not self._stopping:
+        elif state == SessionState.CONNECTED and self._session_lost:
             self._session_lost = False
-            self._spawn(self._rejoin())
-
-    async def _rejoin(self) -> None:
-        logger.info(
-            "Broker %d re-registering after the loss of its ZooKeeper session", self.broker_id
-        )
-        await self._register()
-        await self._campaign()
+            logger.info(
+                "Broker %d registering again after the loss of its ZooKeeper session",
+                self.broker_id,
+            )
+            self._spawn(self._register())
 
     def _spawn(self, work: Awaitable[None]) -> None:
         async def logged() -> None:
             try:
                 await work
-            except asyncio.CancelledError:
-                raise
             except Exception:
-                logger.exception("Cluster membership work failed")
+                logger.exception("Registering broker %d failed", self.broker_id)
 
         task = asyncio.get_running_loop().create_task(logged())
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
     async def stop(self) -> None:
-        """Resign and stop membership work; the session is closed by the caller."""
-        self._stopping = True
+        """Stop the controller (resigning if elected) and the membership work; the session
+        is closed by the caller."""
         self.zk.zk.remove_state_listener(self._on_session_state)
         for task in list(self._tasks):
             task.cancel()
-        await self._resign()
+        await self.controller.stop()
 
     # -- the metadata cache, as the controller's UpdateMetadata feeds it -------------------
 
@@ -323,7 +269,22 @@ class ZkBroker:
     async def elect_leaders(
         self, election_type: ElectionType, partitions: Sequence[TopicPartition] | None
     ) -> dict[TopicPartition, TopicError | None]:
-        return {tp: _not_yet("ElectLeaders") for tp in partitions or ()}
+        """Elections are the controller's: done here when this broker is it (clients send
+        ElectLeaders to the controller), else NOT_CONTROLLER."""
+        controller = self.active_controller
+        try:
+            if controller is None:
+                raise TopicError(ErrorCode.not_controller, "This broker is not the controller.")
+            outcome = await controller.elect_leaders(int(election_type), partitions)
+        except Exception as e:  # the controller's ControllerError (or a resignation)
+            error = TopicError(
+                getattr(e, "code", ErrorCode.not_controller), getattr(e, "message", str(e))
+            )
+            return {tp: error for tp in partitions or ()}
+        return {
+            tp: None if code == ErrorCode.none else TopicError(code, message or "")
+            for tp, (code, message) in outcome.items()
+        }
 
     async def alter_partition_reassignments(
         self, targets: Mapping[TopicPartition, Sequence[int] | None]

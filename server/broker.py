@@ -9,19 +9,30 @@ import time
 from collections.abc import Callable
 
 import anyio
+from kio.schema.errors import ErrorCode
 
-from apis.context import Services
+from apis.context import Services, nested
 from apis.dispatch import Dispatcher
+from controller.base import Controller
 from controller.embedded import EmbeddedController
-from controller.metadata import BrokerInfo, TopicInfo
+from controller.metadata import BrokerInfo, MetadataCache, TopicInfo
+from controller.zk import AsyncZk
+from controller.zk_broker import ZkBroker
+from controller.zk_controller import ControllerConfig, ZkController
+from controller.zk_data import BrokerIdInUseError, BrokerRegistration, KafkaZk
 from coordinator.coordinator import GroupCoordinator, Settings
 from coordinator.records import OFFSETS_TOPIC
 from log.checkpoint import DiskJob, write_atomically
 from log.errors import KafkaStorageError
 from log.manager import DiskJobs, LogManager
 from replica.manager import ReplicaManager
+from replica.state import CommittedIsr
+from server.broker_client import InterBrokerClient
 from server.config import LONG_MAX, BrokerConfig, ConfigError, parse_listener, read_properties
 from server.network import Connection, Limits, SocketServer
+from wire.interbroker import ControlledShutdownRequest
+from wire.schema import request_type
+from wire.versions import ALTER_PARTITION
 
 logger = logging.getLogger(__name__)
 
@@ -29,6 +40,7 @@ SHUTDOWN_GRACE_S = 10.0
 # How often flush.ms is checked when log.flush.scheduler.interval.ms is left unset.
 DEFAULT_FLUSH_CHECK_MS = 1000
 META_PROPERTIES = "meta.properties"
+CONTROLLED_SHUTDOWN_VERSION = 3
 
 
 def now_ms() -> int:
@@ -40,7 +52,37 @@ class Broker:
         self.config = config
         self.broker_id = config.broker_id
         self.logs = LogManager(config.log_dirs, config.raw)
-        self.replicas = ReplicaManager(self.broker_id, self.logs, config.raw)
+        # Cluster mode: requests to other brokers (replica fetches; AlterPartition and
+        # ControlledShutdown to the controller, on their own connections so that a parked
+        # fetch does not hold them up).
+        self.fetch_client: InterBrokerClient | None = None
+        self.controller_client: InterBrokerClient | None = None
+        self.channel_client: InterBrokerClient | None = None  # the controller's, to brokers
+        self.zk_controller: ZkController | None = None
+        self.cluster: ZkBroker | None = None
+        self.zk: AsyncZk | None = None
+        self.cache: MetadataCache | None = None
+        if config.cluster_mode:
+            self.fetch_client = InterBrokerClient(
+                f"broker-{self.broker_id}-fetcher",
+                self._endpoint_of,
+                config["replica.socket.timeout.ms"],
+            )
+            self.controller_client = InterBrokerClient(
+                f"broker-{self.broker_id}-to-controller",
+                self._endpoint_of,
+                config["controller.socket.timeout.ms"],
+            )
+            self.replicas = ReplicaManager(
+                self.broker_id,
+                self.logs,
+                config.raw,
+                send=self.fetch_client.send,
+                alter_partition=self._alter_partition,
+                now_ms=now_ms,
+            )
+        else:
+            self.replicas = ReplicaManager(self.broker_id, self.logs, config.raw)
         self.groups = GroupCoordinator(
             Settings.from_config(config),
             self.replicas,
@@ -62,7 +104,8 @@ class Broker:
                 receive_buffer_bytes=config["socket.receive.buffer.bytes"],
             ),
         )
-        self.controller: EmbeddedController | None = None
+        self.controller: Controller | None = None
+        self.embedded: EmbeddedController | None = None
         self.bound_ports: dict[str, int] = {}
 
     def _dispatch(self, conn: Connection, frame: bytes | bytearray) -> None:
@@ -75,7 +118,23 @@ class Broker:
             log_dir.mkdir(parents=True, exist_ok=True)
         self.logs.startup(now_ms())
         endpoints = await self._listen()
-        self.controller = EmbeddedController(
+        if self.config.cluster_mode:
+            await self._start_cluster(endpoints)
+        else:
+            self._start_embedded(endpoints)
+        assert self.cache is not None
+        logger.info(
+            "[KafkaServer id=%d] started (cluster id %s, %d partition(s)) in %.2fs; "
+            "listening on %s",
+            self.broker_id,
+            self.cache.cluster_id,
+            sum(1 for _ in self.replicas),
+            time.monotonic() - started,
+            ", ".join(f"{n}://{h}:{p}" for n, (h, p) in endpoints.items()),
+        )
+
+    def _start_embedded(self, endpoints: dict[str, tuple[str, int]]) -> None:
+        controller = EmbeddedController(
             self.config.log_dirs[0],
             BrokerInfo(self.broker_id, endpoints, self.config["broker.rack"]),
             on_create=self._create_logs,
@@ -83,28 +142,176 @@ class Broker:
             on_lead=self._lead,
             on_delete=self._forget,
         )
-        self._check_meta_properties()
+        self.controller = self.embedded = controller
+        self.cache = controller.cache
+        self._check_meta_properties(
+            controller.cluster_id,
+            f" (the metadata file {controller.path} is missing)" if controller.fresh else "",
+        )
         self._check_logs_against_metadata()
-        self.controller.start()
-        self._write_meta_properties()
+        controller.start()
+        self._write_meta_properties(controller.cluster_id)
+        self._serve(None)
+
+    async def _start_cluster(self, endpoints: dict[str, tuple[str, int]]) -> None:
+        """Join the cluster: the cluster id from ZooKeeper, requests served (the controller's
+        come first), then registration and the controller campaign."""
+        config = self.config
+        self.zk = AsyncZk(
+            config["zookeeper.connect"],
+            config["zookeeper.session.timeout.ms"],
+            config.zookeeper_connection_timeout_ms,
+        )
+        await self.zk.start()
+        kafka_zk = KafkaZk(self.zk)
+        await kafka_zk.ensure_paths()
+        cluster_id = await kafka_zk.cluster_id()
+        self._check_meta_properties(cluster_id, "")
+        self.cache = MetadataCache(cluster_id, -1)
+        protocols = config.security_protocols
+        registration = BrokerRegistration(
+            self.broker_id,
+            endpoints,
+            {name: protocols[name] for name in endpoints},
+            config["broker.rack"],
+        )
+        # The controller's channel reaches the brokers it knows from ZooKeeper, which its
+        # own UpdateMetadata has not yet told this broker's cache about.
+        self.channel_client = InterBrokerClient(
+            f"controller-{self.broker_id}",
+            self._controller_endpoint_of,
+            config["controller.socket.timeout.ms"],
+        )
+        self.zk_controller = ZkController(
+            self.broker_id,
+            kafka_zk,
+            self.channel_client.send,
+            ControllerConfig.from_config(config),
+        )
+        self.cluster = ZkBroker(
+            kafka_zk,
+            registration,
+            self.cache,
+            self.zk_controller,
+            topic_wait_ms=config["request.timeout.ms"],
+        )
+        self.controller = self.cluster
+        self._write_meta_properties(cluster_id)
+        self._serve(self.cluster)
+        self.replicas.start()
+        try:
+            await self.cluster.join()
+        except BrokerIdInUseError as e:
+            raise ConfigError(str(e)) from None
+
+    def _serve(self, cluster: ZkBroker | None) -> None:
+        assert self.controller is not None and self.cache is not None
         services = Services(
             self.config,
-            self.controller.cache,
+            self.cache,
             self.controller,
             self.replicas,
             now_ms,
             self.groups,
+            cluster=cluster,
         )
         self.dispatcher = Dispatcher(services)
         self.socket_server.start_handlers()
-        logger.info(
-            "[KafkaServer id=%d] started (cluster id %s, %d partition(s)) in %.2fs; "
-            "listening on %s",
-            self.broker_id,
-            self.controller.cluster_id,
-            sum(1 for _ in self.replicas),
-            time.monotonic() - started,
-            ", ".join(f"{n}://{h}:{p}" for n, (h, p) in endpoints.items()),
+
+    def _endpoint_of(self, node_id: int) -> tuple[str, int] | None:
+        """A broker's inter-broker endpoint, as the metadata cache knows it."""
+        broker = None if self.cache is None else self.cache.brokers.get(node_id)
+        return None if broker is None else broker.endpoint(self.config.inter_broker_listener)
+
+    def _controller_endpoint_of(self, node_id: int) -> tuple[str, int] | None:
+        """A live broker's inter-broker endpoint, as the controller knows it."""
+        assert self.zk_controller is not None
+        broker = self.zk_controller.brokers.get(node_id)
+        endpoint = None if broker is None else broker.endpoint(self.config.inter_broker_listener)
+        return None if endpoint is None else (endpoint.host, endpoint.port)
+
+    async def _alter_partition(
+        self,
+        topic: str,
+        topic_id: object,
+        partition: int,
+        leader_epoch: int,
+        new_isr: list[int],
+        partition_epoch: int,
+    ) -> CommittedIsr | ErrorCode:
+        """Ask the controller to commit a new ISR (AlterPartition v2)."""
+        assert self.cache is not None and self.cluster is not None
+        assert self.controller_client is not None
+        controller = self.cache.controller_id
+        if controller < 0:
+            return ErrorCode.not_controller
+        cls = request_type(ALTER_PARTITION, 2)
+        request = cls(
+            broker_id=self.broker_id,
+            broker_epoch=self.cluster.broker_epoch,
+            topics=(
+                nested(cls, "TopicData")(
+                    topic_id=topic_id,
+                    partitions=(
+                        nested(cls, "PartitionData")(
+                            partition_index=partition,
+                            leader_epoch=leader_epoch,
+                            new_isr=tuple(new_isr),
+                            leader_recovery_state=0,
+                            partition_epoch=partition_epoch,
+                        ),
+                    ),
+                ),
+            ),
+        )
+        response = await self.controller_client.send(controller, request, 2)
+        if response.error_code != ErrorCode.none:
+            return response.error_code
+        answered = response.topics[0].partitions[0]
+        if answered.error_code != ErrorCode.none:
+            return answered.error_code
+        return CommittedIsr(answered.leader_epoch, list(answered.isr), answered.partition_epoch)
+
+    async def _controlled_shutdown(self) -> None:
+        """Ask the controller to move this broker's leaderships away (Kafka's
+        controlledShutdown), retried controlled.shutdown.max.retries times."""
+        assert self.cache is not None and self.cluster is not None
+        assert self.controller_client is not None
+        config = self.config
+        backoff_s = config["controlled.shutdown.retry.backoff.ms"] / 1000
+        for attempt in range(1, config["controlled.shutdown.max.retries"] + 1):
+            controller = self.cache.controller_id
+            problem = "no controller is known"
+            if controller >= 0:
+                try:
+                    response = await self.controller_client.send(
+                        controller,
+                        ControlledShutdownRequest(
+                            broker_id=self.broker_id, broker_epoch=self.cluster.broker_epoch
+                        ),
+                        CONTROLLED_SHUTDOWN_VERSION,
+                    )
+                except (ConnectionError, TimeoutError) as e:
+                    problem = f"the controller {controller} did not answer ({e})"
+                else:
+                    if response.error_code == ErrorCode.none and not (
+                        response.remaining_partitions
+                    ):
+                        logger.info("Controlled shutdown request succeeded")
+                        return
+                    problem = (
+                        f"the controller answered {ErrorCode(response.error_code).name} with "
+                        f"{len(response.remaining_partitions)} partition(s) still led here"
+                    )
+            logger.warning(
+                "Controlled shutdown attempt %d failed: %s; retrying in %.1fs",
+                attempt,
+                problem,
+                backoff_s,
+            )
+            await asyncio.sleep(backoff_s)
+        logger.warning(
+            "Proceeding to do an unclean shutdown as all the controlled shutdown attempts failed"
         )
 
     async def _listen(self) -> dict[str, tuple[str, int]]:
@@ -150,8 +357,8 @@ class Broker:
         """Logs of partitions the metadata does not know (a topic whose creation or deletion
         a crash interrupted) are renamed aside as Kafka does with stray logs, never deleted;
         partitions it knows without a log start empty, with a warning."""
-        assert self.controller is not None
-        cache = self.controller.cache
+        assert self.embedded is not None
+        cache = self.embedded.cache
         for (topic, index), _ in self.logs.all_logs():
             if cache.partition(topic, index) is None:
                 path = self.logs.set_aside_stray(topic, index)
@@ -159,7 +366,7 @@ class Broker:
                     "Log of %s-%d is not in the metadata (%s): set aside as %s",
                     topic,
                     index,
-                    self.controller.path,
+                    self.embedded.path,
                     path,
                 )
         for topic in cache.topics.values():
@@ -184,12 +391,11 @@ class Broker:
             self.replicas.remove(topic.name, index, delete=True)
         self.groups.on_topic_deleted(topic.name)
 
-    def _check_meta_properties(self) -> None:
+    def _check_meta_properties(self, cluster_id: str, hint: str) -> None:
         """Every log dir's meta.properties must name this cluster and node. One that does not
         parse is fatal, as in Kafka (its only log dir would be offline): it is written
-        atomically, so a torn one was damaged outside the broker."""
-        assert self.controller is not None
-        cluster_id = self.controller.cluster_id
+        atomically, so a torn one was damaged outside the broker. ``hint`` is added to a
+        mismatch's message."""
         for log_dir in self.config.log_dirs:
             path = log_dir / META_PROPERTIES
             path.with_name(path.name + ".tmp").unlink(missing_ok=True)  # a crash mid-write
@@ -210,12 +416,7 @@ class Broker:
             if stored["cluster.id"] != cluster_id:
                 raise ConfigError(
                     f"The cluster id {cluster_id} doesn't match the stored cluster.id "
-                    f"{stored['cluster.id']} in {path}"
-                    + (
-                        f" (the metadata file {self.controller.path} is missing)"
-                        if self.controller.fresh
-                        else ""
-                    )
+                    f"{stored['cluster.id']} in {path}{hint}"
                 )
             if stored["node.id"] != str(self.broker_id):
                 raise ConfigError(
@@ -223,11 +424,10 @@ class Broker:
                     f"match broker.id {self.broker_id}"
                 )
 
-    def _write_meta_properties(self) -> None:
-        """Written once the metadata file exists (so a meta.properties never names a cluster
-        whose metadata was not saved), atomically, and only when it changes."""
-        assert self.controller is not None
-        cluster_id = self.controller.cluster_id
+    def _write_meta_properties(self, cluster_id: str) -> None:
+        """Written once the metadata is saved (the embedded node's file, or ZooKeeper's
+        /cluster/id) so a meta.properties never names a cluster whose metadata was not,
+        atomically, and only when it changes."""
         content = f"version=1\ncluster.id={cluster_id}\nnode.id={self.broker_id}\n".encode()
         for log_dir in self.config.log_dirs:
             path = log_dir / META_PROPERTIES
@@ -306,12 +506,22 @@ class Broker:
 
     async def shutdown(self) -> None:
         logger.info("[KafkaServer id=%d] shutting down", self.broker_id)
+        if self.cluster is not None and self.config["controlled.shutdown.enable"]:
+            # While still serving: the controller moves leaderships away through us.
+            await self._controlled_shutdown()
+        if self.cluster is not None:
+            await self.cluster.stop()
         await self.socket_server.stop_accepting()
         self.groups.shutdown()  # parked joins and syncs answer NOT_COORDINATOR
         self.replicas.shutdown()  # parked fetches answer with what they have
         await asyncio.sleep(0)
         await self.socket_server.drain(SHUTDOWN_GRACE_S)
         self.logs.shutdown(self.replicas.high_watermarks())
+        for client in (self.fetch_client, self.controller_client, self.channel_client):
+            if client is not None:
+                await client.close()
+        if self.zk is not None:
+            await self.zk.close()  # the registration goes at once, not after the session
         if self.logs.offline_dirs:
             logger.error(
                 "[KafkaServer id=%d] shut down with offline log directories %s: their logs "

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from log.config import TOPIC_CONFIGS, LogConfig
+from log.config import TOPIC_CONFIGS, ConfigDef, LogConfig, resolve_config
 
 logger = logging.getLogger(__name__)
 
@@ -223,6 +223,14 @@ def _is_security_key(name: str) -> bool:
     return name.startswith(_SECURITY_PREFIXES) or name in _SECURITY_KEYS
 
 
+_LOG_BROKER_KEYS: dict[str, ConfigDef] = {
+    key: definition
+    for definition in TOPIC_CONFIGS.values()
+    for key, multiplier in definition.synonyms
+    if multiplier == 1
+}
+
+
 class BrokerConfig:
     """Validated broker configuration; ``raw`` keeps the explicitly set strings."""
 
@@ -259,7 +267,16 @@ class BrokerConfig:
         self._check()
 
     def __getitem__(self, name: str) -> Any:
-        return self._values[name]
+        """A broker key's value; also a topic default's broker key without a unit
+        conversion (``min.insync.replicas``, ``unclean.leader.election.enable``)."""
+        try:
+            return self._values[name]
+        except KeyError:
+            definition = _LOG_BROKER_KEYS.get(name)
+            if definition is None:
+                raise
+            given = {name: self.raw[name]} if name in self.raw else {}
+            return resolve_config(definition, given, {})[0]
 
     @staticmethod
     def key_types() -> dict[str, str]:

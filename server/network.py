@@ -642,8 +642,9 @@ class SocketServer:
     def dispatch(self, request: Request) -> None:
         """Handle the request now if nothing is queued or running, else queue it. A frame
         that becomes ready while a handler runs (its predecessor was answered at once) is
-        queued, so a pipelining client takes turns with the others."""
-        if self._handling or not self.channel.empty:
+        queued, so a pipelining client takes turns with the others. Until the handlers
+        start (a cluster broker listens before it has joined), requests wait in the queue."""
+        if self._handling or not self.channel.empty or not self._workers:
             self.channel.submit(request)
         else:
             self._handle(request)

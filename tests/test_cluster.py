@@ -228,5 +228,5 @@ def test_a_second_broker_with_the_same_id_is_refused(cluster: Cluster, tmp_path:
     )
     with pytest.raises(BrokerError, match="exited with code 1"):
         twin.start()
-    assert "Broker id 1 is already registered" in twin.log_tail()
+    assert "broker id 1 is already registered" in twin.log_tail()
     assert "Traceback" not in twin.log_path.read_text()

@@ -108,7 +108,10 @@ def test_cluster_keys_have_kafkas_defaults(caplog: pytest.LogCaptureFixture) -> 
         "delete.topic.enable": True,
     }
     assert {k: config[k] for k in expected} == expected
-    assert config.log_config.min_insync_replicas == 1
+    assert config["min.insync.replicas"] == 1
+    assert config["unclean.leader.election.enable"] is False
+    unclean = BrokerConfig({"unclean.leader.election.enable": "true"})
+    assert unclean["unclean.leader.election.enable"] is True
     assert not BrokerConfig({}).cluster_mode
     assert BrokerConfig(
         {"zookeeper.connect": "zk:2181", "zookeeper.connection.timeout.ms": "6000"}

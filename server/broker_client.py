@@ -20,10 +20,10 @@ from typing import Any
 
 from wire.headers import skip_tagged_fields
 from wire.schema import decode, encode, response_type
+from wire.versions import API_VERSIONS
 
 log = logging.getLogger(__name__)
 
-API_VERSIONS = 18  # its response header is v0 at every version, so clients can parse it
 _SIZE = struct.Struct(">i")
 _HEAD = struct.Struct(">ihhih")  # frame size, api key, api version, correlation id, len(client id)
 _READ_LIMIT = 1 << 20  # StreamReader buffering: let a 10 MiB Fetch response arrive in big reads
@@ -55,24 +55,26 @@ class _Connection:
         try:
             while True:
                 size = _SIZE.unpack(await reader.readexactly(4))[0]
+                if size < _SIZE.size:
+                    error = self._protocol_error(f"a response frame of {size} bytes")
+                    break
                 frame = await reader.readexactly(size)
                 correlation = _SIZE.unpack_from(frame)[0]
                 waiter = self.in_flight.pop(correlation, None)
                 if waiter is None:
-                    log.warning(
-                        "node %d answered unknown correlation id %d; closing the connection",
-                        self.node_id,
-                        correlation,
-                    )
-                    error = BrokerUnavailable(f"node {self.node_id} broke request ordering")
+                    error = self._protocol_error(f"unknown correlation id {correlation}")
                     break
                 if not waiter.done():  # done: cancelled by its caller
                     waiter.set_result(frame)
-        except (OSError, EOFError, struct.error) as e:  # IncompleteReadError is an EOFError
+        except (OSError, EOFError) as e:  # IncompleteReadError is an EOFError
             error = BrokerUnavailable(f"connection to node {self.node_id} lost: {e!r}")
         except asyncio.CancelledError:
             error = BrokerUnavailable(f"connection to node {self.node_id} closed")
         self.close(error)
+
+    def _protocol_error(self, what: str) -> BrokerUnavailable:
+        log.warning("node %d sent %s; closing the connection", self.node_id, what)
+        return BrokerUnavailable(f"node {self.node_id} sent {what}")
 
     def close(self, error: BrokerUnavailable) -> None:
         """Abort the socket and fail whatever is still waiting on it (idempotent)."""
@@ -156,6 +158,7 @@ class InterBrokerClient:
         finally:
             timer.cancel()
         pos = 4
+        # ApiVersions answers with header v0 at every version, so any client can parse it.
         if flexible and api_key != API_VERSIONS:
             pos = skip_tagged_fields(frame, pos)
         return decode(response_type(api_key, api_version), frame, pos)

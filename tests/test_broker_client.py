@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import socket
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -227,3 +228,49 @@ def test_killed_broker_is_unavailable_promptly_then_usable_after_restart(
             assert topics[0].error_code == ErrorCode.none
 
         run(victim, body, request_timeout_ms=60_000)
+
+
+def test_sends_queued_behind_a_refused_connect_fail_with_it_then_back_off() -> None:
+    """A bound, never-listening socket refuses connects (and keeps its port ours)."""
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+        lookups = []
+
+        def endpoint_of(node_id: int) -> tuple[str, int]:
+            lookups.append(node_id)
+            return ("127.0.0.1", port)
+
+        async def main() -> None:
+            client = InterBrokerClient("broker-0", endpoint_of, 30_000)
+            started = time.monotonic()
+            sends = [client.send(NODE, api_versions(), 3) for _ in range(20)]
+            results = await asyncio.gather(*sends, return_exceptions=True)
+            assert all(isinstance(r, BrokerUnavailable) for r in results), results
+            assert len(lookups) == 1, "one connect attempt for all twenty"
+            assert time.monotonic() - started < PROMPT_S
+            # reconnect.backoff.ms 50 then 100, less the 20% jitter: lower bounds only.
+            for least in (0.04, 0.08):
+                started = time.monotonic()
+                with pytest.raises(BrokerUnavailable):
+                    await client.send(NODE, api_versions(), 3)
+                assert time.monotonic() - started >= least
+            await client.close()
+
+        asyncio.run(main())
+
+
+def test_close_fails_waiting_and_later_sends(broker: BrokerProcess) -> None:
+    async def body(client: InterBrokerClient, endpoints: Endpoints) -> None:
+        await make_topic(client, "closing")
+        parked = asyncio.ensure_future(client.send(NODE, fetch("closing", range(1), 60_000), 12))
+        await asyncio.sleep(0)  # one turn of the loop: the request is written
+        started = time.monotonic()
+        await client.close()
+        with pytest.raises(BrokerUnavailable):
+            await parked
+        assert time.monotonic() - started < PROMPT_S
+        with pytest.raises(BrokerUnavailable):
+            await client.send(NODE, api_versions(), 3)
+
+    run(broker, body)

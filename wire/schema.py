@@ -1,4 +1,4 @@
-"""Kafka message schemas, from the generated ``kio`` classes.
+"""Kafka message schemas, from the generated ``kio`` classes and ``wire.interbroker``.
 
 Requests are decoded by the bounds-checked reader in ``wire.tagged``, not kio's native
 reader: the native one rejects unknown tagged fields (Kafka ignores them) and aborts the
@@ -15,6 +15,7 @@ from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_writer
 from kio.serial.errors import SerialError
 
+from wire import interbroker
 from wire.tagged import decode_tolerant
 
 
@@ -22,14 +23,15 @@ class SchemaDecodeError(ValueError):
     """A request body that does not match its schema."""
 
 
+# Cached, so the inter-broker check costs nothing after the first lookup of a pair.
 @cache
 def request_type(api_key: int, version: int) -> type:
-    return load_request_schema(api_key, version)
+    return interbroker.REQUESTS.get((api_key, version)) or load_request_schema(api_key, version)
 
 
 @cache
 def response_type(api_key: int, version: int) -> type:
-    return load_response_schema(api_key, version)
+    return interbroker.RESPONSES.get((api_key, version)) or load_response_schema(api_key, version)
 
 
 @cache

@@ -1,0 +1,237 @@
+"""The client one broker uses to send requests to another (controller and replica fetchers).
+
+One connection per node, opened on first use; requests are pipelined on it and matched to
+responses by correlation id. As Kafka's NetworkClient does, a request that times out
+closes its connection (the bytes of its late response would otherwise still be owed on
+it), and after any disconnect or failed connect the next attempt waits an exponential
+back-off (``reconnect.backoff.ms`` 50 doubling up to ``reconnect.backoff.max.ms`` 1000,
+with 20% jitter), reset once a connection succeeds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import struct
+import time
+from collections.abc import Callable
+from typing import Any
+
+from wire.headers import skip_tagged_fields
+from wire.schema import decode, encode, response_type
+from wire.versions import API_VERSIONS
+
+log = logging.getLogger(__name__)
+
+_SIZE = struct.Struct(">i")
+_HEAD = struct.Struct(">ihhih")  # frame size, api key, api version, correlation id, len(client id)
+_READ_LIMIT = 1 << 20  # StreamReader buffering: let a 10 MiB Fetch response arrive in big reads
+_JITTER = 0.2
+
+
+class BrokerUnavailable(ConnectionError):
+    """The node is unknown, cannot be reached, or its connection was lost mid-request."""
+
+
+class RequestTimedOut(TimeoutError):
+    """No response within request.timeout.ms; the connection has been closed."""
+
+
+class _Connection:
+    """One open socket to a node and its in-flight requests by correlation id."""
+
+    def __init__(self, node_id: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+        self.node_id = node_id
+        self.writer = writer
+        self.in_flight: dict[int, asyncio.Future[bytes]] = {}
+        self.next_correlation = 0
+        self.open = True
+        self.closed_at = 0.0
+        self.reader_task = asyncio.get_running_loop().create_task(self._read_responses(reader))
+
+    async def _read_responses(self, reader: asyncio.StreamReader) -> None:
+        error: BrokerUnavailable
+        try:
+            while True:
+                size = _SIZE.unpack(await reader.readexactly(4))[0]
+                if size < _SIZE.size:
+                    error = self._protocol_error(f"a response frame of {size} bytes")
+                    break
+                frame = await reader.readexactly(size)
+                correlation = _SIZE.unpack_from(frame)[0]
+                waiter = self.in_flight.pop(correlation, None)
+                if waiter is None:
+                    error = self._protocol_error(f"unknown correlation id {correlation}")
+                    break
+                if not waiter.done():  # done: cancelled by its caller
+                    waiter.set_result(frame)
+        except (OSError, EOFError) as e:  # IncompleteReadError is an EOFError
+            error = BrokerUnavailable(f"connection to node {self.node_id} lost: {e!r}")
+        except asyncio.CancelledError:
+            error = BrokerUnavailable(f"connection to node {self.node_id} closed")
+        self.close(error)
+
+    def _protocol_error(self, what: str) -> BrokerUnavailable:
+        log.warning("node %d sent %s; closing the connection", self.node_id, what)
+        return BrokerUnavailable(f"node {self.node_id} sent {what}")
+
+    def close(self, error: BrokerUnavailable) -> None:
+        """Abort the socket and fail whatever is still waiting on it (idempotent)."""
+        if self.open:
+            self.open = False
+            self.closed_at = time.monotonic()
+            self.writer.transport.abort()
+            if self.reader_task is not asyncio.current_task():
+                self.reader_task.cancel()
+        waiters, self.in_flight = self.in_flight, {}
+        for waiter in waiters.values():
+            if not waiter.done():
+                waiter.set_exception(error)
+
+
+class _Node:
+    """Connection state of one node: the live connection and the reconnect back-off."""
+
+    def __init__(self) -> None:
+        self.connection: _Connection | None = None
+        self.connecting = asyncio.Lock()
+        self.attempts = 0  # connects tried, so sends queued behind a failed one fail with it
+        self.last_error = ""
+        self.failed_attempts = 0  # since the last successful connect; sets the back-off
+        self.retry_at = 0.0  # monotonic time before which no new connect is attempted
+
+
+class InterBrokerClient:
+    def __init__(
+        self,
+        client_id: str,
+        endpoint_of: Callable[[int], tuple[str, int] | None],
+        request_timeout_ms: int,
+        *,
+        reconnect_backoff_ms: int = 50,
+        reconnect_backoff_max_ms: int = 1000,
+        connection_setup_timeout_ms: int = 10_000,
+    ) -> None:
+        self._client_id = client_id.encode()
+        self._endpoint_of = endpoint_of
+        self._timeout = request_timeout_ms / 1000
+        self._backoff = reconnect_backoff_ms / 1000
+        self._backoff_max = reconnect_backoff_max_ms / 1000
+        self._setup_timeout = connection_setup_timeout_ms / 1000
+        self._nodes: dict[int, _Node] = {}
+        self._closed = False
+
+    async def send(self, node_id: int, request: Any, api_version: int) -> Any:
+        """Send ``request`` to ``node_id`` and return its decoded response.
+
+        Raises BrokerUnavailable (unknown node, connect failure, connection lost) or
+        RequestTimedOut (no answer within request.timeout.ms; the connection is closed).
+        A node in reconnect back-off is waited for (at most reconnect.backoff.max.ms + 20%)
+        before the connect is tried; sends queued behind a failing connect fail with it.
+        """
+        if request.__version__ != api_version:
+            name = type(request).__name__
+            raise ValueError(f"{name} is v{request.__version__}, not v{api_version}")
+        body = encode(request)
+        connection = await self._connection(node_id)
+        api_key = request.__api_key__
+        flexible = request.__flexible__
+        correlation = connection.next_correlation
+        connection.next_correlation = (correlation + 1) & 0x7FFFFFFF
+        extra = 1 if flexible else 0  # the header's empty tagged-field section
+        size = _HEAD.size - 4 + len(self._client_id) + extra + len(body)
+        head = _HEAD.pack(size, api_key, api_version, correlation, len(self._client_id))
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[bytes] = loop.create_future()
+        connection.in_flight[correlation] = waiter
+        timer = loop.call_later(self._timeout, self._expire, connection, correlation)
+        try:
+            try:
+                connection.writer.write(
+                    head + self._client_id + (b"\x00" if flexible else b"") + body
+                )
+                await connection.writer.drain()
+            except (OSError, RuntimeError) as e:  # fails the waiter unless it already failed
+                connection.close(BrokerUnavailable(f"connection to node {node_id} lost: {e!r}"))
+            frame = await waiter
+        finally:
+            timer.cancel()
+        pos = 4
+        # ApiVersions answers with header v0 at every version, so any client can parse it.
+        if flexible and api_key != API_VERSIONS:
+            pos = skip_tagged_fields(frame, pos)
+        return decode(response_type(api_key, api_version), frame, pos)
+
+    async def close(self) -> None:
+        """Close every connection; waiting and later sends raise BrokerUnavailable."""
+        self._closed = True
+        tasks = []
+        for node in self._nodes.values():
+            if node.connection is not None:
+                node.connection.close(BrokerUnavailable("inter-broker client closed"))
+                tasks.append(node.connection.reader_task)
+        self._nodes.clear()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _expire(self, connection: _Connection, correlation: int) -> None:
+        waiter = connection.in_flight.pop(correlation, None)
+        if waiter is None or waiter.done():
+            return
+        waiter.set_exception(
+            RequestTimedOut(
+                f"no response from node {connection.node_id} within {self._timeout * 1000:.0f} ms"
+            )
+        )
+        log.info(
+            "Disconnecting from node %d due to request timeout (correlation id %d)",
+            connection.node_id,
+            correlation,
+        )
+        connection.close(BrokerUnavailable(f"connection to node {connection.node_id} timed out"))
+
+    async def _connection(self, node_id: int) -> _Connection:
+        if self._closed:
+            raise BrokerUnavailable("inter-broker client closed")
+        node = self._nodes.get(node_id)
+        if node is None:
+            node = self._nodes[node_id] = _Node()
+        live = node.connection
+        if live is not None and live.open:
+            return live
+        attempts = node.attempts
+        async with node.connecting:  # concurrent sends share one connect attempt
+            live = node.connection
+            if live is not None:
+                if live.open:
+                    return live
+                node.connection = None  # lost: back off as Kafka does after any disconnect
+                self._back_off(node, live.closed_at)
+            elif node.attempts != attempts:
+                # The attempt made while this send waited failed; do not queue another.
+                raise BrokerUnavailable(node.last_error)
+            endpoint = self._endpoint_of(node_id)
+            if endpoint is None:
+                raise BrokerUnavailable(f"node {node_id} has no known endpoint")
+            await asyncio.sleep(max(0.0, node.retry_at - time.monotonic()))
+            host, port = endpoint
+            node.attempts += 1
+            try:
+                reader, writer = await asyncio.wait_for(
+                    asyncio.open_connection(host, port, limit=_READ_LIMIT), self._setup_timeout
+                )
+            except (OSError, TimeoutError) as e:
+                node.last_error = f"cannot connect to node {node_id} at {host}:{port}: {e!r}"
+                self._back_off(node, time.monotonic())
+                raise BrokerUnavailable(node.last_error) from e
+            if self._closed:
+                writer.transport.abort()
+                raise BrokerUnavailable("inter-broker client closed")
+            node.failed_attempts = 0
+            node.connection = _Connection(node_id, reader, writer)
+            return node.connection
+
+    def _back_off(self, node: _Node, since: float) -> None:
+        backoff = min(self._backoff * 2**node.failed_attempts, self._backoff_max)
+        node.failed_attempts += 1
+        node.retry_at = since + backoff * random.uniform(1 - _JITTER, 1 + _JITTER)

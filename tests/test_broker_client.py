@@ -1,0 +1,276 @@
+"""The inter-broker client (server/broker_client.py) against a real Gregor process."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import socket
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from apis.context import build, nested
+from compat_tests.broker import BrokerProcess
+from server.broker_client import BrokerUnavailable, InterBrokerClient, RequestTimedOut
+from tests.test_api_behaviour import records
+from wire.schema import request_type
+from wire.versions import API_VERSIONS, CREATE_TOPICS, FETCH, METADATA, PRODUCE
+
+NODE = 0
+# Bounds on "promptly": far above any scheduling delay on a loaded machine, far below the
+# waits they are compared with (a 60 s request timeout, a 60 s parked fetch).
+PROMPT_S = 15
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    with BrokerProcess(tmp_path_factory.mktemp("ibclient")) as b:
+        yield b
+
+
+class Endpoints:
+    """endpoint_of for one broker; counts lookups, made once per connect."""
+
+    def __init__(self, broker: BrokerProcess) -> None:
+        self.broker = broker
+        self.lookups = 0
+
+    def __call__(self, node_id: int) -> tuple[str, int] | None:
+        self.lookups += 1
+        return ("127.0.0.1", self.broker.port) if node_id == NODE else None
+
+
+def run(
+    broker: BrokerProcess,
+    body: Callable[[InterBrokerClient, Endpoints], Awaitable[None]],
+    request_timeout_ms: int = 30_000,
+) -> None:
+    async def main() -> None:
+        endpoints = Endpoints(broker)
+        client = InterBrokerClient("broker-0", endpoints, request_timeout_ms)
+        try:
+            await body(client, endpoints)
+        finally:
+            await client.close()
+
+    asyncio.run(main())
+
+
+def api_versions() -> Any:
+    return request_type(API_VERSIONS, 3)(
+        client_software_name="gregor", client_software_version="1"
+    )
+
+
+def metadata(*names: str, version: int = 12) -> Any:
+    cls = request_type(METADATA, version)
+    topic = nested(cls, "MetadataRequestTopic")
+    return build(
+        cls,
+        topics=tuple(build(topic, topic_id=None, name=n) for n in names),
+        allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False,
+        include_cluster_authorized_operations=False,
+    )
+
+
+def create_topic(name: str, partitions: int) -> Any:
+    cls = request_type(CREATE_TOPICS, 7)
+    topic = nested(cls, "CreatableTopic")
+    return cls(
+        timeout=datetime.timedelta(seconds=10),
+        validate_only=False,
+        topics=(
+            topic(name=name, num_partitions=partitions, replication_factor=-1, assignments=(),
+                  configs=()),
+        ),
+    )
+
+
+def produce(topic: str, partition: int, batch: bytes) -> Any:
+    cls = request_type(PRODUCE, 11)
+    t, p = nested(cls, "TopicProduceData"), nested(cls, "PartitionProduceData")
+    return cls(
+        acks=-1,
+        timeout=datetime.timedelta(seconds=10),
+        topic_data=(t(name=topic, partition_data=(p(index=partition, records=batch),)),),
+    )
+
+
+def fetch(topic: str, partitions: range, max_wait_ms: int) -> Any:
+    cls = request_type(FETCH, 12)
+    t, p = nested(cls, "FetchTopic"), nested(cls, "FetchPartition")
+    wanted = tuple(p(partition=i, fetch_offset=0, partition_max_bytes=1 << 20) for i in partitions)
+    return cls(
+        max_wait=datetime.timedelta(milliseconds=max_wait_ms),
+        min_bytes=1,
+        max_bytes=10 << 20,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        topics=(t(topic=topic, partitions=wanted),),
+        forgotten_topics_data=(),
+    )
+
+
+async def make_topic(client: InterBrokerClient, name: str, partitions: int = 1) -> None:
+    result = (await client.send(NODE, create_topic(name, partitions), 7)).topics[0]
+    assert result.error_code == ErrorCode.none, result
+
+
+def test_api_versions_and_metadata_are_answered(broker: BrokerProcess) -> None:
+    async def body(client: InterBrokerClient, endpoints: Endpoints) -> None:
+        versions = await client.send(NODE, api_versions(), 3)  # response header v0 quirk
+        assert versions.error_code == ErrorCode.none
+        assert {k.api_key for k in versions.api_keys} >= {FETCH, METADATA, PRODUCE}
+        await make_topic(client, "described", 2)
+        flexible = await client.send(NODE, metadata("described"), 12)
+        [topic] = flexible.topics
+        assert topic.name == "described" and len(topic.partitions) == 2
+        assert [b.port for b in flexible.brokers] == [broker.port]
+        legacy = await client.send(NODE, metadata("described", version=1), 1)  # header v1/v0
+        assert [len(t.partitions) for t in legacy.topics] == [2]
+        assert endpoints.lookups == 1, "all on one connection"
+
+    run(broker, body)
+
+
+def test_fifty_concurrent_sends_share_one_connection_and_are_matched(
+    broker: BrokerProcess,
+) -> None:
+    names = [f"absent-{i}" for i in range(50)]
+
+    async def body(client: InterBrokerClient, endpoints: Endpoints) -> None:
+        answers = await asyncio.gather(*(client.send(NODE, metadata(n), 12) for n in names))
+        assert [a.topics[0].name for a in answers] == names
+        codes = {a.topics[0].error_code for a in answers}
+        assert codes == {ErrorCode.unknown_topic_or_partition}
+        assert endpoints.lookups == 1, "one connection, opened once"
+
+    run(broker, body)
+
+
+def test_large_fetch_responses_arrive_whole(broker: BrokerProcess) -> None:
+    """Six ~900 KB batches in one Fetch v12 answer of about 5.4 MB."""
+    batch = records(1, size=900_000)
+
+    async def body(client: InterBrokerClient, endpoints: Endpoints) -> None:
+        await make_topic(client, "bulk", 6)
+        for partition in range(6):
+            answer = await client.send(NODE, produce("bulk", partition, batch), 11)
+            assert answer.responses[0].partition_responses[0].error_code == ErrorCode.none
+        response = await client.send(NODE, fetch("bulk", range(6), 0), 12)
+        parts = response.responses[0].partitions
+        assert [p.high_watermark for p in parts] == [1] * 6
+        assert [len(p.records) for p in parts] == [len(batch)] * 6
+        assert all(bytes(p.records)[-1000:] == batch[-1000:] for p in parts)
+
+    run(broker, body)
+
+
+def test_a_request_timeout_closes_the_connection_and_the_next_send_reconnects(
+    broker: BrokerProcess,
+) -> None:
+    async def body(client: InterBrokerClient, endpoints: Endpoints) -> None:
+        await make_topic(client, "quiet")
+        started = time.monotonic()
+        with pytest.raises(RequestTimedOut):
+            # Parked for 60 s by the broker (no data), so only our 1 s timeout can end it.
+            await client.send(NODE, fetch("quiet", range(1), 60_000), 12)
+        assert time.monotonic() - started < PROMPT_S
+        assert isinstance(RequestTimedOut(), TimeoutError)
+        versions = await client.send(NODE, api_versions(), 3)
+        assert versions.error_code == ErrorCode.none
+        assert endpoints.lookups == 2, "the timed-out connection was replaced"
+
+    run(broker, body, request_timeout_ms=1000)
+
+
+def test_unknown_node_is_unavailable(broker: BrokerProcess) -> None:
+    async def body(client: InterBrokerClient, endpoints: Endpoints) -> None:
+        with pytest.raises(BrokerUnavailable):
+            await client.send(7, api_versions(), 3)
+        assert isinstance(BrokerUnavailable(), ConnectionError)
+
+    run(broker, body)
+
+
+def test_killed_broker_is_unavailable_promptly_then_usable_after_restart(
+    tmp_path: Path,
+) -> None:
+    with BrokerProcess(tmp_path) as victim:
+
+        async def body(client: InterBrokerClient, endpoints: Endpoints) -> None:
+            await make_topic(client, "parked")
+            parked = asyncio.ensure_future(
+                client.send(NODE, fetch("parked", range(1), 60_000), 12)
+            )
+            # One turn of the loop lets the send write the request; it then awaits the
+            # answer. (A request pipelined behind it to prove that would wait 60 s too:
+            # a broker answers each connection's requests in order.)
+            await asyncio.sleep(0)
+            assert not parked.done()
+            started = time.monotonic()
+            victim.kill()
+            with pytest.raises(BrokerUnavailable):
+                await parked  # in flight: failed by the lost connection, not a timeout
+            with pytest.raises(BrokerUnavailable):
+                await client.send(NODE, api_versions(), 3)  # connect refused
+            assert time.monotonic() - started < PROMPT_S
+            await asyncio.to_thread(victim.start)  # same port, same data
+            versions = await client.send(NODE, api_versions(), 3)
+            assert versions.error_code == ErrorCode.none
+            topics = (await client.send(NODE, metadata("parked"), 12)).topics
+            assert topics[0].error_code == ErrorCode.none
+
+        run(victim, body, request_timeout_ms=60_000)
+
+
+def test_sends_queued_behind_a_refused_connect_fail_with_it_then_back_off() -> None:
+    """A bound, never-listening socket refuses connects (and keeps its port ours)."""
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+        lookups = []
+
+        def endpoint_of(node_id: int) -> tuple[str, int]:
+            lookups.append(node_id)
+            return ("127.0.0.1", port)
+
+        async def main() -> None:
+            client = InterBrokerClient("broker-0", endpoint_of, 30_000)
+            started = time.monotonic()
+            sends = [client.send(NODE, api_versions(), 3) for _ in range(20)]
+            results = await asyncio.gather(*sends, return_exceptions=True)
+            assert all(isinstance(r, BrokerUnavailable) for r in results), results
+            assert len(lookups) == 1, "one connect attempt for all twenty"
+            assert time.monotonic() - started < PROMPT_S
+            # reconnect.backoff.ms 50 then 100, less the 20% jitter: lower bounds only.
+            for least in (0.04, 0.08):
+                started = time.monotonic()
+                with pytest.raises(BrokerUnavailable):
+                    await client.send(NODE, api_versions(), 3)
+                assert time.monotonic() - started >= least
+            await client.close()
+
+        asyncio.run(main())
+
+
+def test_close_fails_waiting_and_later_sends(broker: BrokerProcess) -> None:
+    async def body(client: InterBrokerClient, endpoints: Endpoints) -> None:
+        await make_topic(client, "closing")
+        parked = asyncio.ensure_future(client.send(NODE, fetch("closing", range(1), 60_000), 12))
+        await asyncio.sleep(0)  # one turn of the loop: the request is written
+        started = time.monotonic()
+        await client.close()
+        with pytest.raises(BrokerUnavailable):
+            await parked
+        assert time.monotonic() - started < PROMPT_S
+        with pytest.raises(BrokerUnavailable):
+            await client.send(NODE, api_versions(), 3)
+
+    run(broker, body)

@@ -1,0 +1,273 @@
+"""Inter-broker schemas (wire/interbroker.py): round trips, Kafka's exact bytes, tolerance.
+
+The expected bytes are assembled here field by field from Kafka 3.9's JSON layouts with
+struct and hand-written varints, so they check the schemas independently of the encoder.
+"""
+
+import dataclasses
+import struct
+import uuid
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from wire import interbroker as ib
+from wire.schema import SchemaDecodeError, decode, encode, request_type, response_type
+
+TOPIC_ID = uuid.UUID("0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0")
+
+
+def uvarint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def cstr(s: str | None) -> bytes:
+    """COMPACT_(NULLABLE_)STRING: length + 1 as a varint, 0 for null."""
+    if s is None:
+        return b"\x00"
+    raw = s.encode()
+    return uvarint(len(raw) + 1) + raw
+
+
+def carray(items: list[bytes]) -> bytes:
+    return uvarint(len(items) + 1) + b"".join(items)
+
+
+def cint32s(values: list[int]) -> bytes:
+    return carray([struct.pack(">i", v) for v in values])
+
+
+NO_TAGS = b"\x00"
+
+
+def leader_and_isr() -> ib.LeaderAndIsrRequest:
+    return ib.LeaderAndIsrRequest(
+        controller_id=2,
+        controller_epoch=9,
+        broker_epoch=4294967301,
+        type=1,
+        topic_states=(
+            ib.LeaderAndIsrTopicState(
+                topic_name="orders",
+                topic_id=TOPIC_ID,
+                partition_states=(
+                    ib.LeaderAndIsrPartitionState(
+                        partition_index=3,
+                        controller_epoch=8,
+                        leader=1,
+                        leader_epoch=12,
+                        isr=(1, 2),
+                        partition_epoch=40,
+                        replicas=(1, 2, 3),
+                        adding_replicas=(3,),
+                        removing_replicas=(),
+                        is_new=True,
+                        leader_recovery_state=1,
+                    ),
+                ),
+            ),
+        ),
+        live_leaders=(ib.LeaderAndIsrLiveLeader(broker_id=1, host_name="h1", port=9092),),
+    )
+
+
+def update_metadata() -> ib.UpdateMetadataRequest:
+    return ib.UpdateMetadataRequest(
+        controller_id=2,
+        controller_epoch=9,
+        broker_epoch=77,
+        topic_states=(
+            ib.UpdateMetadataTopicState(
+                topic_name="t",
+                topic_id=TOPIC_ID,
+                partition_states=(
+                    ib.UpdateMetadataPartitionState(
+                        partition_index=0,
+                        controller_epoch=9,
+                        leader=3,
+                        leader_epoch=5,
+                        isr=(3,),
+                        zk_version=6,
+                        replicas=(3, 1),
+                        offline_replicas=(1,),
+                    ),
+                ),
+            ),
+        ),
+        live_brokers=(
+            ib.UpdateMetadataBroker(
+                id=3,
+                endpoints=(
+                    ib.UpdateMetadataEndpoint(
+                        port=19092, host="b3", listener="PLAINTEXT", security_protocol=0
+                    ),
+                ),
+                rack=None,
+            ),
+            ib.UpdateMetadataBroker(id=1, endpoints=(), rack="r1"),
+        ),
+    )
+
+
+def test_leader_and_isr_v7_bytes_are_kafkas() -> None:
+    partition = (
+        struct.pack(">iiii", 3, 8, 1, 12)  # index, controller epoch, leader, leader epoch
+        + cint32s([1, 2])  # Isr
+        + struct.pack(">i", 40)  # PartitionEpoch
+        + cint32s([1, 2, 3])  # Replicas
+        + cint32s([3])  # AddingReplicas
+        + cint32s([])  # RemovingReplicas
+        + b"\x01"  # IsNew
+        + b"\x01"  # LeaderRecoveryState
+        + NO_TAGS
+    )
+    topic = cstr("orders") + TOPIC_ID.bytes + carray([partition]) + NO_TAGS
+    live_leader = struct.pack(">i", 1) + cstr("h1") + struct.pack(">i", 9092) + NO_TAGS
+    expected = (
+        struct.pack(">i", 2)  # ControllerId
+        + b"\x00"  # isKRaftController
+        + struct.pack(">i", 9)  # ControllerEpoch
+        + struct.pack(">q", 4294967301)  # BrokerEpoch
+        + b"\x01"  # Type
+        + carray([topic])
+        + carray([live_leader])
+        + NO_TAGS
+    )
+    assert encode(leader_and_isr()) == expected
+    assert decode(ib.LeaderAndIsrRequest, expected) == leader_and_isr()
+
+
+def test_update_metadata_v8_bytes_are_kafkas() -> None:
+    partition = (
+        struct.pack(">iiii", 0, 9, 3, 5)
+        + cint32s([3])  # Isr
+        + struct.pack(">i", 6)  # ZkVersion
+        + cint32s([3, 1])  # Replicas
+        + cint32s([1])  # OfflineReplicas
+        + NO_TAGS
+    )
+    topic = cstr("t") + TOPIC_ID.bytes + carray([partition]) + NO_TAGS
+    endpoint = struct.pack(">i", 19092) + cstr("b3") + cstr("PLAINTEXT") + b"\x00\x00" + NO_TAGS
+    broker3 = struct.pack(">i", 3) + carray([endpoint]) + cstr(None) + NO_TAGS
+    broker1 = struct.pack(">i", 1) + carray([]) + cstr("r1") + NO_TAGS
+    head = struct.pack(">i", 2) + b"\x00" + struct.pack(">iq", 9, 77)
+    body = head + carray([topic]) + carray([broker3, broker1])
+    # Type (tag 0) keeps its default 0, so it is not written.
+    assert encode(update_metadata()) == body + NO_TAGS
+    assert decode(ib.UpdateMetadataRequest, body + NO_TAGS) == update_metadata()
+    # Type 2 (a full snapshot) travels as tagged field 0 of size 1.
+    full = body + b"\x01" + b"\x00" + b"\x01" + b"\x02"
+    assert encode(dataclasses.replace(update_metadata(), type=2)) == full
+    assert decode(ib.UpdateMetadataRequest, full).type == 2
+
+
+ROUND_TRIPS = [
+    leader_and_isr(),
+    ib.LeaderAndIsrResponse(
+        error_code=ErrorCode.none,
+        topics=(
+            ib.LeaderAndIsrTopicError(
+                topic_id=TOPIC_ID,
+                partition_errors=(
+                    ib.LeaderAndIsrPartitionError(partition_index=0, error_code=ErrorCode.none),
+                    ib.LeaderAndIsrPartitionError(
+                        partition_index=7, error_code=ErrorCode.fenced_leader_epoch
+                    ),
+                ),
+            ),
+        ),
+    ),
+    ib.StopReplicaRequest(
+        controller_id=1,
+        controller_epoch=4,
+        broker_epoch=1234,
+        topic_states=(
+            ib.StopReplicaTopicState(
+                topic_name="gone",
+                partition_states=(
+                    ib.StopReplicaPartitionState(
+                        partition_index=2, leader_epoch=-2, delete_partition=True
+                    ),
+                    ib.StopReplicaPartitionState(partition_index=5, delete_partition=False),
+                ),
+            ),
+        ),
+    ),
+    ib.StopReplicaResponse(
+        error_code=ErrorCode.stale_controller_epoch,
+        partition_errors=(
+            ib.StopReplicaPartitionError(
+                topic_name="gone", partition_index=2, error_code=ErrorCode.kafka_storage_error
+            ),
+        ),
+    ),
+    update_metadata(),
+    ib.UpdateMetadataResponse(error_code=ErrorCode.stale_controller_epoch),
+    ib.ControlledShutdownRequest(broker_id=3, broker_epoch=99),
+    ib.ControlledShutdownResponse(
+        error_code=ErrorCode.none,
+        remaining_partitions=(
+            ib.RemainingPartition(topic_name="orders", partition_index=1),
+            ib.RemainingPartition(topic_name="ünïcode", partition_index=0),
+        ),
+    ),
+]
+
+
+@pytest.mark.parametrize("entity", ROUND_TRIPS, ids=lambda e: type(e).__name__)
+def test_round_trip(entity: object) -> None:
+    assert decode(type(entity), encode(entity)) == entity
+
+
+@pytest.mark.parametrize(
+    ("api_key", "version", "request_cls", "response_cls"),
+    [
+        (4, 7, ib.LeaderAndIsrRequest, ib.LeaderAndIsrResponse),
+        (5, 4, ib.StopReplicaRequest, ib.StopReplicaResponse),
+        (6, 8, ib.UpdateMetadataRequest, ib.UpdateMetadataResponse),
+        (7, 3, ib.ControlledShutdownRequest, ib.ControlledShutdownResponse),
+    ],
+)
+def test_schema_lookup_finds_them(
+    api_key: int, version: int, request_cls: type, response_cls: type
+) -> None:
+    assert request_type(api_key, version) is request_cls
+    assert response_type(api_key, version) is response_cls
+    assert request_cls.__flexible__ and request_cls.__api_key__ == api_key
+
+
+def test_kio_schemas_still_found() -> None:
+    assert request_type(3, 12).__name__ == "MetadataRequest"
+    assert response_type(1, 12).__name__ == "FetchResponse"
+
+
+def test_unknown_tagged_fields_are_skipped() -> None:
+    """Tags a newer Gregor might add, at the top level and inside a nested struct."""
+    unknown = b"\x02" + b"\x05\x03abc" + b"\x07\x00"  # two fields: tag 5 (3 bytes), tag 7 (empty)
+    request = ib.ControlledShutdownRequest(broker_id=3, broker_epoch=99)
+    raw = encode(request)
+    assert raw.endswith(NO_TAGS)
+    assert decode(ib.ControlledShutdownRequest, raw[:-1] + unknown) == request
+
+    response = ROUND_TRIPS[-1]
+    raw = encode(response)
+    first = struct.pack(">i", 1)  # end of the first RemainingPartition, before its tags
+    at = raw.index(cstr("orders") + first) + len(cstr("orders") + first)
+    patched = raw[:at] + unknown + raw[at + 1 :]
+    assert decode(ib.ControlledShutdownResponse, patched) == response
+
+    # A known tag next to an unknown one is still read.
+    body = encode(update_metadata())[:-1]
+    mixed = body + b"\x02" + b"\x00\x01\x02" + b"\x09\x02zz"
+    assert decode(ib.UpdateMetadataRequest, mixed).type == 2
+
+
+def test_truncated_body_is_refused() -> None:
+    raw = encode(leader_and_isr())
+    with pytest.raises(SchemaDecodeError):
+        decode(ib.LeaderAndIsrRequest, raw[:-5])

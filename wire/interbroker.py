@@ -1,0 +1,400 @@
+"""Inter-broker (controller) messages, in the style of kio's generated classes.
+
+kio has no schemas for the ZooKeeper-era control plane, so these are written by hand
+from Apache Kafka 3.9's ``LeaderAndIsrRequest.json``, ``StopReplicaRequest.json``,
+``UpdateMetadataRequest.json``, ``ControlledShutdownRequest.json`` and their responses.
+Only one version of each is defined: LeaderAndIsr (key 4) v7, StopReplica (5) v4,
+UpdateMetadata (6) v8 and ControlledShutdown (7) v3, all flexible. Only Gregor brokers
+speak them, to one another, so there is no older version to negotiate down to.
+
+The field order, types, defaults and tags are those of the JSON at these versions, so
+``wire.schema.encode`` and ``wire.schema.decode`` produce and read Kafka's bytes.
+"""
+
+import uuid
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from kio.schema.errors import ErrorCode
+from kio.schema.request_header.v2.header import RequestHeader
+from kio.schema.response_header.v1.header import ResponseHeader
+from kio.schema.types import BrokerId, TopicName
+from kio.static.constants import EntityType
+from kio.static.primitive import i8, i16, i32, i64
+
+LEADER_AND_ISR = 4
+STOP_REPLICA = 5
+UPDATE_METADATA = 6
+CONTROLLED_SHUTDOWN = 7
+
+
+# --- LeaderAndIsr v7 ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeaderAndIsrPartitionState:
+    __type__: ClassVar = EntityType.nested
+    __version__: ClassVar[i16] = i16(7)
+    __flexible__: ClassVar[bool] = True
+    __api_key__: ClassVar[i16] = i16(LEADER_AND_ISR)
+    __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
+    partition_index: i32 = field(metadata={"kafka_type": "int32"})
+    """The partition index."""
+    controller_epoch: i32 = field(metadata={"kafka_type": "int32"})
+    """The controller epoch."""
+    leader: BrokerId = field(metadata={"kafka_type": "int32"})
+    """The broker ID of the leader."""
+    leader_epoch: i32 = field(metadata={"kafka_type": "int32"})
+    """The leader epoch."""
+    isr: tuple[BrokerId, ...] = field(metadata={"kafka_type": "int32"}, default=())
+    """The in-sync replica IDs."""
+    partition_epoch: i32 = field(metadata={"kafka_type": "int32"})
+    """The partition epoch: the zk version of the partition's state znode."""
+    replicas: tuple[BrokerId, ...] = field(metadata={"kafka_type": "int32"}, default=())
+    """The replica IDs."""
+    adding_replicas: tuple[BrokerId, ...] = field(metadata={"kafka_type": "int32"}, default=())
+    """The replica IDs being added to this partition by a reassignment."""
+    removing_replicas: tuple[BrokerId, ...] = field(
+        metadata={"kafka_type": "int32"}, default=()
+    )
+    """The replica IDs being removed from this partition by a reassignment."""
+    is_new: bool = field(metadata={"kafka_type": "bool"}, default=False)
+    """Whether the replica should have existed on the broker or not."""
+    leader_recovery_state: i8 = field(metadata={"kafka_type": "int8"}, default=i8(0))
+    """1 if the partition is recovering from an unclean leader election; 0 otherwise."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeaderAndIsrTopicState:
+    __type__: ClassVar = EntityType.nested
+    __version__: ClassVar[i16] = i16(7)
+    __flexible__: ClassVar[bool] = True
+    __api_key__: ClassVar[i16] = i16(LEADER_AND_ISR)
+    __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
+    topic_name: TopicName = field(metadata={"kafka_type": "string"})
+    """The topic name."""
+    topic_id: uuid.UUID | None = field(metadata={"kafka_type": "uuid"})
+    """The unique topic ID (None is the all-zero id)."""
+    partition_states: tuple[LeaderAndIsrPartitionState, ...]
+    """The state of each partition."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeaderAndIsrLiveLeader:
+    __type__: ClassVar = EntityType.nested
+    __version__: ClassVar[i16] = i16(7)
+    __flexible__: ClassVar[bool] = True
+    __api_key__: ClassVar[i16] = i16(LEADER_AND_ISR)
+    __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
+    broker_id: BrokerId = field(metadata={"kafka_type": "int32"})
+    """The leader's broker ID."""
+    host_name: str = field(metadata={"kafka_type": "string"})
+    """The leader's hostname."""
+    port: i32 = field(metadata={"kafka_type": "int32"})
+    """The leader's port."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeaderAndIsrRequest:
+    __type__: ClassVar = EntityType.request
+    __version__: ClassVar[i16] = i16(7)
+    __flexible__: ClassVar[bool] = True
+    __api_key__: ClassVar[i16] = i16(LEADER_AND_ISR)
+    __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
+    controller_id: BrokerId = field(metadata={"kafka_type": "int32"})
+    """The current controller ID."""
+    is_kraft_controller: bool = field(metadata={"kafka_type": "bool"}, default=False)
+    """If KRaft controller id is used during migration (KIP-866); always false here."""
+    controller_epoch: i32 = field(metadata={"kafka_type": "int32"})
+    """The current controller epoch."""
+    broker_epoch: i64 = field(metadata={"kafka_type": "int64"}, default=i64(-1))
+    """The current broker epoch."""
+    type: i8 = field(metadata={"kafka_type": "int8"}, default=i8(0))
+    """Whether all topics are included: 0 unknown, 1 incremental, 2 full."""
+    topic_states: tuple[LeaderAndIsrTopicState, ...]
+    """Each topic."""
+    live_leaders: tuple[LeaderAndIsrLiveLeader, ...]
+    """The current live leaders."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeaderAndIsrPartitionError:
+    __type__: ClassVar = EntityType.nested
+    __version__: ClassVar[i16] = i16(7)
+    __flexible__: ClassVar[bool] = True
+    __api_key__: ClassVar[i16] = i16(LEADER_AND_ISR)
+    __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
+    partition_index: i32 = field(metadata={"kafka_type": "int32"})
+    """The partition index."""
+    error_code: ErrorCode = field(metadata={"kafka_type": "error_code"})
+    """The partition error code, or 0 if there was no error."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeaderAndIsrTopicError:
+    __type__: ClassVar = EntityType.nested
+    __version__: ClassVar[i16] = i16(7)
+    __flexible__: ClassVar[bool] = True
+    __api_key__: ClassVar[i16] = i16(LEADER_AND_ISR)
+    __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
+    topic_id: uuid.UUID | None = field(metadata={"kafka_type": "uuid"})
+    """The unique topic ID."""
+    partition_errors: tuple[LeaderAndIsrPartitionError, ...]
+    """Each partition."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeaderAndIsrResponse:
+    __type__: ClassVar = EntityType.response
+    __version__: ClassVar[i16] = i16(7)
+    __flexible__: ClassVar[bool] = True
+    __api_key__: ClassVar[i16] = i16(LEADER_AND_ISR)
+    __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
+    error_code: ErrorCode = field(metadata={"kafka_type": "error_code"})
+    """The error code, or 0 if there was no error."""
+    topics: tuple[LeaderAndIsrTopicError, ...]
+    """Each topic."""
+
+
+# --- StopReplica v4 -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StopReplicaPartitionState:
+    __type__: ClassVar = EntityType.nested
+    __version__: ClassVar[i16] = i16(4)
+    __flexible__: ClassVar[bool] = True
+    __api_key__: ClassVar[i16] = i16(STOP_REPLICA)
+    __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
+    partition_index: i32 = field(metadata={"kafka_type": "int32"})
+    """The partition index."""
+    leader_epoch: i32 = field(metadata={"kafka_type": "int32"}, default=i32(-1))
+    """The leader epoch; -1 skips the epoch check, -2 is sent when deleting the topic."""
+    delete_partition: bool = field(metadata={"kafka_type": "bool"})
+    """Whether this partition should be deleted."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StopReplicaTopicState:
+    __type__: ClassVar = EntityType.nested
+    __version__: ClassVar[i16] = i16(4)
+    __flexible__: ClassVar[bool] = True
+    __api_key__: ClassVar[i16] = i16(STOP_REPLICA)
+    __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
+    topic_name: TopicName = field(metadata={"kafka_type": "string"})
+    """The topic name."""
+    partition_states: tuple[StopReplicaPartitionState, ...]
+    """The state of each partition."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StopReplicaRequest:
+    __type__: ClassVar = EntityType.request
+    __version__: ClassVar[i16] = i16(4)
+    __flexible__: ClassVar[bool] = True
+    __api_key__: ClassVar[i16] = i16(STOP_REPLICA)
+    __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
+    controller_id: BrokerId = field(metadata={"kafka_type": "int32"})
+    """The controller id."""
+    is_kraft_controller: bool = field(metadata={"kafka_type": "bool"}, default=False)
+    """If KRaft controller id is used during migration (KIP-866); always false here."""
+    controller_epoch: i32 = field(metadata={"kafka_type": "int32"})
+    """The controller epoch."""
+    broker_epoch: i64 = field(metadata={"kafka_type": "int64"}, default=i64(-1))
+    """The broker epoch."""
+    topic_states: tuple[StopReplicaTopicState, ...]
+    """Each topic."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StopReplicaPartitionError:
+    __type__: ClassVar = EntityType.nested
+    __version__: ClassVar[i16] = i16(4)
+    __flexible__: ClassVar[bool] = True
+    __api_key__: ClassVar[i16] = i16(STOP_REPLICA)
+    __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
+    topic_name: TopicName = field(metadata={"kafka_type": "string"})
+    """The topic name."""
+    partition_index: i32 = field(metadata={"kafka_type": "int32"})
+    """The partition index."""
+    error_code: ErrorCode = field(metadata={"kafka_type": "error_code"})
+    """The partition error code, or 0 if there was no partition error."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StopReplicaResponse:
+    __type__: ClassVar = EntityType.response
+    __version__: ClassVar[i16] = i16(4)
+    __flexible__: ClassVar[bool] = True
+    __api_key__: ClassVar[i16] = i16(STOP_REPLICA)
+    __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
+    error_code: ErrorCode = field(metadata={"kafka_type": "error_code"})
+    """The top-level error code, or 0 if there was no top-level error."""
+    partition_errors: tuple[StopReplicaPartitionError, ...]
+    """The responses for each partition."""
+
+
+# --- UpdateMetadata v8 ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UpdateMetadataPartitionState:
+    __type__: ClassVar = EntityType.nested
+    __version__: ClassVar[i16] = i16(8)
+    __flexible__: ClassVar[bool] = True
+    __api_key__: ClassVar[i16] = i16(UPDATE_METADATA)
+    __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
+    partition_index: i32 = field(metadata={"kafka_type": "int32"})
+    """The partition index."""
+    controller_epoch: i32 = field(metadata={"kafka_type": "int32"})
+    """The controller epoch."""
+    leader: BrokerId = field(metadata={"kafka_type": "int32"})
+    """The ID of the broker which is the current partition leader."""
+    leader_epoch: i32 = field(metadata={"kafka_type": "int32"})
+    """The leader epoch of this partition."""
+    isr: tuple[BrokerId, ...] = field(metadata={"kafka_type": "int32"}, default=())
+    """The brokers which are in the ISR for this partition."""
+    zk_version: i32 = field(metadata={"kafka_type": "int32"})
+    """The zk version of the partition's state znode (the partition epoch)."""
+    replicas: tuple[BrokerId, ...] = field(metadata={"kafka_type": "int32"}, default=())
+    """All the replicas of this partition."""
+    offline_replicas: tuple[BrokerId, ...] = field(metadata={"kafka_type": "int32"}, default=())
+    """The replicas of this partition which are offline."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UpdateMetadataTopicState:
+    __type__: ClassVar = EntityType.nested
+    __version__: ClassVar[i16] = i16(8)
+    __flexible__: ClassVar[bool] = True
+    __api_key__: ClassVar[i16] = i16(UPDATE_METADATA)
+    __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
+    topic_name: TopicName = field(metadata={"kafka_type": "string"})
+    """The topic name."""
+    topic_id: uuid.UUID | None = field(metadata={"kafka_type": "uuid"})
+    """The topic id (None is the all-zero id)."""
+    partition_states: tuple[UpdateMetadataPartitionState, ...]
+    """The partitions that we would like to update."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UpdateMetadataEndpoint:
+    __type__: ClassVar = EntityType.nested
+    __version__: ClassVar[i16] = i16(8)
+    __flexible__: ClassVar[bool] = True
+    __api_key__: ClassVar[i16] = i16(UPDATE_METADATA)
+    __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
+    port: i32 = field(metadata={"kafka_type": "int32"})
+    """The port of this endpoint."""
+    host: str = field(metadata={"kafka_type": "string"})
+    """The hostname of this endpoint."""
+    listener: str = field(metadata={"kafka_type": "string"})
+    """The listener name."""
+    security_protocol: i16 = field(metadata={"kafka_type": "int16"})
+    """The security protocol type (0 PLAINTEXT, 1 SSL, 2 SASL_PLAINTEXT, 3 SASL_SSL)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UpdateMetadataBroker:
+    __type__: ClassVar = EntityType.nested
+    __version__: ClassVar[i16] = i16(8)
+    __flexible__: ClassVar[bool] = True
+    __api_key__: ClassVar[i16] = i16(UPDATE_METADATA)
+    __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
+    id: BrokerId = field(metadata={"kafka_type": "int32"})
+    """The broker id."""
+    endpoints: tuple[UpdateMetadataEndpoint, ...]
+    """The broker endpoints."""
+    rack: str | None = field(metadata={"kafka_type": "string"})
+    """The rack which this broker belongs to."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UpdateMetadataRequest:
+    __type__: ClassVar = EntityType.request
+    __version__: ClassVar[i16] = i16(8)
+    __flexible__: ClassVar[bool] = True
+    __api_key__: ClassVar[i16] = i16(UPDATE_METADATA)
+    __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
+    controller_id: BrokerId = field(metadata={"kafka_type": "int32"})
+    """The controller id."""
+    is_kraft_controller: bool = field(metadata={"kafka_type": "bool"}, default=False)
+    """If KRaft controller id is used during migration (KIP-866); always false here."""
+    type: i8 = field(metadata={"kafka_type": "int8", "tag": 0}, default=i8(0))
+    """Tagged: a full snapshot (2), incremental (1) or unknown (0); KIP-866 migration."""
+    controller_epoch: i32 = field(metadata={"kafka_type": "int32"})
+    """The controller epoch."""
+    broker_epoch: i64 = field(metadata={"kafka_type": "int64"}, default=i64(-1))
+    """The broker epoch."""
+    topic_states: tuple[UpdateMetadataTopicState, ...]
+    """Each topic that we would like to update."""
+    live_brokers: tuple[UpdateMetadataBroker, ...]
+    """The live brokers."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UpdateMetadataResponse:
+    __type__: ClassVar = EntityType.response
+    __version__: ClassVar[i16] = i16(8)
+    __flexible__: ClassVar[bool] = True
+    __api_key__: ClassVar[i16] = i16(UPDATE_METADATA)
+    __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
+    error_code: ErrorCode = field(metadata={"kafka_type": "error_code"})
+    """The error code, or 0 if there was no error."""
+
+
+# --- ControlledShutdown v3 ------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ControlledShutdownRequest:
+    __type__: ClassVar = EntityType.request
+    __version__: ClassVar[i16] = i16(3)
+    __flexible__: ClassVar[bool] = True
+    __api_key__: ClassVar[i16] = i16(CONTROLLED_SHUTDOWN)
+    __header_schema__: ClassVar[type[RequestHeader]] = RequestHeader
+    broker_id: BrokerId = field(metadata={"kafka_type": "int32"})
+    """The id of the broker for which controlled shutdown has been requested."""
+    broker_epoch: i64 = field(metadata={"kafka_type": "int64"}, default=i64(-1))
+    """The broker epoch."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RemainingPartition:
+    __type__: ClassVar = EntityType.nested
+    __version__: ClassVar[i16] = i16(3)
+    __flexible__: ClassVar[bool] = True
+    __api_key__: ClassVar[i16] = i16(CONTROLLED_SHUTDOWN)
+    __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
+    topic_name: TopicName = field(metadata={"kafka_type": "string"})
+    """The name of the topic."""
+    partition_index: i32 = field(metadata={"kafka_type": "int32"})
+    """The index of the partition."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ControlledShutdownResponse:
+    __type__: ClassVar = EntityType.response
+    __version__: ClassVar[i16] = i16(3)
+    __flexible__: ClassVar[bool] = True
+    __api_key__: ClassVar[i16] = i16(CONTROLLED_SHUTDOWN)
+    __header_schema__: ClassVar[type[ResponseHeader]] = ResponseHeader
+    error_code: ErrorCode = field(metadata={"kafka_type": "error_code"})
+    """The top-level error code."""
+    remaining_partitions: tuple[RemainingPartition, ...]
+    """The partitions that the broker still leads."""
+
+
+# (api key, version) -> entity, for wire.schema's lookup.
+REQUESTS: dict[tuple[int, int], type] = {
+    (LEADER_AND_ISR, 7): LeaderAndIsrRequest,
+    (STOP_REPLICA, 4): StopReplicaRequest,
+    (UPDATE_METADATA, 8): UpdateMetadataRequest,
+    (CONTROLLED_SHUTDOWN, 3): ControlledShutdownRequest,
+}
+RESPONSES: dict[tuple[int, int], type] = {
+    (LEADER_AND_ISR, 7): LeaderAndIsrResponse,
+    (STOP_REPLICA, 4): StopReplicaResponse,
+    (UPDATE_METADATA, 8): UpdateMetadataResponse,
+    (CONTROLLED_SHUTDOWN, 3): ControlledShutdownResponse,
+}

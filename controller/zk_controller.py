@@ -312,22 +312,26 @@ class ZkController:
         logger.info(
             "Controller %d: brokers joined %s, left %s", self.broker_id, sorted(new), sorted(dead)
         )
+        batch = RequestBatch()
         for b in dead:
             del self.brokers[b]
             self.shutting_down.discard(b)
             assert self._channel is not None
             await self._channel.remove_broker(b)
+        if dead:
+            # A bounced broker lost what it had not flushed: its leaderships move and it
+            # leaves the ISRs before it is let back in, as a new replica.
+            await self._react_to_liveness(batch)
         for b in new:
             self._add_broker(current[b])
-        batch = RequestBatch()
         if new:
             # A joining broker learns everything: the whole metadata, and LeaderAndIsr for
-            # every replica it holds.
+            # every replica it holds; then offline partitions may have a leader again.
             batch.add_update_metadata(new, self._views())
             for tp in self._partitions_on(new):
-                if tp in self.states:
+                if tp in self.states and tp[0] not in self.deleting:
                     batch.add_leader_and_isr(new & set(self.assignments[tp]), tp, self._view(tp))
-        await self._react_to_liveness(batch)
+            await self._react_to_liveness(batch)
         batch.add_update_metadata(self.brokers)  # the live broker list changed
         for topic, pending in self.deleting.items():
             for broker, index in pending:
@@ -454,6 +458,8 @@ class ZkController:
         answered. A replica on a broker that is down is asked again when it returns."""
         if name in self.deleting:
             return
+        if name not in self.topic_ids:
+            await self._load_topics([name])  # created since this controller last looked
         if name not in self.topic_ids or not self.config.delete_topic_enable:
             if name in self.topic_ids:
                 logger.warning("Not deleting topic %s: delete.topic.enable is false", name)
@@ -760,10 +766,6 @@ class ZkController:
             batch = RequestBatch()
             await self._commit(changes, batch)
             self._flush(batch)
-
-    async def check_imbalance(self) -> None:
-        """Run the preferred-leader check now (as the timer does)."""
-        await self._submit(self._check_imbalance)
 
     # --- writing and telling ---------------------------------------------------------------
 

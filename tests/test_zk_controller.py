@@ -383,6 +383,33 @@ def test_returning_broker_is_told_everything_and_offline_partition_comes_back(
     run(body)
 
 
+def test_bounced_broker_loses_its_leaderships_before_rejoining(connect: str) -> None:
+    async def body() -> None:
+        async with cluster(connect, 1, 2, 3) as c:
+            controller = await c.active()
+            await wait_for(lambda: len(controller.brokers) == 3)
+            await c.create_topic("t", {0: [3, 1, 2], 1: [1, 2, 3]})
+            await wait_for(lambda: len(controller.states) == 2)
+            await c.settled(controller)
+            old_epoch = c.epochs[3]
+            # Killed and back at once: the controller may see one change (a new epoch).
+            await c.kill(3)
+            await c.start_broker(3)
+            await wait_for(
+                lambda: (
+                    controller.brokers.get(3) is not None
+                    and controller.brokers[3].epoch != old_epoch
+                )
+            )
+            await c.settled(controller)
+            states = await c.states("t", 2)
+            assert states[0].leader == 1 and 3 not in states[0].isr
+            assert 3 not in states[1].isr
+            assert states[0].leader_epoch == 1
+
+    run(body)
+
+
 # --- AlterPartition --------------------------------------------------------------------
 
 
@@ -520,7 +547,10 @@ def test_controlled_shutdown_moves_leadership_and_shrinks_isrs(connect: str) -> 
 
 def test_preferred_leaders_return(connect: str) -> None:
     async def body() -> None:
-        config = ControllerConfig(auto_leader_rebalance=False, leader_imbalance_per_broker_pct=10)
+        # The imbalance check every 0.1 s instead of 300 s.
+        config = ControllerConfig(
+            leader_imbalance_check_interval_s=0.1, first_imbalance_check_s=0.1
+        )
         async with cluster(connect, 1, 2, config=config) as c:
             controller = await c.active()
             await wait_for(lambda: len(controller.brokers) == 2)
@@ -540,8 +570,12 @@ def test_preferred_leaders_return(connect: str) -> None:
             # Broker 2 catches up: the leader adds it back to the ISR.
             request = alter_request(1, c.epochs, topic_id, state, [1, 2])
             assert error_of(await controller.handle_alter_partition(request)) == ErrorCode.none
-            await controller.check_imbalance()
-            assert (await c.states("t", 2))[0].leader == 2
+
+            async def preferred_leads() -> bool:
+                return (await c.states("t", 2))[0].leader == 2
+
+            await wait_for(preferred_leads)
+            assert (await c.states("t", 2))[1].leader == 1
 
     run(body)
 

@@ -185,7 +185,9 @@ class RequestBatch:
         self.stop_replica: dict[int, dict[TP, tuple[bool, int]]] = {}
 
     def __bool__(self) -> bool:
-        return bool(self.leader_and_isr or self.metadata_brokers or self.stop_replica)
+        return bool(
+            self.leader_and_isr or self.metadata_brokers or self.metadata or self.stop_replica
+        )
 
     def add_leader_and_isr(
         self, brokers: Iterable[int], tp: TP, state: PartitionView, *, is_new: bool = False

@@ -254,12 +254,13 @@ class ReplicaManager:
     ) -> Any:
         """acks=all: ``respond()`` once every partition's high watermark covers its append
         (each wait's ``error`` then says how it ended), now or from the produce purgatory."""
-        delayed = DelayedProduce(waits, self._is_current, respond)
+        delayed = DelayedProduce(waits, self.is_current, respond)
         if delayed.ready():
             return respond()
         return self.produce_purgatory.park(delayed.keys, timeout_ms, delayed)
 
-    def _is_current(self, partition: Partition) -> bool:
+    def is_current(self, partition: Partition) -> bool:
+        """Whether ``partition`` is still the one hosted (not removed or re-created)."""
         return self._partitions.get((partition.topic, partition.index)) is partition
 
     # -- leader: follower fetches and the ISR ------------------------------------------------
@@ -331,7 +332,7 @@ class ReplicaManager:
             )
             await asyncio.sleep(ALTER_RETRY_BACKOFF_MS / 1000)
         if (
-            not self._is_current(partition)
+            not self.is_current(partition)
             or partition.leader_epoch != epoch
             or partition.pending_isr is not new_isr
         ):

@@ -12,6 +12,7 @@ partition epochs).
 from __future__ import annotations
 
 import asyncio
+import datetime
 import os
 import struct
 import uuid
@@ -33,7 +34,7 @@ from tests.kafka_wire import request_frame
 from wire.headers import skip_tagged_fields
 from wire.records import build_batch
 from wire.schema import decode, is_flexible, request_type, response_type
-from wire.versions import API_VERSIONS, PRODUCE
+from wire.versions import API_VERSIONS, FETCH, OFFSET_FOR_LEADER_EPOCH, PRODUCE
 
 TOPIC = "t"
 TOPIC_ID = uuid.uuid4()
@@ -239,8 +240,6 @@ async def in_sync(cluster: Cluster, leader: int, followers: list[int]) -> None:
 
 
 def produce_request(records: bytes, acks: int, timeout_ms: int) -> Any:
-    import datetime
-
     cls = request_type(PRODUCE, 11)
     t = nested(cls, "TopicProduceData")
     p = nested(cls, "PartitionProduceData")
@@ -426,22 +425,101 @@ def test_stale_leader_and_isr_and_stop_replica(tmp_path: Path) -> None:
         c.elect(0, [0, 1])
         c.elect(0, [0, 1])
         node = c.nodes[1]
-        old = LeaderAndIsrState(TOPIC, TOPIC_ID, 0, 1, c.leader_epoch - 1, [1], 0, [0, 1])
-        assert node.replicas.become_leader_or_follower(1, [old]) == {
+
+        def state(epoch: int) -> LeaderAndIsrState:
+            return LeaderAndIsrState(TOPIC, TOPIC_ID, 0, 1, epoch, [1], 9, [0, 1])
+
+        for epoch in (c.leader_epoch - 1, c.leader_epoch):  # older, or a repeat
+            assert node.replicas.become_leader_or_follower(1, [state(epoch)]) == {
+                (TOPIC, 0): ErrorCode.stale_controller_epoch
+            }
+        # A newer leader epoch from a controller older than one already heard from.
+        assert node.replicas.become_leader_or_follower(0, [state(c.leader_epoch + 1)]) == {
             (TOPIC, 0): ErrorCode.stale_controller_epoch
         }
-        assert node.replicas.become_leader_or_follower(0, [old]) == {
-            (TOPIC, 0): ErrorCode.stale_controller_epoch
+        other_id = LeaderAndIsrState(TOPIC, uuid.uuid4(), 0, 1, 99, [1], 9, [0, 1])
+        assert node.replicas.become_leader_or_follower(1, [other_id]) == {
+            (TOPIC, 0): ErrorCode.inconsistent_topic_id
         }
-        assert not node.partition.is_leader
-        stale = StopReplicaState(TOPIC, 0, c.leader_epoch - 1, delete=False)
-        assert node.replicas.stop_replicas(1, [stale]) == {
-            (TOPIC, 0): ErrorCode.fenced_leader_epoch
+        not_mine = LeaderAndIsrState("u", None, 0, 0, 0, [0], 0, [0])
+        assert node.replicas.become_leader_or_follower(1, [not_mine]) == {
+            ("u", 0): ErrorCode.unknown_topic_or_partition
         }
-        stop = StopReplicaState(TOPIC, 0, c.leader_epoch, delete=True)
+        assert not node.partition.is_leader and node.partition.leader == 0
+        for epoch in (c.leader_epoch - 1, c.leader_epoch):
+            stale = StopReplicaState(TOPIC, 0, epoch, delete=False)
+            assert node.replicas.stop_replicas(1, [stale]) == {
+                (TOPIC, 0): ErrorCode.fenced_leader_epoch
+            }
         directory = node.partition.log.directory
-        assert node.replicas.stop_replicas(1, [stop]) == {(TOPIC, 0): ErrorCode.none}
+        deleting = StopReplicaState(TOPIC, 0, -2, delete=True)
+        assert node.replicas.stop_replicas(1, [deleting]) == {(TOPIC, 0): ErrorCode.none}
         assert node.replicas.get(TOPIC, 0) is None
         await until(lambda: not directory.exists(), "the log is deleted")
 
     run(tmp_path, scenario, size=2)
+
+
+def test_requests_to_a_follower_or_with_a_stale_epoch(tmp_path: Path) -> None:
+    """Consumers and OffsetForLeaderEpoch go to the leader only, with a current epoch."""
+
+    async def scenario(c: Cluster) -> None:
+        c.isr = [0, 1]
+        c.elect(0, [0, 1])
+        append(c.nodes[0], 3, b"a")
+        await in_sync(c, 0, [1])
+        epoch = c.leader_epoch
+        leader, follower = c.nodes
+        assert (await fetch(follower, 0)).error_code == ErrorCode.not_leader_or_follower
+        assert (await fetch(leader, 0, epoch - 1)).error_code == ErrorCode.fenced_leader_epoch
+        assert (await fetch(leader, 0, epoch + 1)).error_code == ErrorCode.unknown_leader_epoch
+        ok = await fetch(leader, 0, epoch)
+        assert ok.error_code == ErrorCode.none and ok.high_watermark == 3
+        assert (await end_offset(follower, 0)).error_code == ErrorCode.not_leader_or_follower
+        fenced = await end_offset(leader, 0, epoch - 1)
+        assert fenced.error_code == ErrorCode.fenced_leader_epoch
+        answer = await end_offset(leader, 0, epoch)
+        # Epoch 0 is older than any here: it ends where the first known epoch starts.
+        assert (answer.error_code, answer.leader_epoch, answer.end_offset) == (0, 0, 0)
+
+    run(tmp_path, scenario, size=2)
+
+
+async def fetch(node: Node, offset: int, current_leader_epoch: int = -1) -> Any:
+    cls = request_type(FETCH, 12)
+    t = nested(cls, "FetchTopic")
+    p = nested(cls, "FetchPartition")
+    request = cls(
+        max_wait=datetime.timedelta(0),
+        min_bytes=1,
+        max_bytes=1 << 20,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        topics=(
+            t(
+                topic=TOPIC,
+                partitions=(
+                    p(
+                        partition=0,
+                        fetch_offset=offset,
+                        current_leader_epoch=current_leader_epoch,
+                        partition_max_bytes=1 << 20,
+                    ),
+                ),
+            ),
+        ),
+        forgotten_topics_data=(),
+        rack_id="",
+    )
+    return (await node.call(FETCH, 12, request)).responses[0].partitions[0]
+
+
+async def end_offset(node: Node, epoch: int, current_leader_epoch: int = -1) -> Any:
+    cls = request_type(OFFSET_FOR_LEADER_EPOCH, 4)
+    t = nested(cls, "OffsetForLeaderTopic")
+    p = nested(cls, "OffsetForLeaderPartition")
+    part = p(partition=0, current_leader_epoch=current_leader_epoch, leader_epoch=epoch)
+    request = cls(replica_id=-1, topics=(t(topic=TOPIC, partitions=(part,)),))
+    response = await node.call(OFFSET_FOR_LEADER_EPOCH, 4, request)
+    return response.topics[0].partitions[0]

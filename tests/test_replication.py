@@ -20,6 +20,7 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
+import pytest
 from kio.schema.errors import ErrorCode
 
 from apis.context import Services, nested
@@ -127,6 +128,7 @@ class Cluster:
         self.props.update(props)
         self.clock_ms = 1_700_000_000_000
         self.alters: list[tuple[int, list[int]]] = []  # (leader epoch, proposed ISR)
+        self.fetches: list[tuple[int, int]] = []  # (source broker, partitions in the request)
         # The controller's view: leader epoch, ISR and partition epoch.
         self.leader_epoch, self.isr, self.partition_epoch = 0, [0], 0
         self.nodes = [Node(self, i, tmp / f"broker-{i}") for i in range(size)]
@@ -140,6 +142,7 @@ class Cluster:
             if not node.up or not self.nodes[source].up:
                 await asyncio.sleep(0.01)
                 raise ConnectionError(f"broker {node_id} is down")
+            self.fetches.append((source, sum(len(t.partitions) for t in request.topics)))
             return await node.call(request.__api_key__, version, request)
 
         return send
@@ -523,3 +526,92 @@ async def end_offset(node: Node, epoch: int, current_leader_epoch: int = -1) -> 
     request = cls(replica_id=-1, topics=(t(topic=TOPIC, partitions=(part,)),))
     response = await node.call(OFFSET_FOR_LEADER_EPOCH, 4, request)
     return response.topics[0].partitions[0]
+
+
+def test_idempotent_producer_state_follows_the_leader(tmp_path: Path) -> None:
+    """A retry of an acknowledged batch sent to the new leader after a failover is known
+    there as a duplicate: the producer state was replicated with the data."""
+
+    async def scenario(c: Cluster) -> None:
+        c.isr = [0, 1]
+        c.elect(0, [0, 1])
+
+        def idempotent(sequence: int) -> bytes:
+            return build_batch(
+                [(b"k", b"v%d" % sequence, [], 1_000)],
+                producer_id=7,
+                producer_epoch=0,
+                base_sequence=sequence,
+            )
+
+        first = await c.nodes[0].call(PRODUCE, 11, produce_request(idempotent(0), -1, 30_000))
+        second = await c.nodes[0].call(PRODUCE, 11, produce_request(idempotent(1), -1, 30_000))
+        assert second.responses[0].partition_responses[0].base_offset == 1
+        assert first.responses[0].partition_responses[0].error_code == ErrorCode.none
+        await in_sync(c, 0, [1])
+        c.nodes[0].up = False
+        c.elect(1, [1], to=[1])
+        retry = await c.nodes[1].call(PRODUCE, 11, produce_request(idempotent(1), 1, 30_000))
+        answer = retry.responses[0].partition_responses[0]
+        assert (answer.error_code, answer.base_offset) == (ErrorCode.none, 1)
+        assert c.nodes[1].partition.log.log_end_offset == 2  # nothing appended again
+        out_of_order = await c.nodes[1].call(
+            PRODUCE, 11, produce_request(idempotent(5), 1, 30_000)
+        )
+        assert out_of_order.responses[0].partition_responses[0].error_code == (
+            ErrorCode.out_of_order_sequence_number
+        )
+
+    run(tmp_path, scenario, size=2)
+
+
+def test_follower_high_watermark_is_checkpointed(tmp_path: Path) -> None:
+    async def scenario(c: Cluster) -> None:
+        c.isr = [0, 1]
+        c.elect(0, [0, 1])
+        append(c.nodes[0], 5, b"a")
+        await in_sync(c, 0, [1])
+        follower = c.nodes[1]
+        await until(lambda: follower.partition.high_watermark == 5, "the follower's HW is 5")
+        follower.replicas.fetchers.shutdown()  # type: ignore[union-attr]
+        follower.logs.checkpoint(follower.replicas.high_watermarks())
+        reopened = LogManager([follower.partition.log.directory.parent], {})
+        assert reopened.read_high_watermarks() == {(TOPIC, 0): 5}
+
+    run(tmp_path, scenario, size=2)
+
+
+@pytest.mark.parametrize("fetchers", [1, 3])
+def test_one_fetch_per_fetcher_for_all_its_partitions(tmp_path: Path, fetchers: int) -> None:
+    """num.replica.fetchers fetchers per source broker, each sending one Fetch for all the
+    partitions hashed to it, long-polled: idle, they do not spin."""
+
+    async def scenario(c: Cluster) -> None:
+        states = [
+            LeaderAndIsrState("m", None, p, 0, 0, [0, 1], 0, [0, 1], configs={}) for p in range(6)
+        ]
+        for node in c.nodes:
+            assert set(node.replicas.become_leader_or_follower(1, states).values()) == {0}
+        leader, follower = c.nodes
+        for p in range(6):
+            part = leader.replicas.get("m", p)
+            assert part is not None
+            leader.replicas.append(part, batch(2, b"m"), 0)
+        await until(
+            lambda: all(
+                follower.replicas.get("m", p).log.log_end_offset == 2  # type: ignore[union-attr]
+                for p in range(6)
+            ),
+            "every partition is copied",
+        )
+        manager = follower.replicas.fetchers
+        assert manager is not None and len(manager._fetchers) == fetchers
+        sizes = {n for source, n in c.fetches if source == 1}
+        assert sizes == {6 // fetchers}  # every request names all of its fetcher's partitions
+        before = len(c.fetches)
+        await asyncio.sleep(1.0)
+        # Long polls of replica.fetch.wait.max.ms=100: about 10 per fetcher in a second;
+        # a spinning fetcher would send thousands.
+        assert len(c.fetches) - before <= 40 * fetchers
+
+    run(tmp_path, scenario, size=2, **{"num.replica.fetchers": str(fetchers)})

@@ -87,7 +87,11 @@ def handle(services: Services, ctx: RequestContext, request: ProduceRequest) -> 
         for append, outcome in zip(appends, outcomes, strict=True):
             end = _append(services, append, outcome, acks, now_ms)
             if end is not None and acks == -1:
-                waits.append((append.result, ReplicationWait(append.partition, end)))
+                wait = ReplicationWait(append.partition, end)
+                if wait.check(services.replicas.is_current):  # already replicated
+                    append.result.error_code = wait.error
+                else:
+                    waits.append((append.result, wait))
         if not waits:
             return _respond(ctx.api_version, acks, results)
 

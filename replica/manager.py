@@ -21,6 +21,7 @@ from kio.schema.errors import ErrorCode
 
 from controller.metadata import PartitionInfo
 from log.config import LogConfig
+from log.errors import KafkaStorageError
 from log.log import AppendResult
 from log.manager import LogManager
 from log.validator import Validated
@@ -142,43 +143,29 @@ class ReplicaManager:
         for s in states:
             tp = (s.topic, s.partition)
             current = self._partitions.get(tp)
-            if current is not None and (
-                s.leader_epoch < current.leader_epoch
-                or s.partition_epoch < current.partition_epoch
-            ):
-                logger.info(
-                    "Ignoring LeaderAndIsr for %s-%d: leader epoch %d / partition epoch %d "
-                    "is older than the current %d / %d",
-                    *tp,
-                    s.leader_epoch,
-                    s.partition_epoch,
-                    current.leader_epoch,
-                    current.partition_epoch,
-                )
-                errors[tp] = ErrorCode.stale_controller_epoch
-                continue
-            if self.broker_id not in s.replicas:
-                errors[tp] = ErrorCode.unknown_topic_or_partition
-                continue
-            if self.logs.is_offline(*tp):
-                errors[tp] = ErrorCode.kafka_storage_error
+            error = self._check_leader_and_isr(s, current)
+            if error is not None:
+                errors[tp] = error
                 continue
             try:
                 partition = self._partition(s.topic, s.partition, s.configs, s.topic_id)
-            except OSError as e:
+            except (OSError, KafkaStorageError) as e:
                 logger.error("Creating the log of %s-%d failed: %s", *tp, e)
                 errors[tp] = ErrorCode.kafka_storage_error
                 continue
             errors[tp] = ErrorCode.none
+            if s.partition_epoch < partition.partition_epoch:
+                # An AlterPartition answer already brought a newer state (Kafka skips it).
+                logger.info("Skipped the LeaderAndIsr of %s-%d: partition epoch is older", *tp)
+                continue
+            if self.fetchers is not None:
+                self.fetchers.remove([tp])
             if s.leader == self.broker_id:
-                if self.fetchers is not None:
-                    self.fetchers.remove([tp])
                 partition.make_leader(s.leader_epoch, s.isr, s.replicas, s.partition_epoch, now)
-            elif partition.make_follower(
-                s.leader, s.leader_epoch, s.isr, s.replicas, s.partition_epoch
-            ) or (self.fetchers is not None and not self.fetchers.fetches(tp)):
-                if self.fetchers is not None:
-                    self.fetchers.remove([tp])
+            else:
+                partition.make_follower(
+                    s.leader, s.leader_epoch, s.isr, s.replicas, s.partition_epoch
+                )
                 if s.leader >= 0:
                     follow.setdefault(s.leader, []).append(partition)
             self._on_data(tp)
@@ -186,6 +173,39 @@ class ReplicaManager:
             for leader, partitions in follow.items():
                 self.fetchers.add(leader, partitions)
         return errors
+
+    def _check_leader_and_isr(
+        self, s: LeaderAndIsrState, current: Partition | None
+    ) -> ErrorCode | None:
+        """The error refusing one partition of a LeaderAndIsr, or None to apply it: only a
+        newer leader epoch is (an equal one is a repeat, as in Kafka)."""
+        tp = (s.topic, s.partition)
+        if self.logs.is_offline(*tp):
+            return ErrorCode.kafka_storage_error
+        if current is not None:
+            if (
+                s.topic_id is not None
+                and current.topic_id is not None
+                and s.topic_id != current.topic_id
+            ):
+                return ErrorCode.inconsistent_topic_id
+            if s.leader_epoch <= current.leader_epoch:
+                logger.info(
+                    "Ignoring LeaderAndIsr for %s-%d: its leader epoch %d is not newer than "
+                    "the current %d",
+                    *tp,
+                    s.leader_epoch,
+                    current.leader_epoch,
+                )
+                return ErrorCode.stale_controller_epoch
+        if self.broker_id not in s.replicas:
+            logger.warning(
+                "Ignoring LeaderAndIsr for %s-%d: this broker is not in its replicas %s",
+                *tp,
+                s.replicas,
+            )
+            return ErrorCode.unknown_topic_or_partition
+        return None
 
     def stop_replicas(
         self, controller_epoch: int, states: Iterable[StopReplicaState]
@@ -199,11 +219,8 @@ class ReplicaManager:
         for s in states:
             tp = (s.topic, s.partition)
             current = self._partitions.get(tp)
-            if (
-                current is not None
-                and s.leader_epoch >= 0
-                and s.leader_epoch < current.leader_epoch
-            ):
+            # -2 (during deletion) and -1 (no epoch) always stop it; else only a newer epoch.
+            if current is not None and 0 <= s.leader_epoch <= current.leader_epoch:
                 errors[tp] = ErrorCode.fenced_leader_epoch
                 continue
             self.remove(s.topic, s.partition, delete=s.delete)
@@ -254,12 +271,13 @@ class ReplicaManager:
     ) -> Any:
         """acks=all: ``respond()`` once every partition's high watermark covers its append
         (each wait's ``error`` then says how it ended), now or from the produce purgatory."""
-        delayed = DelayedProduce(waits, self._is_current, respond)
+        delayed = DelayedProduce(waits, self.is_current, respond)
         if delayed.ready():
             return respond()
         return self.produce_purgatory.park(delayed.keys, timeout_ms, delayed)
 
-    def _is_current(self, partition: Partition) -> bool:
+    def is_current(self, partition: Partition) -> bool:
+        """Whether ``partition`` is still the one hosted (not removed or re-created)."""
         return self._partitions.get((partition.topic, partition.index)) is partition
 
     # -- leader: follower fetches and the ISR ------------------------------------------------
@@ -331,7 +349,7 @@ class ReplicaManager:
             )
             await asyncio.sleep(ALTER_RETRY_BACKOFF_MS / 1000)
         if (
-            not self._is_current(partition)
+            not self.is_current(partition)
             or partition.leader_epoch != epoch
             or partition.pending_isr is not new_isr
         ):

@@ -115,16 +115,14 @@ class Partition:
     def make_follower(
         self, leader: int, leader_epoch: int, isr: list[int], replicas: list[int],
         partition_epoch: int,
-    ) -> bool:
-        """Follow ``leader``; return whether the leader or its epoch changed."""
-        changed = leader != self.leader or leader_epoch != self.leader_epoch
+    ) -> None:
+        """Follow ``leader``: its fetcher truncates this log where it diverged."""
         self.leader, self.leader_epoch = leader, leader_epoch
         self.isr, self.replicas = list(isr), list(replicas)
         self.partition_epoch = partition_epoch
         self.followers = {}
         self.pending_isr = None
         self.high_watermark = min(self.high_watermark, self.log.log_end_offset)
-        return changed
 
     # -- leader: appends, follower fetches, the high watermark and the ISR ------------------
     def append_as_leader(

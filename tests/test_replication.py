@@ -1,0 +1,617 @@
+"""Replication between ReplicaManagers in one event loop, over real wire bytes.
+
+Each node has its own LogManager and ReplicaManager. A follower's fetcher sends through
+``Cluster.send``, which encodes the request with wire.schema, hands the frame to the
+leader's real request dispatcher (the fetch and OffsetForLeaderEpoch handlers a broker
+process runs), reads the file regions of the answer and decodes the response bytes. The
+controller's part is played by the test: it hands out LeaderAndIsr states and commits
+AlterPartition requests as the ZooKeeper controller would (conditional on the leader and
+partition epochs).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import os
+import struct
+import uuid
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from apis.context import Services, nested
+from apis.dispatch import Dispatcher
+from controller.metadata import MetadataCache, PartitionInfo, TopicInfo
+from log import LogManager
+from replica.manager import ReplicaManager
+from replica.partition import Partition
+from replica.state import CommittedIsr, LeaderAndIsrState, StopReplicaState
+from server.config import BrokerConfig
+from tests.kafka_wire import request_frame
+from wire.headers import skip_tagged_fields
+from wire.records import build_batch
+from wire.schema import decode, is_flexible, request_type, response_type
+from wire.versions import API_VERSIONS, FETCH, OFFSET_FOR_LEADER_EPOCH, PRODUCE
+
+TOPIC = "t"
+TOPIC_ID = uuid.uuid4()
+DEADLINE_S = 20.0  # generous: the machine is shared; conditions normally hold in ms
+
+
+class Channel:
+    """The connection a dispatched request came in on: collects the answer's bytes."""
+
+    peer = "in-process"
+    listener = "PLAINTEXT"
+
+    def __init__(self, answer: asyncio.Future[bytes]) -> None:
+        self._answer = answer
+
+    def send(self, parts: list[Any], size: int) -> None:
+        if self._answer.done():
+            return
+        try:  # a region's file may be closed by now when the test is ending
+            data = b"".join(
+                p if isinstance(p, bytes) else os.pread(p.fd, p.size, p.position) for p in parts
+            )
+        except OSError as e:
+            self._answer.set_exception(ConnectionError(f"sending failed: {e}"))
+            return
+        assert len(data) == size
+        self._answer.set_result(data)
+
+    def done(self) -> None:
+        pass
+
+    def close(self) -> None:
+        if not self._answer.done():
+            self._answer.set_exception(ConnectionError("closed by the broker"))
+
+
+class Node:
+    def __init__(self, cluster: Cluster, broker_id: int, directory: Path) -> None:
+        self.broker_id = broker_id
+        props = {"broker.id": str(broker_id), "log.dirs": str(directory), **cluster.props}
+        self.logs = LogManager([directory], props)
+        self.logs.startup(0)
+        self.replicas = ReplicaManager(
+            broker_id,
+            self.logs,
+            props,
+            send=cluster.send_from(broker_id),
+            alter_partition=cluster.alter_partition,
+            now_ms=cluster.now_ms,
+        )
+        metadata = MetadataCache("cluster", 0)
+        metadata.put_topic(
+            TopicInfo(TOPIC, TOPIC_ID, {0: PartitionInfo(0, 0, 0, [0, 1, 2], [0, 1, 2])})
+        )
+        services = Services(BrokerConfig(props), metadata, None, self.replicas, cluster.now_ms)  # type: ignore[arg-type]
+        self.dispatcher = Dispatcher(services)
+        self.up = True
+        self._correlation = 0
+
+    @property
+    def partition(self) -> Partition:
+        partition = self.replicas.get(TOPIC, 0)
+        assert partition is not None
+        return partition
+
+    def log_bytes(self) -> bytes:
+        """The partition's segment files, in order. Where segments roll may differ between
+        replicas (a truncated follower keeps its own rolls, as in Kafka); the bytes not."""
+        directory = self.partition.log.directory
+        return b"".join(p.read_bytes() for p in sorted(directory.glob("*.log")))
+
+    async def call(self, api_key: int, version: int, request: Any) -> Any:
+        """One request through this node's dispatcher, as bytes both ways."""
+        self._correlation += 1
+        correlation = self._correlation
+        frame = request_frame(api_key, version, correlation, request)[4:]
+        answer: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        self.dispatcher(Channel(answer), frame)  # type: ignore[arg-type]
+        data = await answer
+        assert struct.unpack_from(">i", data)[0] == correlation
+        pos = 4
+        if is_flexible(api_key, version) and api_key != API_VERSIONS:
+            pos = skip_tagged_fields(data, pos)
+        return decode(response_type(api_key, version), data, pos)
+
+
+class Cluster:
+    def __init__(self, tmp: Path, size: int, props: dict[str, str]) -> None:
+        self.props = {"replica.fetch.wait.max.ms": "100", "replica.fetch.backoff.ms": "50"}
+        self.props.update(props)
+        self.clock_ms = 1_700_000_000_000
+        self.alters: list[tuple[int, list[int]]] = []  # (leader epoch, proposed ISR)
+        self.fetches: list[tuple[int, int]] = []  # (source broker, partitions in the request)
+        # The controller's view: leader epoch, ISR and partition epoch.
+        self.leader_epoch, self.isr, self.partition_epoch = 0, [0], 0
+        self.nodes = [Node(self, i, tmp / f"broker-{i}") for i in range(size)]
+
+    def now_ms(self) -> int:
+        return self.clock_ms
+
+    def send_from(self, source: int) -> Callable[[int, Any, int], Coroutine[Any, Any, Any]]:
+        async def send(node_id: int, request: Any, version: int) -> Any:
+            node = self.nodes[node_id]
+            if not node.up or not self.nodes[source].up:
+                await asyncio.sleep(0.01)
+                raise ConnectionError(f"broker {node_id} is down")
+            self.fetches.append((source, sum(len(t.partitions) for t in request.topics)))
+            return await node.call(request.__api_key__, version, request)
+
+        return send
+
+    async def alter_partition(
+        self,
+        topic: str,
+        topic_id: Any,
+        partition: int,
+        leader_epoch: int,
+        new_isr: list[int],
+        partition_epoch: int,
+    ) -> CommittedIsr | ErrorCode:
+        assert (topic, topic_id, partition) == (TOPIC, TOPIC_ID, 0)
+        await asyncio.sleep(0)
+        if leader_epoch != self.leader_epoch:
+            return ErrorCode.fenced_leader_epoch
+        if partition_epoch != self.partition_epoch:
+            return ErrorCode.invalid_update_version
+        self.alters.append((leader_epoch, list(new_isr)))
+        self.isr, self.partition_epoch = list(new_isr), partition_epoch + 1
+        return CommittedIsr(leader_epoch, list(new_isr), self.partition_epoch)
+
+    def elect(
+        self, leader: int, isr: list[int], to: list[int] | None = None, replicas: int = 3
+    ) -> None:
+        """A new leader epoch, told to the nodes in ``to`` (default: all)."""
+        self.leader_epoch += 1
+        self.isr = list(isr)
+        self.partition_epoch += 1
+        self.tell(leader, to)
+
+    def tell(self, leader: int, to: list[int] | None = None) -> None:
+        state = LeaderAndIsrState(
+            TOPIC,
+            TOPIC_ID,
+            0,
+            leader,
+            self.leader_epoch,
+            list(self.isr),
+            self.partition_epoch,
+            [n.broker_id for n in self.nodes],
+            configs={"segment.bytes": "2048"},
+        )
+        for node in self.nodes if to is None else [self.nodes[i] for i in to]:
+            errors = node.replicas.become_leader_or_follower(1, [state])
+            assert errors == {(TOPIC, 0): ErrorCode.none}
+
+    def shutdown(self) -> None:
+        for node in self.nodes:
+            node.replicas.shutdown()
+            node.logs.shutdown(node.replicas.high_watermarks())
+
+
+def run(
+    tmp: Path,
+    scenario: Callable[[Cluster], Coroutine[Any, Any, None]],
+    size: int = 3,
+    **props: str,
+) -> None:
+    async def main() -> None:
+        cluster = Cluster(tmp, size, props)
+        try:
+            await scenario(cluster)
+        finally:
+            cluster.shutdown()
+
+    asyncio.run(main())
+
+
+async def until(condition: Callable[[], bool], what: str) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + DEADLINE_S
+    while not condition():
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out waiting until {what}")
+        await asyncio.sleep(0.005)
+
+
+def batch(n: int, tag: bytes) -> bytes:
+    return build_batch([(b"k%d" % i, tag * 40, [], 1_000 + i) for i in range(n)])
+
+
+def append(node: Node, n: int, tag: bytes) -> int:
+    """Append as leader; return the new log end."""
+    node.replicas.append(node.partition, batch(n, tag), node.replicas._now_ms())
+    return node.partition.log.log_end_offset
+
+
+async def in_sync(cluster: Cluster, leader: int, followers: list[int]) -> None:
+    """Wait until the followers have the leader's whole log, then compare the bytes."""
+    lead = cluster.nodes[leader]
+    expected = lead.log_bytes()
+    await until(
+        lambda: all(cluster.nodes[f].log_bytes() == expected for f in followers),
+        f"followers {followers} hold the leader's bytes",
+    )
+
+
+def produce_request(records: bytes, acks: int, timeout_ms: int) -> Any:
+    cls = request_type(PRODUCE, 11)
+    t = nested(cls, "TopicProduceData")
+    p = nested(cls, "PartitionProduceData")
+    return cls(
+        acks=acks,
+        timeout=datetime.timedelta(milliseconds=timeout_ms),
+        topic_data=(t(name=TOPIC, partition_data=(p(index=0, records=records),)),),
+    )
+
+
+# -- the scenarios -----------------------------------------------------------------------------
+
+
+def test_followers_copy_the_leader_and_the_hw_waits_for_them(tmp_path: Path) -> None:
+    async def scenario(c: Cluster) -> None:
+        c.isr = [0, 1, 2]
+        c.tell(0, to=[0])  # only the leader knows: no follower fetches yet
+        leader = c.nodes[0]
+        for i in range(20):
+            end = append(leader, 5, b"%d" % i)
+        assert end == 100
+        assert leader.partition.high_watermark == 0  # the followers have nothing yet
+        c.tell(0, to=[1, 2])
+        await in_sync(c, 0, [1, 2])
+        assert len(list(leader.partition.log.segments)) > 1  # segment.bytes=2048: rolled
+        await until(lambda: leader.partition.high_watermark == 100, "the HW reaches 100")
+        # The followers learn the HW with their next fetch, bounded by their own log end.
+        await until(
+            lambda: all(c.nodes[f].partition.high_watermark == 100 for f in (1, 2)),
+            "the followers' HW reaches 100",
+        )
+        assert c.nodes[1].replicas.high_watermarks() == {(TOPIC, 0): 100}
+
+    run(tmp_path, scenario)
+
+
+def test_acks_all_waits_for_every_isr_member(tmp_path: Path) -> None:
+    async def scenario(c: Cluster) -> None:
+        c.isr = [0, 1, 2]
+        c.tell(0, to=[0, 1])  # broker 2 does not fetch yet
+        leader = c.nodes[0]
+        request = produce_request(batch(3, b"a"), -1, 30_000)
+        answer = asyncio.ensure_future(leader.call(PRODUCE, 11, request))
+        await until(lambda: c.nodes[1].partition.log.log_end_offset == 3, "broker 1 copies")
+        await asyncio.sleep(0.2)  # broker 1 has fetched again meanwhile; 2 has not
+        assert not answer.done() and leader.partition.high_watermark == 0
+        c.tell(0, to=[2])
+        response = (await asyncio.wait_for(answer, DEADLINE_S)).responses[0]
+        assert response.partition_responses[0].error_code == ErrorCode.none
+        assert leader.partition.high_watermark == 3
+        # Nobody fetches: the produce times out, the data stays appended.
+        c.nodes[1].up = c.nodes[2].up = False
+        late = await leader.call(PRODUCE, 11, produce_request(batch(2, b"b"), -1, 100))
+        part = late.responses[0].partition_responses[0]
+        assert (part.error_code, part.base_offset) == (ErrorCode.request_timed_out, 3)
+        assert leader.partition.log.log_end_offset == 5
+
+    run(tmp_path, scenario)
+
+
+def test_isr_shrinks_when_a_follower_stops_and_expands_when_it_catches_up(
+    tmp_path: Path,
+) -> None:
+    async def scenario(c: Cluster) -> None:
+        c.isr = [0, 1, 2]
+        c.tell(0)
+        leader = c.nodes[0]
+        append(leader, 4, b"x")
+        await in_sync(c, 0, [1, 2])
+        c.nodes[2].up = False  # broker 2 stops fetching
+        append(leader, 4, b"y")
+        await in_sync(c, 0, [1])
+        c.clock_ms += 1_000  # past replica.lag.time.max.ms
+        follower = leader.partition.followers[1]
+        await until(lambda: follower.last_caught_up_ms == c.clock_ms, "broker 1 fetches again")
+        leader.replicas.maybe_shrink_isr()  # broker 1 caught up since: only 2 is dropped
+        await until(lambda: leader.partition.isr == [0, 1], "broker 2 leaves the ISR")
+        assert c.alters[-1] == (c.leader_epoch, [0, 1])
+        # min.insync.replicas=2 is still met: acks=all works with broker 1 alone.
+        ok = await leader.call(PRODUCE, 11, produce_request(batch(1, b"z"), -1, 30_000))
+        assert ok.responses[0].partition_responses[0].error_code == ErrorCode.none
+        c.nodes[2].up = True
+        await until(lambda: leader.partition.isr == [0, 1, 2], "broker 2 rejoins the ISR")
+        await in_sync(c, 0, [1, 2])
+        # Broker 1 stops too: below min.insync.replicas, acks=all is refused, acks=1 works.
+        c.nodes[1].up = c.nodes[2].up = False
+        c.clock_ms += 1_000
+        leader.replicas.start()  # the periodic ISR expiration check finds them lagging
+        await until(lambda: leader.partition.isr == [0], "the ISR is the leader alone")
+        refused = await leader.call(PRODUCE, 11, produce_request(batch(1, b"n"), -1, 30_000))
+        end = leader.partition.log.log_end_offset
+        assert refused.responses[0].partition_responses[0].error_code == (
+            ErrorCode.not_enough_replicas
+        )
+        ok = await leader.call(PRODUCE, 11, produce_request(batch(1, b"o"), 1, 30_000))
+        assert ok.responses[0].partition_responses[0].base_offset == end
+
+    run(tmp_path, scenario, **{"replica.lag.time.max.ms": "400", "min.insync.replicas": "2"})
+
+
+def test_follower_keeps_its_uncommitted_tail_and_can_lead_with_it(tmp_path: Path) -> None:
+    """KIP-101's first case: a follower that has data beyond its HW does not truncate it
+    (no truncation to the HW), so electing it loses nothing the old leader acknowledged."""
+
+    async def scenario(c: Cluster) -> None:
+        c.isr = [0, 1]
+        c.tell(0)
+        append(c.nodes[0], 3, b"a")
+        append(c.nodes[0], 3, b"b")
+        await in_sync(c, 0, [1])
+        c.nodes[0].up = False  # the leader dies
+        c.elect(1, [1], to=[1])
+        assert c.nodes[1].partition.log.log_end_offset == 6
+        append(c.nodes[1], 2, b"c")
+        c.nodes[0].up = True
+        c.tell(1, to=[0])
+        await in_sync(c, 1, [0])
+        assert c.nodes[0].partition.log.log_end_offset == 8
+
+    run(tmp_path, scenario, size=2)
+
+
+def test_divergent_uncommitted_tail_is_truncated_and_replaced(tmp_path: Path) -> None:
+    """KIP-101's second case: the old leader's uncommitted tail differs from what the new
+    leader wrote at the same offsets; it truncates to where epoch 0 ends on the new leader
+    and copies the rest, ending byte-identical."""
+
+    async def scenario(c: Cluster) -> None:
+        c.isr = [0, 1]
+        c.tell(0)
+        append(c.nodes[0], 3, b"a")
+        await in_sync(c, 0, [1])
+        c.nodes[1].up = False
+        append(c.nodes[0], 4, b"uncommitted")  # only the leader has offsets 3-6
+        c.nodes[0].up = False
+        c.nodes[1].up = True
+        c.elect(1, [1], to=[1])
+        append(c.nodes[1], 2, b"new")  # offsets 3-4 in epoch 1
+        append(c.nodes[1], 2, b"newer")
+        c.nodes[0].up = True
+        c.tell(1, to=[0])
+        await in_sync(c, 1, [0])
+        assert c.nodes[0].partition.log.leader_epochs.entries() == [(0, 0), (1, 3)]
+
+    run(tmp_path, scenario, size=2)
+
+
+def test_truncation_through_an_epoch_the_follower_never_had(tmp_path: Path) -> None:
+    """KIP-279: the follower's last epoch (2) is unknown to the leader, whose answer names
+    an epoch (1) the follower lacks; the follower truncates step by step, never below what
+    both logs share, and ends byte-identical."""
+
+    async def scenario(c: Cluster) -> None:
+        a, b, cc = c.nodes
+        c.isr = [0, 1, 2]
+        c.tell(0)
+        append(a, 3, b"x")  # epoch 0: offsets 0-2 everywhere
+        await in_sync(c, 0, [1, 2])
+        cc.up = False
+        c.elect(1, [0, 1], to=[0, 1])  # epoch 1: leader b, a follows
+        append(b, 2, b"y")  # offsets 3-4
+        await in_sync(c, 1, [0])
+        a.up = b.up = False
+        cc.up = True
+        c.elect(2, [2], to=[2])  # epoch 2: c alone (unclean), writes what nobody copies
+        append(cc, 4, b"w")  # offsets 3-6
+        cc.up = False
+        a.up = b.up = True
+        c.elect(0, [0, 1], to=[0, 1])  # epoch 3: leader a
+        append(a, 3, b"z")  # offsets 5-7
+        await in_sync(c, 0, [1])
+        cc.up = True
+        c.tell(0, to=[2])
+        await in_sync(c, 0, [2])
+        assert cc.partition.log.leader_epochs.entries() == [(0, 0), (1, 3), (3, 5)]
+
+    run(tmp_path, scenario)
+
+
+def test_stale_leader_and_isr_and_stop_replica(tmp_path: Path) -> None:
+    async def scenario(c: Cluster) -> None:
+        c.isr = [0, 1]
+        c.elect(0, [0, 1])
+        c.elect(0, [0, 1])
+        node = c.nodes[1]
+
+        def state(epoch: int) -> LeaderAndIsrState:
+            return LeaderAndIsrState(TOPIC, TOPIC_ID, 0, 1, epoch, [1], 9, [0, 1])
+
+        for epoch in (c.leader_epoch - 1, c.leader_epoch):  # older, or a repeat
+            assert node.replicas.become_leader_or_follower(1, [state(epoch)]) == {
+                (TOPIC, 0): ErrorCode.stale_controller_epoch
+            }
+        # A newer leader epoch from a controller older than one already heard from.
+        assert node.replicas.become_leader_or_follower(0, [state(c.leader_epoch + 1)]) == {
+            (TOPIC, 0): ErrorCode.stale_controller_epoch
+        }
+        other_id = LeaderAndIsrState(TOPIC, uuid.uuid4(), 0, 1, 99, [1], 9, [0, 1])
+        assert node.replicas.become_leader_or_follower(1, [other_id]) == {
+            (TOPIC, 0): ErrorCode.inconsistent_topic_id
+        }
+        not_mine = LeaderAndIsrState("u", None, 0, 0, 0, [0], 0, [0])
+        assert node.replicas.become_leader_or_follower(1, [not_mine]) == {
+            ("u", 0): ErrorCode.unknown_topic_or_partition
+        }
+        assert not node.partition.is_leader and node.partition.leader == 0
+        for epoch in (c.leader_epoch - 1, c.leader_epoch):
+            stale = StopReplicaState(TOPIC, 0, epoch, delete=False)
+            assert node.replicas.stop_replicas(1, [stale]) == {
+                (TOPIC, 0): ErrorCode.fenced_leader_epoch
+            }
+        directory = node.partition.log.directory
+        deleting = StopReplicaState(TOPIC, 0, -2, delete=True)
+        assert node.replicas.stop_replicas(1, [deleting]) == {(TOPIC, 0): ErrorCode.none}
+        assert node.replicas.get(TOPIC, 0) is None
+        await until(lambda: not directory.exists(), "the log is deleted")
+
+    run(tmp_path, scenario, size=2)
+
+
+def test_requests_to_a_follower_or_with_a_stale_epoch(tmp_path: Path) -> None:
+    """Consumers and OffsetForLeaderEpoch go to the leader only, with a current epoch."""
+
+    async def scenario(c: Cluster) -> None:
+        c.isr = [0, 1]
+        c.elect(0, [0, 1])
+        append(c.nodes[0], 3, b"a")
+        await in_sync(c, 0, [1])
+        epoch = c.leader_epoch
+        leader, follower = c.nodes
+        assert (await fetch(follower, 0)).error_code == ErrorCode.not_leader_or_follower
+        assert (await fetch(leader, 0, epoch - 1)).error_code == ErrorCode.fenced_leader_epoch
+        assert (await fetch(leader, 0, epoch + 1)).error_code == ErrorCode.unknown_leader_epoch
+        ok = await fetch(leader, 0, epoch)
+        assert ok.error_code == ErrorCode.none and ok.high_watermark == 3
+        assert (await end_offset(follower, 0)).error_code == ErrorCode.not_leader_or_follower
+        fenced = await end_offset(leader, 0, epoch - 1)
+        assert fenced.error_code == ErrorCode.fenced_leader_epoch
+        answer = await end_offset(leader, 0, epoch)
+        # Epoch 0 is older than any here: it ends where the first known epoch starts.
+        assert (answer.error_code, answer.leader_epoch, answer.end_offset) == (0, 0, 0)
+
+    run(tmp_path, scenario, size=2)
+
+
+async def fetch(node: Node, offset: int, current_leader_epoch: int = -1) -> Any:
+    cls = request_type(FETCH, 12)
+    t = nested(cls, "FetchTopic")
+    p = nested(cls, "FetchPartition")
+    request = cls(
+        max_wait=datetime.timedelta(0),
+        min_bytes=1,
+        max_bytes=1 << 20,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        topics=(
+            t(
+                topic=TOPIC,
+                partitions=(
+                    p(
+                        partition=0,
+                        fetch_offset=offset,
+                        current_leader_epoch=current_leader_epoch,
+                        partition_max_bytes=1 << 20,
+                    ),
+                ),
+            ),
+        ),
+        forgotten_topics_data=(),
+        rack_id="",
+    )
+    return (await node.call(FETCH, 12, request)).responses[0].partitions[0]
+
+
+async def end_offset(node: Node, epoch: int, current_leader_epoch: int = -1) -> Any:
+    cls = request_type(OFFSET_FOR_LEADER_EPOCH, 4)
+    t = nested(cls, "OffsetForLeaderTopic")
+    p = nested(cls, "OffsetForLeaderPartition")
+    part = p(partition=0, current_leader_epoch=current_leader_epoch, leader_epoch=epoch)
+    request = cls(replica_id=-1, topics=(t(topic=TOPIC, partitions=(part,)),))
+    response = await node.call(OFFSET_FOR_LEADER_EPOCH, 4, request)
+    return response.topics[0].partitions[0]
+
+
+def test_idempotent_producer_state_follows_the_leader(tmp_path: Path) -> None:
+    """A retry of an acknowledged batch sent to the new leader after a failover is known
+    there as a duplicate: the producer state was replicated with the data."""
+
+    async def scenario(c: Cluster) -> None:
+        c.isr = [0, 1]
+        c.elect(0, [0, 1])
+
+        def idempotent(sequence: int) -> bytes:
+            return build_batch(
+                [(b"k", b"v%d" % sequence, [], 1_000)],
+                producer_id=7,
+                producer_epoch=0,
+                base_sequence=sequence,
+            )
+
+        first = await c.nodes[0].call(PRODUCE, 11, produce_request(idempotent(0), -1, 30_000))
+        second = await c.nodes[0].call(PRODUCE, 11, produce_request(idempotent(1), -1, 30_000))
+        assert second.responses[0].partition_responses[0].base_offset == 1
+        assert first.responses[0].partition_responses[0].error_code == ErrorCode.none
+        await in_sync(c, 0, [1])
+        c.nodes[0].up = False
+        c.elect(1, [1], to=[1])
+        retry = await c.nodes[1].call(PRODUCE, 11, produce_request(idempotent(1), 1, 30_000))
+        answer = retry.responses[0].partition_responses[0]
+        assert (answer.error_code, answer.base_offset) == (ErrorCode.none, 1)
+        assert c.nodes[1].partition.log.log_end_offset == 2  # nothing appended again
+        out_of_order = await c.nodes[1].call(
+            PRODUCE, 11, produce_request(idempotent(5), 1, 30_000)
+        )
+        assert out_of_order.responses[0].partition_responses[0].error_code == (
+            ErrorCode.out_of_order_sequence_number
+        )
+
+    run(tmp_path, scenario, size=2)
+
+
+def test_follower_high_watermark_is_checkpointed(tmp_path: Path) -> None:
+    async def scenario(c: Cluster) -> None:
+        c.isr = [0, 1]
+        c.elect(0, [0, 1])
+        append(c.nodes[0], 5, b"a")
+        await in_sync(c, 0, [1])
+        follower = c.nodes[1]
+        await until(lambda: follower.partition.high_watermark == 5, "the follower's HW is 5")
+        follower.replicas.fetchers.shutdown()  # type: ignore[union-attr]
+        follower.logs.checkpoint(follower.replicas.high_watermarks())
+        reopened = LogManager([follower.partition.log.directory.parent], {})
+        assert reopened.read_high_watermarks() == {(TOPIC, 0): 5}
+
+    run(tmp_path, scenario, size=2)
+
+
+@pytest.mark.parametrize("fetchers", [1, 3])
+def test_one_fetch_per_fetcher_for_all_its_partitions(tmp_path: Path, fetchers: int) -> None:
+    """num.replica.fetchers fetchers per source broker, each sending one Fetch for all the
+    partitions hashed to it, long-polled: idle, they do not spin."""
+
+    async def scenario(c: Cluster) -> None:
+        states = [
+            LeaderAndIsrState("m", None, p, 0, 0, [0, 1], 0, [0, 1], configs={}) for p in range(6)
+        ]
+        for node in c.nodes:
+            assert set(node.replicas.become_leader_or_follower(1, states).values()) == {0}
+        leader, follower = c.nodes
+        for p in range(6):
+            part = leader.replicas.get("m", p)
+            assert part is not None
+            leader.replicas.append(part, batch(2, b"m"), 0)
+        await until(
+            lambda: all(
+                follower.replicas.get("m", p).log.log_end_offset == 2  # type: ignore[union-attr]
+                for p in range(6)
+            ),
+            "every partition is copied",
+        )
+        manager = follower.replicas.fetchers
+        assert manager is not None and len(manager._fetchers) == fetchers
+        sizes = {n for source, n in c.fetches if source == 1}
+        assert sizes == {6 // fetchers}  # every request names all of its fetcher's partitions
+        before = len(c.fetches)
+        await asyncio.sleep(1.0)
+        # Long polls of replica.fetch.wait.max.ms=100: about 10 per fetcher in a second;
+        # a spinning fetcher would send thousands.
+        assert len(c.fetches) - before <= 40 * fetchers
+
+    run(tmp_path, scenario, size=2, **{"num.replica.fetchers": str(fetchers)})

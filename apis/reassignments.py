@@ -28,7 +28,8 @@ async def _alter(services: Services, ctx: RequestContext, request: Any) -> Any:
         for p in t.partitions
     }
     outcomes = await services.controller.alter_partition_reassignments(targets)
-    by_topic: dict[str, list[Any]] = defaultdict(list)
+    # Every topic asked about is answered, in order, even one that named no partitions.
+    by_topic: dict[str, list[Any]] = {t.name: [] for t in request.topics}
     for (topic, index), error in outcomes.items():
         by_topic[topic].append(
             partition_cls(

@@ -226,19 +226,19 @@ class EmbeddedController(Controller):
         if new.count < current:
             raise TopicError(
                 ErrorCode.invalid_partitions,
-                f"Topic currently has {current} partitions, which is higher than the "
-                f"requested {new.count}.",
+                f"The topic {topic.name} currently has {current} partition(s); {new.count} "
+                "would not be an increase.",
             )
         if new.count == current:
             raise TopicError(
-                ErrorCode.invalid_partitions, f"Topic already has {current} partitions."
+                ErrorCode.invalid_partitions, f"Topic already has {current} partition(s)."
             )
         if new.assignments is not None:
             if len(new.assignments) != new.count - current:
                 raise TopicError(
                     ErrorCode.invalid_replica_assignment,
-                    f"Increasing the number of partitions by {new.count - current} but "
-                    f"{len(new.assignments)} assignments provided.",
+                    f"Attempted to add {new.count - current} additional partition(s), but "
+                    f"only {len(new.assignments)} assignment(s) were specified.",
                 )
             replication = len(topic.partitions[0].replicas)
             for replicas in new.assignments:
@@ -300,8 +300,7 @@ class EmbeddedController(Controller):
         if target is None:
             return TopicError(
                 ErrorCode.no_reassignment_in_progress,
-                f"Unable to cancel reassignment for partition {tp[0]}-{tp[1]}: "
-                "no reassignment is in progress.",
+                f"No partition reassignment is in progress for {tp[0]}:{tp[1]}.",
             )
         try:
             check_replicas(target, self.cache.brokers, None)
@@ -373,7 +372,7 @@ def _grown(topic: TopicInfo, added: TopicInfo) -> TopicInfo:
 
 def _unknown_partition(tp: TopicPartition) -> TopicError:
     return TopicError(
-        ErrorCode.unknown_topic_or_partition, f"No such topic partition as {tp[0]}-{tp[1]}."
+        ErrorCode.unknown_topic_or_partition, f"Unable to find partition {tp[0]}:{tp[1]}."
     )
 
 

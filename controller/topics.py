@@ -89,8 +89,8 @@ def check_replicas(replicas: Sequence[int], brokers: Container[int], count: int 
         if broker not in brokers:
             raise TopicError(
                 ErrorCode.invalid_replica_assignment,
-                f"The manual partition assignment includes broker {broker}, but no broker "
-                "with that id is registered.",
+                f"The manual partition assignment includes broker {broker}, but no such "
+                "broker is registered.",
             )
         if broker in seen:
             raise TopicError(

@@ -95,7 +95,9 @@ def test_create_partitions_errors(client: WireClient) -> None:
     assert results["no-such-topic"].error_code == ErrorCode.unknown_topic_or_partition
     fewer = create_partitions(client, ("fixed", 1, None))["fixed"]
     assert fewer.error_code == ErrorCode.invalid_partitions
-    assert "higher than the requested 1" in fewer.error_message
+    assert fewer.error_message == (
+        "The topic fixed currently has 2 partition(s); 1 would not be an increase."
+    )
     for assignments in ([[BROKER_ID]], [[BROKER_ID], [7]], [[BROKER_ID, BROKER_ID]] * 2, [[], []]):
         wrong = create_partitions(client, ("fixed", 4, assignments))["fixed"]
         assert wrong.error_code == ErrorCode.invalid_replica_assignment, assignments
@@ -303,6 +305,12 @@ def test_partition_reassignments(client: WireClient) -> None:
     }
     cancelled = alter_reassignments(client, {("moved", 0): None})
     assert cancelled == {("moved", 0): ErrorCode.no_reassignment_in_progress}
+    # A topic that names no partition is answered, with none.
+    cls = request_type(v.ALTER_PARTITION_REASSIGNMENTS, 0)
+    empty = nested(cls, "ReassignableTopic")(name="moved", partitions=())
+    request = cls(timeout=TIMEOUT, topics=(empty,))
+    (answered,) = client.call(v.ALTER_PARTITION_REASSIGNMENTS, 0, request).responses
+    assert answered.name == "moved" and answered.partitions == ()
     for topics in (None, {"moved": [0, 1]}, {"no-such-topic": [0]}):
         listed = list_reassignments(client, topics)
         assert listed.error_code == ErrorCode.none and listed.topics == ()

@@ -80,8 +80,8 @@ def replay_offsets(
             stored.pop(tp, None)
         else:
             stored[tp] = value
-    if not stored and group.generation == 0 and group.protocol_type is None:
-        del groups[group_id]
+    if not (stored or group.generation or group.protocol_type or group.pending_members):
+        del groups[group_id]  # nothing left that a load would bring back
 
 
 def replay_group(groups: dict[str, Group], group_id: str, value: GroupValue | None) -> None:
@@ -286,16 +286,22 @@ class CoordinatorRuntime:
         pending.append(write)
 
         def try_complete(force: bool) -> bool | None:
-            while pending and partition.high_watermark >= pending[0].end:
+            # The partition became a follower before the coordinator was told: its high
+            # watermark commits nothing of this leadership; the unload will drop the writes.
+            leader = partition.is_leader
+            while leader and pending and partition.high_watermark >= pending[0].end:
                 committed = pending.popleft()
                 if committed.apply is not None:
                     committed.apply()
                 _answer(committed, ErrorCode.none)
             if write.done is None:
                 return True
-            if not force:
+            if not leader:
+                _answer(write, ErrorCode.not_coordinator)
+            elif force:
+                _answer(write, ErrorCode.request_timed_out)
+            else:
                 return None
-            _answer(write, ErrorCode.request_timed_out)
             return True
 
         self._append_purgatory.park(

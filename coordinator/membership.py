@@ -31,6 +31,7 @@ logger = logging.getLogger(__name__)
 # A new member that never completes its first join is dropped after this long.
 NEW_MEMBER_JOIN_TIMEOUT_MS = 300_000
 
+
 @dataclass(frozen=True, slots=True)
 class JoinResult:
     error: ErrorCode
@@ -51,9 +52,6 @@ class SyncResult:
     assignment: bytes = b""
 
 
-# (topic, partition, offset, leader epoch, metadata): a plain tuple, one per partition of
-# every commit.
-CommitRequest = tuple[str, int, int, int, str | None]
 
 class Membership:
     def __init__(
@@ -65,7 +63,7 @@ class Membership:
         self._now = now_ms
         self._join_purgatory: Purgatory = Purgatory("Rebalance")
 
-    # -- loading and unloading ----------------------------------------------------------------
+    # -- loading and unloading --------------------------------------------------------------
     def resume(self, group: Group) -> None:
         """A loaded group's members have a session from now on."""
         for member in group.members.values():

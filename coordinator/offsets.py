@@ -54,14 +54,11 @@ class Offsets:
         error = self._commit_error(group_id, generation, member_id, instance_id)
         if error is not None:
             return {(o[0], o[1]): error for o in offsets}
-        group = self._groups.get(group_id)
-        if group is None:  # a group that does not use group management
-            group = self._groups[group_id] = Group(group_id, state_timestamp=self._now())
         now = self._now()
         expire = now + retention_ms if retention_ms >= 0 else -1
         max_metadata = self.settings.max_metadata_bytes
         results: CommitErrors = {}
-        accepted: dict[TopicPartition, OffsetValue | None] = {}
+        accepted: dict[TopicPartition, OffsetValue] = {}
         for topic, partition, offset, leader_epoch, metadata in offsets:
             metadata = metadata or ""
             # UTF-8 is at most 4 bytes a character: encode only when that could exceed.

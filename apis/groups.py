@@ -22,8 +22,9 @@ from apis.context import (
 )
 from controller.base import NewTopic
 from controller.topics import TopicError
-from coordinator.coordinator import GroupCoordinator, JoinResult, SyncResult
+from coordinator.coordinator import GroupCoordinator
 from coordinator.group import GroupState
+from coordinator.membership import JoinResult, SyncResult
 from coordinator.records import OFFSETS_TOPIC
 from wire.schema import response_type
 from wire.versions import (
@@ -162,7 +163,7 @@ def handle_join(services: Services, ctx: RequestContext, request: Any) -> Any:
     member_cls = nested(cls, "JoinGroupResponseMember")
     session_ms = millis(request.session_timeout)
     rebalance_ms = millis(request.rebalance_timeout) if version >= 1 else session_ms
-    result = coordinator(services).join(
+    result = coordinator(services).membership.join(
         request.group_id,
         request.member_id,
         getattr(request, "group_instance_id", None),
@@ -199,7 +200,7 @@ def handle_join(services: Services, ctx: RequestContext, request: Any) -> Any:
 def handle_sync(services: Services, ctx: RequestContext, request: Any) -> Any:
     version = ctx.api_version
     cls = response_type(SYNC_GROUP, version)
-    result = coordinator(services).sync(
+    result = coordinator(services).membership.sync(
         request.group_id,
         request.generation_id,
         request.member_id,
@@ -223,7 +224,7 @@ def handle_sync(services: Services, ctx: RequestContext, request: Any) -> Any:
 
 
 def handle_heartbeat(services: Services, ctx: RequestContext, request: Any) -> Any:
-    error = coordinator(services).heartbeat(
+    error = coordinator(services).membership.heartbeat(
         request.group_id,
         request.generation_id,
         request.member_id,
@@ -236,11 +237,12 @@ def handle_heartbeat(services: Services, ctx: RequestContext, request: Any) -> A
 
 def handle_leave(services: Services, ctx: RequestContext, request: Any) -> Any:
     cls = response_type(LEAVE_GROUP, ctx.api_version)
+    membership = coordinator(services).membership
     if ctx.api_version < 3:
-        _, errors = coordinator(services).leave(request.group_id, [(request.member_id, None)])
+        _, errors = membership.leave(request.group_id, [(request.member_id, None)])
         return build(cls, throttle_time=NO_THROTTLE, error_code=errors[0])
     leaving = [(m.member_id, m.group_instance_id) for m in request.members]
-    error, errors = coordinator(services).leave(request.group_id, leaving)
+    error, errors = membership.leave(request.group_id, leaving)
     member_cls = nested(cls, "MemberResponse")
     return build(
         cls,
@@ -263,7 +265,7 @@ def handle_describe(services: Services, ctx: RequestContext, request: Any) -> An
     member_cls = nested(cls, "DescribedGroupMember")
     described = []
     for group_id in request.groups:
-        error, group = coordinator(services).describe(group_id)
+        error, group = coordinator(services).membership.describe(group_id)
         fields: dict[str, Any] = {
             "group_id": group_id,
             "group_state": "",
@@ -306,7 +308,7 @@ def handle_list(services: Services, ctx: RequestContext, request: Any) -> Any:
     types = {t.lower() for t in getattr(request, "types_filter", ())}
     groups = []
     if not types or "classic" in types:
-        for group in coordinator(services).groups():
+        for group in coordinator(services).membership.groups():
             if states and group.state.value.lower() not in states:
                 continue
             groups.append(
@@ -339,4 +341,4 @@ def handle_delete(services: Services, ctx: RequestContext, request: Any) -> Any:
             results=tuple(result_cls(group_id=g, error_code=results[g]) for g in names),
         )
 
-    return then(coordinator(services).delete_groups(names), respond)
+    return then(coordinator(services).membership.delete_groups(names), respond)

@@ -9,8 +9,8 @@ from kio.schema.errors import ErrorCode
 
 from apis.context import NO_THROTTLE, RawResponse, RequestContext, Services, build, nested
 from apis.groups import coordinator, then
-from coordinator.coordinator import CommitRequest
 from coordinator.group import TopicPartition
+from coordinator.offsets import CommitRequest
 from coordinator.records import OffsetValue
 from wire.offset_commit import OffsetCommitRequest, encode_offset_commit_response
 from wire.schema import response_type
@@ -34,7 +34,7 @@ def handle_commit(services: Services, ctx: RequestContext, request: OffsetCommit
                 wanted.append((name, *p))
             else:
                 unknown[(name, p[0])] = ErrorCode.unknown_topic_or_partition
-    result = coordinator(services).commit_offsets(
+    result = coordinator(services).offsets.commit_offsets(
         request.group_id,
         request.generation_id_or_member_epoch,
         request.member_id,
@@ -64,7 +64,7 @@ def _fetch_group(
     services: Services, group_id: str, topics: Any, partition_cls: type, topic_cls: type
 ) -> tuple[ErrorCode, tuple[Any, ...]]:
     wanted = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
-    error, offsets = coordinator(services).fetch_offsets(group_id, wanted)
+    error, offsets = coordinator(services).offsets.fetch_offsets(group_id, wanted)
     if error != ErrorCode.none:
         # Per-partition errors as well, for the clients that only look there.
         offsets = dict.fromkeys(wanted or [])
@@ -128,7 +128,7 @@ def handle_delete(services: Services, ctx: RequestContext, request: Any) -> Any:
     unknown = {
         tp: ErrorCode.unknown_topic_or_partition for tp in order if not _known(services, *tp)
     }
-    result = coordinator(services).delete_offsets(
+    result = coordinator(services).offsets.delete_offsets(
         request.group_id, [tp for tp in order if tp not in unknown]
     )
 

@@ -78,6 +78,8 @@ class Group:
     pending_sync_timer: asyncio.TimerHandle | None = None
     offsets: dict[TopicPartition, OffsetValue] = field(default_factory=dict)
     new_member_added: bool = False
+    # Bumped by every rebalance and reset: a delayed join of an earlier one is stale.
+    rebalance_id: int = 0
 
     def is_(self, state: GroupState) -> bool:
         return self.state is state

@@ -13,8 +13,9 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from controller.metadata import PartitionInfo
-from coordinator.coordinator import GroupCoordinator, JoinResult, Settings
+from coordinator.coordinator import GroupCoordinator, Settings
 from coordinator.group import GroupState
+from coordinator.membership import JoinResult
 from coordinator.records import OFFSETS_TOPIC, partition_for
 from log import LogManager
 from replica.manager import ReplicaManager
@@ -83,7 +84,7 @@ def join(
     session: int = SESSION,
     protocol_type: str = "consumer",
 ) -> asyncio.Future[JoinResult]:
-    return c.join(
+    return c.membership.join(
         group,
         member,
         instance,
@@ -106,7 +107,7 @@ async def join_new(c: GroupCoordinator, group: str, **kw: object) -> JoinResult:
 
 async def stable_single(c: GroupCoordinator, group: str) -> JoinResult:
     joined = await join_new(c, group)
-    synced = await c.sync(
+    synced = await c.membership.sync(
         group,
         joined.generation,
         joined.member_id,
@@ -130,8 +131,8 @@ def test_first_member_joins_and_syncs(stack: Stack) -> None:
         )
         assert joined.members == ((joined.member_id, None, b"sub-range"),)
         assert joined.member_id.startswith("client-")
-        assert c.describe("g")[1].state is GroupState.STABLE  # type: ignore[union-attr]
-        assert c.heartbeat("g", 1, joined.member_id, None) == ErrorCode.none
+        assert c.membership.describe("g")[1].state is GroupState.STABLE  # type: ignore[union-attr]
+        assert c.membership.heartbeat("g", 1, joined.member_id, None) == ErrorCode.none
 
     run(scenario)
 
@@ -143,22 +144,22 @@ def test_second_member_rebalances_the_group(stack: Stack) -> None:
         first = await join(c, "g")
         b_join = join(c, "g", first.member_id)
         assert not b_join.done()  # parked until A rejoins
-        assert c.heartbeat("g", 1, a.member_id, None) == ErrorCode.rebalance_in_progress
-        a_sync_stale = await c.sync("g", 1, a.member_id, None, None, None, {})
+        assert c.membership.heartbeat("g", 1, a.member_id, None) == ErrorCode.rebalance_in_progress
+        a_sync_stale = await c.membership.sync("g", 1, a.member_id, None, None, None, {})
         assert a_sync_stale.error == ErrorCode.rebalance_in_progress
         a2 = await join(c, "g", a.member_id)
         b = await b_join
         assert a2.generation == b.generation == 2
         assert a2.leader_id == b.leader_id == a.member_id
         assert len(a2.members) == 2 and b.members == ()
-        b_sync = c.sync("g", 2, b.member_id, None, None, None, {})
+        b_sync = c.membership.sync("g", 2, b.member_id, None, None, None, {})
         assert not b_sync.done()  # waits for the leader's assignment
-        await c.sync(
+        await c.membership.sync(
             "g", 2, a.member_id, None, None, None, {a.member_id: b"for-a", b.member_id: b"for-b"}
         )
         assert (await b_sync).assignment == b"for-b"
-        assert c.heartbeat("g", 1, b.member_id, None) == ErrorCode.illegal_generation
-        assert c.heartbeat("g", 2, "nobody", None) == ErrorCode.unknown_member_id
+        assert c.membership.heartbeat("g", 1, b.member_id, None) == ErrorCode.illegal_generation
+        assert c.membership.heartbeat("g", 2, "nobody", None) == ErrorCode.unknown_member_id
 
     run(scenario)
 
@@ -175,7 +176,7 @@ def test_request_errors(stack: Stack) -> None:
         assert other.error == ErrorCode.inconsistent_group_protocol
         wrong_type = await join(c, "g", protocol_type="connect")
         assert wrong_type.error == ErrorCode.inconsistent_group_protocol
-        assert (await c.sync("none", 1, "m", None, None, None, {})).error == (
+        assert (await c.membership.sync("none", 1, "m", None, None, None, {})).error == (
             ErrorCode.unknown_member_id
         )
 
@@ -193,18 +194,19 @@ def test_session_timeout_and_leave(stack: Stack) -> None:
         # B never syncs nor heartbeats: it expires, and A has to rejoin alone.
         await until(
             lambda: (
-                c.heartbeat("g", b.generation, a.member_id, None) == ErrorCode.rebalance_in_progress
+                c.membership.heartbeat("g", b.generation, a.member_id, None)
+                == ErrorCode.rebalance_in_progress
             )
         )
-        assert b.member_id not in c.describe("g")[1].members  # type: ignore[union-attr]
+        assert b.member_id not in c.membership.describe("g")[1].members  # type: ignore[union-attr]
         a3 = await join(c, "g", a.member_id)
         assert a3.generation == 3 and len(a3.members) == 1
-        error, per_member = c.leave("g", [(a.member_id, None), ("ghost", None)])
+        error, per_member = c.membership.leave("g", [(a.member_id, None), ("ghost", None)])
         assert (error, per_member) == (
             ErrorCode.none,
             [ErrorCode.none, ErrorCode.unknown_member_id],
         )
-        assert c.describe("g")[1].state is GroupState.EMPTY  # type: ignore[union-attr]
+        assert c.membership.describe("g")[1].state is GroupState.EMPTY  # type: ignore[union-attr]
 
     run(scenario)
 
@@ -213,14 +215,14 @@ def test_static_member_rejoins_without_rebalance(stack: Stack) -> None:
     async def scenario() -> None:
         c = stack.coordinator()
         a = await join(c, "g", instance="i-a")
-        await c.sync("g", 1, a.member_id, "i-a", None, None, {a.member_id: b"x"})
+        await c.membership.sync("g", 1, a.member_id, "i-a", None, None, {a.member_id: b"x"})
         again = await join(c, "g", instance="i-a")  # restarted: new member id, same instance
         assert again.error == ErrorCode.none and again.member_id != a.member_id
         assert again.generation == 1 and again.skip_assignment  # no new generation
-        synced = await c.sync("g", 1, again.member_id, "i-a", None, None, {})
+        synced = await c.membership.sync("g", 1, again.member_id, "i-a", None, None, {})
         assert synced.assignment == b"x"
-        assert c.heartbeat("g", 1, a.member_id, "i-a") == ErrorCode.fenced_instance_id
-        assert c.describe("g")[1].state is GroupState.STABLE  # type: ignore[union-attr]
+        assert c.membership.heartbeat("g", 1, a.member_id, "i-a") == ErrorCode.fenced_instance_id
+        assert c.membership.describe("g")[1].state is GroupState.STABLE  # type: ignore[union-attr]
 
     run(scenario)
 
@@ -233,7 +235,7 @@ async def commit(
     member: str = "",
     retention_ms: int = -1,
 ) -> dict[tuple[str, int], ErrorCode]:
-    result = c.commit_offsets(
+    result = c.offsets.commit_offsets(
         group,
         generation,
         member,
@@ -257,18 +259,18 @@ def test_state_is_rebuilt_from_the_log(stack: Stack) -> None:
         c.shutdown()
 
         reloaded = stack.coordinator()
-        error, offsets = reloaded.fetch_offsets("g", None)
+        error, offsets = reloaded.offsets.fetch_offsets("g", None)
         assert error == ErrorCode.none
         assert {tp: (v.offset, v.leader_epoch, v.metadata) for tp, v in offsets.items()} == {
             ("t", 0): (11, 4, "meta-11"),
             ("t", 1): (20, 4, "meta-20"),
         }
-        group = reloaded.describe("g")[1]
+        group = reloaded.membership.describe("g")[1]
         assert group is not None and group.state is GroupState.STABLE
         assert (group.generation, group.protocol_name, group.leader_id) == (1, "range", a.member_id)
         assert group.members[a.member_id].assignment == b"assignment-1"
-        assert reloaded.heartbeat("g", 1, a.member_id, None) == ErrorCode.none
-        assert reloaded.fetch_offsets("simple", [("t", 2), ("t", 3)])[1][("t", 3)] is None
+        assert reloaded.membership.heartbeat("g", 1, a.member_id, None) == ErrorCode.none
+        assert reloaded.offsets.fetch_offsets("simple", [("t", 2), ("t", 3)])[1][("t", 3)] is None
         reloaded.shutdown()
 
     run(scenario)
@@ -281,13 +283,13 @@ def test_commit_completes_only_once_replicated(stack: Stack) -> None:
         assert partition is not None
         partition.isr = [0, 1]  # a follower that has not caught up holds the HW back
         partition.followers[1] = FollowerState()
-        pending = c.commit_offsets("g", -1, "", None, [("t", 0, 3, 4, None)])
+        pending = c.offsets.commit_offsets("g", -1, "", None, [("t", 0, 3, 4, None)])
         assert isinstance(pending, asyncio.Future) and not pending.done()
-        assert c.fetch_offsets("g", [("t", 0)])[1][("t", 0)] is None
+        assert c.offsets.fetch_offsets("g", [("t", 0)])[1][("t", 0)] is None
         partition.update_follower(1, partition.log.log_end_offset, 0)
         stack.purgatory.check((OFFSETS_TOPIC, partition.index))
         assert (await pending) == {("t", 0): ErrorCode.none}
-        assert c.fetch_offsets("g", [("t", 0)])[1][("t", 0)].offset == 3  # type: ignore[union-attr]
+        assert c.offsets.fetch_offsets("g", [("t", 0)])[1][("t", 0)].offset == 3  # type: ignore[union-attr]
 
     run(scenario)
 
@@ -321,25 +323,25 @@ def test_retention_and_group_deletion(stack: Stack) -> None:
         await commit(c, "doomed", {("t", 0): 9})
         stack.clock[0] += 600
         assert c.expire_offsets() == 1  # old's ("t", 0) only
-        assert set(c.fetch_offsets("old", None)[1]) == {("t", 1)}
+        assert set(c.offsets.fetch_offsets("old", None)[1]) == {("t", 1)}
 
         a = await stable_single(c, "busy")
-        deleted = await c.delete_groups(["doomed", "busy", "missing"])
+        deleted = await c.membership.delete_groups(["doomed", "busy", "missing"])
         assert deleted == {
             "doomed": ErrorCode.none,
             "busy": ErrorCode.non_empty_group,
             "missing": ErrorCode.group_id_not_found,
         }
-        c.leave("busy", [(a.member_id, None)])
+        c.membership.leave("busy", [(a.member_id, None)])
         stack.clock[0] += 5000  # busy has been empty longer than retention
         c.expire_offsets()
-        assert c.describe("busy")[0] == ErrorCode.group_id_not_found
+        assert c.membership.describe("busy")[0] == ErrorCode.group_id_not_found
         c.shutdown()
 
         reloaded = stack.coordinator()
-        assert reloaded.fetch_offsets("doomed", None)[1] == {}
-        assert set(reloaded.fetch_offsets("old", None)[1]) == set()  # expired meanwhile
-        assert [g.group_id for g in reloaded.groups()] == []
+        assert reloaded.offsets.fetch_offsets("doomed", None)[1] == {}
+        assert set(reloaded.offsets.fetch_offsets("old", None)[1]) == set()  # expired meanwhile
+        assert [g.group_id for g in reloaded.membership.groups()] == []
 
     run(scenario)
 
@@ -354,13 +356,13 @@ def test_other_protocol_types_and_offset_delete(stack: Stack) -> None:
 
         sub = b"\x00\x00\x00\x00\x00\x01\x00\x01t\xff\xff\xff\xff"  # v0, topics ["t"]
         joined = await join_new(c, "g", protocols=[("range", sub)])
-        await c.sync("g", 1, joined.member_id, None, None, None, {})
+        await c.membership.sync("g", 1, joined.member_id, None, None, None, {})
         await commit(c, "g", {("t", 0): 1, ("u", 0): 2}, 1, joined.member_id)
-        error, results = await c.delete_offsets("g", [("t", 0), ("u", 0)])
+        error, results = await c.offsets.delete_offsets("g", [("t", 0), ("u", 0)])
         assert error == ErrorCode.none
         assert results == {("t", 0): ErrorCode.group_subscribed_to_topic, ("u", 0): ErrorCode.none}
-        assert set(c.fetch_offsets("g", None)[1]) == {("t", 0)}
-        assert (await c.delete_offsets("ghost", []))[0] == ErrorCode.group_id_not_found
+        assert set(c.offsets.fetch_offsets("g", None)[1]) == {("t", 0)}
+        assert (await c.offsets.delete_offsets("ghost", []))[0] == ErrorCode.group_id_not_found
 
     run(scenario)
 
@@ -374,7 +376,7 @@ def test_not_coordinator_after_resign(stack: Stack) -> None:
         c.on_resign(index)
         assert (await parked).error == ErrorCode.not_coordinator
         assert (await join(c, "g")).error == ErrorCode.not_coordinator
-        assert c.fetch_offsets("g", None)[0] == ErrorCode.not_coordinator
+        assert c.offsets.fetch_offsets("g", None)[0] == ErrorCode.not_coordinator
         c.on_become_leader(index)
         assert (await join(c, "g")).error == ErrorCode.member_id_required
 
@@ -386,9 +388,9 @@ def test_deleted_topic_takes_its_offsets(stack: Stack) -> None:
         c = stack.coordinator()
         await commit(c, "g", {("t", 0): 1, ("t", 1): 2, ("u", 0): 3})
         c.on_topic_deleted("t")
-        assert set(c.fetch_offsets("g", None)[1]) == {("u", 0)}
+        assert set(c.offsets.fetch_offsets("g", None)[1]) == {("u", 0)}
         c.shutdown()
-        assert set(stack.coordinator().fetch_offsets("g", None)[1]) == {("u", 0)}
+        assert set(stack.coordinator().offsets.fetch_offsets("g", None)[1]) == {("u", 0)}
 
     run(scenario)
 
@@ -397,7 +399,7 @@ async def join_with_rebalance_timeout(
     c: GroupCoordinator, group: str, timeout_ms: int
 ) -> JoinResult:
     def attempt(member: str) -> asyncio.Future[JoinResult]:
-        return c.join(
+        return c.membership.join(
             group,
             member,
             None,
@@ -418,11 +420,11 @@ def test_member_that_never_syncs_is_removed_after_the_rebalance_timeout(stack: S
     async def scenario() -> None:
         c = stack.coordinator()
         joined = await join_with_rebalance_timeout(c, "g", 30)
-        group = c.describe("g")[1]
+        group = c.membership.describe("g")[1]
         assert group is not None and group.state is GroupState.COMPLETING_REBALANCE
         assert group.pending_sync == {joined.member_id}
         # Heartbeats keep its session alive; only the pending-sync timeout removes it.
-        assert c.heartbeat("g", 1, joined.member_id, None) == ErrorCode.none
+        assert c.membership.heartbeat("g", 1, joined.member_id, None) == ErrorCode.none
         await until(lambda: not group.members)
         assert group.state is GroupState.EMPTY and group.generation == 2
 
@@ -433,9 +435,9 @@ def test_member_that_syncs_cancels_the_pending_sync_timeout(stack: Stack) -> Non
     async def scenario() -> None:
         c = stack.coordinator()
         joined = await join_with_rebalance_timeout(c, "g", 30)
-        group = c.describe("g")[1]
+        group = c.membership.describe("g")[1]
         assert group is not None and group.pending_sync_timer is not None
-        synced = await c.sync("g", 1, joined.member_id, None, None, None, {})
+        synced = await c.membership.sync("g", 1, joined.member_id, None, None, None, {})
         assert synced.error == ErrorCode.none
         assert group.pending_sync_timer is None and not group.pending_sync
         assert group.state is GroupState.STABLE and joined.member_id in group.members
@@ -455,7 +457,7 @@ def test_commit_retention_time_and_unsubscribed_topics_expire(stack: Stack) -> N
     async def scenario() -> None:
         c = stack.coordinator(offsets_retention_ms=1000)
         joined = await join_new(c, "g", protocols=[("range", subscription("t"))])
-        await c.sync("g", 1, joined.member_id, None, None, None, {})
+        await c.membership.sync("g", 1, joined.member_id, None, None, None, {})
         member = joined.member_id
         assert await commit(c, "g", {("t", 0): 1, ("u", 0): 2}, 1, member) == {
             ("t", 0): ErrorCode.none,
@@ -469,17 +471,17 @@ def test_commit_retention_time_and_unsubscribed_topics_expire(stack: Stack) -> N
         # ("u", 1) asked for 300 ms; ("t", 1) too, but a stable group's subscribed topics
         # never expire; the rest is young.
         assert c.expire_offsets() == 1
-        assert set(c.fetch_offsets("g", None)[1]) == {("t", 0), ("t", 1), ("u", 0)}
+        assert set(c.offsets.fetch_offsets("g", None)[1]) == {("t", 0), ("t", 1), ("u", 0)}
         stack.clock[0] += 1000
         # "u" is no longer subscribed by the stable group: it ages from its commit.
         assert c.expire_offsets() == 1
-        assert set(c.fetch_offsets("g", None)[1]) == {("t", 0), ("t", 1)}
+        assert set(c.offsets.fetch_offsets("g", None)[1]) == {("t", 0), ("t", 1)}
         assert await commit(c, "g", {("t", 2): 4}, 1, member, retention_ms=10_000) == {
             ("t", 2): ErrorCode.none
         }
         c.shutdown()
         reloaded = stack.coordinator()
-        offsets = reloaded.fetch_offsets("g", None)[1]
+        offsets = reloaded.offsets.fetch_offsets("g", None)[1]
         assert set(offsets) == {("t", 0), ("t", 1), ("t", 2)}
         assert offsets[("t", 2)].expire_timestamp == stack.clock[0] + 10_000  # type: ignore[union-attr]
 

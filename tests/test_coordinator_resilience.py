@@ -32,7 +32,7 @@ def test_bad_protocol_lists_are_inconsistent_in_an_empty_group(
         c = stack.coordinator()
         result = await join(c, "g", protocols=protocols)
         assert result.error == ErrorCode.inconsistent_group_protocol
-        error, group = c.describe("g")
+        error, group = c.membership.describe("g")
         assert group is None or not group.members
         assert group is None or group.state is GroupState.EMPTY
 
@@ -51,8 +51,8 @@ def test_bad_protocol_lists_leave_a_stable_group_alone(
         # The known member may not switch to a bad list either.
         again = await join(c, "g", a.member_id, protocols=protocols)
         assert again.error == ErrorCode.inconsistent_group_protocol
-        assert c.describe("g")[1].state is GroupState.STABLE  # type: ignore[union-attr]
-        assert c.heartbeat("g", a.generation, a.member_id, None) == ErrorCode.none
+        assert c.membership.describe("g")[1].state is GroupState.STABLE  # type: ignore[union-attr]
+        assert c.membership.heartbeat("g", a.generation, a.member_id, None) == ErrorCode.none
 
     run(scenario)
 
@@ -89,14 +89,14 @@ def test_a_fault_in_the_join_completion_resets_the_group(
         monkeypatch.setattr(Group, "select_protocol", select_protocol)
         rejoin = await join(c, "g", a.member_id)
         assert rejoin.error == ErrorCode.unknown_member_id
-        group = c.describe("g")[1]
+        group = c.membership.describe("g")[1]
         assert group is not None and group.state is GroupState.EMPTY and not group.members
         monkeypatch.setattr(Group, "select_protocol", broken)
         # The group works again: a new member joins and becomes stable.
         again = await stable_single(c, "g")
         assert again.generation > a.generation
 
-    with caplog.at_level(logging.ERROR, logger="coordinator.coordinator"):
+    with caplog.at_level(logging.ERROR, logger="coordinator.membership"):
         run(scenario)
     lines = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert len(lines) == 1 and "StopIteration" in lines[0].getMessage()
@@ -112,11 +112,11 @@ def test_a_fault_in_the_session_timer_resets_the_group(
         def remove(*args: object) -> None:
             raise RuntimeError("boom")
 
-        monkeypatch.setattr(c, "_remove_member_and_update", remove)
+        monkeypatch.setattr(c.membership, "_remove_member_and_update", remove)
         a = await join_new(c, "g", session=50)
-        synced = await c.sync("g", a.generation, a.member_id, None, None, None, {})
+        synced = await c.membership.sync("g", a.generation, a.member_id, None, None, None, {})
         assert synced.error == ErrorCode.none
-        group = c.describe("g")[1]
+        group = c.membership.describe("g")[1]
         assert group is not None
         # The member stops heartbeating; removing it fails, and the group recovers.
         await until(lambda: group.state is GroupState.EMPTY)
@@ -138,13 +138,13 @@ def test_a_slow_sync_rearms_the_session(stack: Stack) -> None:
         b_join = join(c, "g", b_first.member_id, session=session)
         a2 = await join(c, "g", a.member_id)
         b = await b_join
-        b_sync = c.sync("g", b.generation, b.member_id, None, None, None, {})
+        b_sync = c.membership.sync("g", b.generation, b.member_id, None, None, None, {})
         # B waits in SyncGroup for three of its session timeouts, while its timer fires.
         await asyncio.sleep(3 * session / 1000)
         assert not b_sync.done()
-        await c.sync("g", a2.generation, a.member_id, None, None, None, {})
+        await c.membership.sync("g", a2.generation, a.member_id, None, None, None, {})
         assert (await b_sync).error == ErrorCode.none
-        group = c.describe("g")[1]
+        group = c.membership.describe("g")[1]
         assert group is not None and group.state is GroupState.STABLE
         assert b.member_id in group.members
         # B never heartbeats again: it is removed after its session timeout.

@@ -1,0 +1,229 @@
+"""Committed offsets: OffsetCommit, OffsetFetch and OffsetDelete, the offsets a deleted
+topic takes along, and their expiry (KIP-211), which also removes the empty groups left
+without any. Every change is a write through the runtime, applied once committed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from kio.schema.errors import ErrorCode
+
+from coordinator.group import Group, GroupState, TopicPartition
+from coordinator.membership import Membership
+from coordinator.records import OffsetValue
+from coordinator.runtime import CoordinatorRuntime
+from coordinator.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+CommitErrors = dict[TopicPartition, ErrorCode]
+# (topic, partition, offset, leader epoch, metadata): a plain tuple, one per partition of
+# every commit.
+CommitRequest = tuple[str, int, int, int, str | None]
+
+
+class Offsets:
+    def __init__(
+        self,
+        settings: Settings,
+        runtime: CoordinatorRuntime,
+        membership: Membership,
+        now_ms: Callable[[], int],
+    ) -> None:
+        self.settings = settings
+        self._runtime = runtime
+        self._groups = runtime.groups  # the runtime's: loaded and unloaded there
+        self._membership = membership
+        self._now = now_ms
+
+    def commit_offsets(
+        self,
+        group_id: str,
+        generation: int,
+        member_id: str,
+        instance_id: str | None,
+        offsets: list[CommitRequest],
+        retention_ms: int = -1,
+    ) -> CommitErrors | asyncio.Future[CommitErrors]:
+        """The error per partition, at once when the write committed synchronously (as on
+        one broker, the common case, so no future is made), else a future of it.
+        ``retention_ms`` is OffsetCommit v2-v4's retention time; -1 means the broker's."""
+        error = self._commit_error(group_id, generation, member_id, instance_id)
+        if error is not None:
+            return {(o[0], o[1]): error for o in offsets}
+        now = self._now()
+        expire = now + retention_ms if retention_ms >= 0 else -1
+        max_metadata = self.settings.max_metadata_bytes
+        results: CommitErrors = {}
+        accepted: dict[TopicPartition, OffsetValue] = {}
+        for topic, partition, offset, leader_epoch, metadata in offsets:
+            metadata = metadata or ""
+            # UTF-8 is at most 4 bytes a character: encode only when that could exceed.
+            if len(metadata) * 4 > max_metadata and len(metadata.encode()) > max_metadata:
+                results[(topic, partition)] = ErrorCode.offset_metadata_too_large
+                continue
+            accepted[(topic, partition)] = OffsetValue(offset, leader_epoch, metadata, now, expire)
+        if not accepted:
+            return results
+        later: list[asyncio.Future[CommitErrors]] = []
+
+        def stored(error: ErrorCode) -> None:
+            if error in (ErrorCode.record_list_too_large, ErrorCode.message_too_large):
+                error = ErrorCode.invalid_commit_offset_size
+            for tp in accepted:
+                results[tp] = error
+            if later:
+                later[0].set_result(results)
+
+        self._runtime.write_offsets(group_id, accepted, stored)
+        if next(iter(accepted)) in results:  # stored already ran
+            return results
+        later.append(asyncio.get_running_loop().create_future())
+        return later[0]
+
+    def _commit_error(
+        self, group_id: str, generation: int, member_id: str, instance_id: str | None
+    ) -> ErrorCode | None:
+        if not group_id:
+            return ErrorCode.invalid_group_id
+        error = self._runtime.owner_error(group_id)
+        if error is not None:
+            return error
+        group = self._groups.get(group_id)
+        if group is None:
+            return None if generation < 0 else ErrorCode.illegal_generation
+        if group.is_(GroupState.DEAD):
+            return ErrorCode.coordinator_not_available
+        if group.is_static_member_fenced(instance_id, member_id):
+            return ErrorCode.fenced_instance_id
+        if generation < 0 and group.is_(GroupState.EMPTY):
+            return None
+        if group.is_(GroupState.COMPLETING_REBALANCE):
+            return ErrorCode.rebalance_in_progress
+        member = group.members.get(member_id)
+        if member is None:
+            return ErrorCode.unknown_member_id
+        if generation != group.generation:
+            return ErrorCode.illegal_generation
+        self._membership.schedule_heartbeat(group, member, member.session_timeout_ms)
+        return None
+
+    def fetch_offsets(
+        self, group_id: str, partitions: list[TopicPartition] | None
+    ) -> tuple[ErrorCode, dict[TopicPartition, OffsetValue | None]]:
+        """Committed offsets (None where there is none); all of them when ``partitions``
+        is None."""
+        error = self._runtime.owner_error(group_id)
+        if error is not None:
+            return error, {}
+        group = self._groups.get(group_id)
+        offsets = {} if group is None else group.offsets
+        if partitions is None:
+            return ErrorCode.none, dict(offsets)
+        return ErrorCode.none, {tp: offsets.get(tp) for tp in partitions}
+
+    def delete_offsets(
+        self, group_id: str, partitions: list[TopicPartition]
+    ) -> asyncio.Future[tuple[ErrorCode, dict[TopicPartition, ErrorCode]]]:
+        future: asyncio.Future[tuple[ErrorCode, dict[TopicPartition, ErrorCode]]] = (
+            asyncio.get_running_loop().create_future()
+        )
+        error = self._runtime.owner_error(group_id)
+        group = self._groups.get(group_id)
+        if error is None and (group is None or group.is_(GroupState.DEAD)):
+            error = ErrorCode.group_id_not_found
+        if error is not None or group is None:
+            future.set_result((error or ErrorCode.group_id_not_found, {}))
+            return future
+        subscribed = set() if group.is_(GroupState.EMPTY) else group.subscribed_topics()
+        if subscribed is None:  # not a consumer group: only an empty one may lose offsets
+            future.set_result((ErrorCode.non_empty_group, {}))
+            return future
+        results = {
+            tp: ErrorCode.group_subscribed_to_topic if tp[0] in subscribed else ErrorCode.none
+            for tp in partitions
+        }
+        doomed = [tp for tp, e in results.items() if e == ErrorCode.none and tp in group.offsets]
+
+        def stored(error: ErrorCode) -> None:
+            future.set_result((ErrorCode.none, results) if error == ErrorCode.none else (error, {}))
+
+        if doomed:
+            self._runtime.write_offsets(group_id, dict.fromkeys(doomed), stored)
+        else:
+            stored(ErrorCode.none)
+        return future
+
+    def on_topic_deleted(self, topic: str) -> None:
+        """A deleted topic takes its committed offsets along, in every group (as Kafka
+        does), so a topic created again under the name starts without them."""
+        for group in list(self._groups.values()):
+            doomed = [tp for tp in group.offsets if tp[0] == topic]
+            if doomed:
+                self._runtime.write_offsets(
+                    group.group_id,
+                    dict.fromkeys(doomed),
+                    lambda e, g=group: _log_store_error(g, e),
+                )
+
+    def expire_offsets(self, now_ms: int | None = None) -> int:
+        """Drop offsets past retention, and the empty groups left without any. Returns how
+        many offsets went."""
+        now = self._now() if now_ms is None else now_ms
+        removed = 0
+        for group in list(self._groups.values()):
+            # A member is joining, or the group's deletion is being written: leave it be.
+            if group.pending_members or group.is_(GroupState.DEAD):
+                continue
+            expired = self._expired_offsets(group, now)
+            removed += len(expired)
+            if group.is_(GroupState.EMPTY) and len(expired) == len(group.offsets):
+                logger.info(
+                    "Removing empty group %s (%d expired offset(s))", group.group_id, len(expired)
+                )
+                self._runtime.delete_group(group, lambda e, g=group: _log_store_error(g, e))
+            elif expired:
+                self._runtime.write_offsets(
+                    group.group_id,
+                    dict.fromkeys(expired),
+                    lambda e, g=group: _log_store_error(g, e),
+                )
+        return removed
+
+    def _expired_offsets(self, group: Group, now: int) -> list[TopicPartition]:
+        """Kafka 2.1+ (KIP-211): an offset committed with its own retention (OffsetCommit
+        v2-v4) expires then; any other ages from when its group became empty, from its
+        commit in a group without group management, and in a stable consumer group only
+        once its topic is no longer subscribed. Other offsets of live groups never do."""
+        retention = self.settings.offsets_retention_ms
+
+        def due(value: OffsetValue, base: int) -> bool:
+            if value.expire_timestamp >= 0:
+                return value.expire_timestamp <= now
+            return base + retention <= now
+
+        offsets = group.offsets.items()
+        if not group.protocol_type:
+            return [tp for tp, v in offsets if due(v, v.commit_timestamp)]
+        if group.is_(GroupState.EMPTY):
+            empty_since = group.state_timestamp
+            return [
+                tp
+                for tp, v in offsets
+                if due(v, empty_since if empty_since >= 0 else v.commit_timestamp)
+            ]
+        if group.is_(GroupState.STABLE) and group.protocol_type == "consumer":
+            subscribed = group.subscribed_topics()
+            if subscribed is not None:
+                stale = [(tp, v) for tp, v in offsets if tp[0] not in subscribed]
+                return [tp for tp, v in stale if due(v, v.commit_timestamp)]
+        return []
+
+
+
+def _log_store_error(group: Group, error: ErrorCode) -> None:
+    if error != ErrorCode.none:
+        logger.warning("Writing offsets of group %s failed: %s", group.group_id, error.name)

@@ -1,0 +1,32 @@
+"""The group coordinator's settings, from the broker's config (Kafka's key names)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    partitions: int = 50
+    min_session_timeout_ms: int = 6000
+    max_session_timeout_ms: int = 1_800_000
+    initial_rebalance_delay_ms: int = 3000
+    max_group_size: int = 2**31 - 1
+    offsets_retention_ms: int = 7 * 24 * 3600 * 1000
+    commit_timeout_ms: int = 5000
+    max_metadata_bytes: int = 4096
+
+    @classmethod
+    def from_config(cls, config: Any) -> Settings:
+        """From a BrokerConfig (Kafka's key names)."""
+        return cls(
+            partitions=config["offsets.topic.num.partitions"],
+            min_session_timeout_ms=config["group.min.session.timeout.ms"],
+            max_session_timeout_ms=config["group.max.session.timeout.ms"],
+            initial_rebalance_delay_ms=config["group.initial.rebalance.delay.ms"],
+            max_group_size=config["group.max.size"],
+            offsets_retention_ms=config["offsets.retention.minutes"] * 60_000,
+            commit_timeout_ms=config["offsets.commit.timeout.ms"],
+            max_metadata_bytes=config["offset.metadata.max.bytes"],
+        )

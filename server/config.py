@@ -176,8 +176,6 @@ KEYS: dict[str, ConfigKey] = {
 # one set explicitly is logged at start-up.
 IGNORED: dict[str, str] = {
     "num.network.threads": "one asyncio event loop does all network I/O",
-    "request.timeout.ms": "requests to other brokers time out after "
-    "controller.socket.timeout.ms or replica.socket.timeout.ms",
     "log.flush.start.offset.checkpoint.interval.ms": "the log start offsets are "
     "checkpointed with the recovery points (log.flush.offset.checkpoint.interval.ms)",
     "transactional.id.expiration.ms": "transactions are not implemented yet",
@@ -213,6 +211,7 @@ CLUSTER_ONLY = frozenset(
         "controlled.shutdown.enable",
         "controlled.shutdown.max.retries",
         "controlled.shutdown.retry.backoff.ms",
+        "request.timeout.ms",
     }
 )
 

@@ -32,29 +32,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         yield c
 
 
-@pytest.fixture(autouse=True)
-def _all_brokers_running(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Tests that kill brokers restart them; a failure must not leave the next test with
-    a broken cluster, so whatever is down is started again afterwards."""
-    yield
-    if "cluster" in request.fixturenames:
-        c: Cluster = request.getfixturevalue("cluster")
-        for broker_id, broker in c.brokers.items():
-            c.resume(broker_id)
-            if not broker.running:
-                broker.start()
-        c.wait_for_brokers(c.brokers)
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
-    outcome = yield
-    report = outcome.get_result()
-    c = getattr(item, "funcargs", {}).get("cluster")
-    if report.failed and isinstance(c, Cluster):
-        report.sections.append(("cluster log tails", c.log_tails(60)))
-
-
 def new_topic(prefix: str = "t") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
 

@@ -138,6 +138,14 @@ class Cluster:
         self.stop(broker_id)
         self.brokers[broker_id].start()
 
+    def restore(self) -> None:
+        """Resume paused brokers and start stopped ones; wait until all see each other."""
+        for broker_id, broker in self.brokers.items():
+            self.resume(broker_id)
+            if not broker.running:
+                broker.start()
+        self.wait_for_brokers(self.brokers)
+
     def stop_all(self) -> None:
         """Stop every broker (killing any that hangs), then ZooKeeper."""
         errors = []

@@ -18,25 +18,6 @@ def client(broker: BrokerProcess) -> Iterator[WireClient]:
     c.close()
 
 
-@pytest.fixture(autouse=True)
-def _cluster_brokers_restored(request: pytest.FixtureRequest) -> Iterator[None]:
-    """A test of a module-scoped ``cluster`` that stops, kills or pauses brokers must not
-    leave the next test a broken cluster, even when it fails: whatever is down is resumed
-    or started again afterwards."""
-    yield
-    if "cluster" not in request.fixturenames:
-        return
-    from compat_tests.cluster import Cluster
-
-    cluster = request.getfixturevalue("cluster")
-    if isinstance(cluster, Cluster):
-        for broker_id, broker in cluster.brokers.items():
-            cluster.resume(broker_id)
-            if not broker.running:
-                broker.start()
-        cluster.wait_for_brokers(cluster.brokers)
-
-
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     outcome = yield

@@ -31,6 +31,14 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         c.wait_for_brokers([1, 2, 3])
         yield c
 
+@pytest.fixture(autouse=True)
+def _restored(cluster: Cluster) -> Iterator[None]:
+    """A test that stops, kills or pauses brokers must not leave the next one a broken
+    cluster, even when it fails."""
+    yield
+    cluster.restore()
+
+
 
 def new_topic(prefix: str = "t") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"

@@ -134,16 +134,46 @@ class Cluster:
         self.brokers[broker_id].stop()
 
     def restart(self, broker_id: int) -> None:
-        """Start a killed or stopped broker again (stopping it first if it runs)."""
+        """Start a killed or stopped broker again (stopping it first if it runs). After a
+        kill -9 this waits for its old ZooKeeper session to expire: as in Kafka, a broker
+        whose id is still registered by another session refuses to start."""
         self.stop(broker_id)
+        self.wait_unregistered([broker_id])
         self.brokers[broker_id].start()
+
+    def registered(self) -> set[int]:
+        """The broker ids registered in ZooKeeper (/brokers/ids)."""
+        from kazoo.client import KazooClient
+        from kazoo.exceptions import NoNodeError
+
+        client = KazooClient(hosts=self.zookeeper.connect, timeout=10)
+        client.start(10)
+        try:
+            return {int(i) for i in client.get_children("/brokers/ids")}
+        except NoNodeError:
+            return set()
+        finally:
+            client.stop()
+            client.close()
+
+    def wait_unregistered(self, broker_ids: Iterable[int], timeout: float = WAIT_TIMEOUT_S) -> None:
+        """Until none of these ids is registered (a killed broker's session expired)."""
+        ids = set(broker_ids)
+        deadline = time.monotonic() + timeout
+        while ids & self.registered():
+            if time.monotonic() > deadline:
+                raise ClusterTimeout(
+                    f"Awaited for {timeout:.0f}s: the ZooKeeper registrations of brokers "
+                    f"{sorted(ids & self.registered())} to expire"
+                )
+            time.sleep(POLL_INTERVAL_S * 5)
 
     def restore(self) -> None:
         """Resume paused brokers and start stopped ones; wait until all see each other."""
         for broker_id, broker in self.brokers.items():
             self.resume(broker_id)
             if not broker.running:
-                broker.start()
+                self.restart(broker_id)
         self.wait_for_brokers(self.brokers)
 
     def stop_all(self) -> None:
@@ -389,3 +419,74 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
             raise ConnectionError("connection closed by broker")
         buf += chunk
     return bytes(buf)
+
+
+class ClusterBroker:
+    """A cluster behind BrokerProcess's interface, so the client compatibility tests run
+    against it unchanged (GREGOR_COMPAT_CLUSTER=3): clients bootstrap from broker 1 alone,
+    and stop, kill and start act on every broker, as the one broker's would."""
+
+    kind = "gregor-cluster"
+
+    def __init__(self, tmp_dir: Path, brokers: int, overrides: dict[str, str] | None) -> None:
+        self.cluster = Cluster(tmp_dir, brokers, overrides)
+        self.first = self.cluster.brokers[1]
+        self.tmp_dir = Path(tmp_dir)
+
+    @property
+    def bootstrap(self) -> str:
+        return self.first.bootstrap
+
+    @property
+    def port(self) -> int:
+        return self.first.port
+
+    @property
+    def data_dir(self) -> Path:
+        return self.first.data_dir
+
+    @property
+    def log_path(self) -> Path:
+        return self.first.log_path
+
+    @property
+    def running(self) -> bool:
+        return all(b.running for b in self.cluster.brokers.values())
+
+    def start(self) -> None:
+        if not self.cluster.zookeeper.running:
+            self.cluster.start()
+        else:
+            self.cluster.restore()
+        self.cluster.wait_for_brokers(self.cluster.brokers)
+
+    def stop(self) -> None:
+        for broker_id in self.cluster.brokers:
+            self.cluster.stop(broker_id)
+
+    def kill(self) -> None:
+        for broker_id in self.cluster.brokers:
+            self.cluster.kill(broker_id)
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def log_tail(self, lines: int = 60) -> str:
+        return self.cluster.log_tails(lines)
+
+    def __enter__(self) -> ClusterBroker:
+        try:
+            self.start()
+        except BaseException:
+            self.cluster.stop_all()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.cluster.stop_all()

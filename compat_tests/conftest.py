@@ -1,11 +1,13 @@
 """Fixtures for the client compatibility matrix: one real broker process per test module.
 
 A module may set ``BROKER_OVERRIDES: dict[str, str]`` to pass server.properties overrides
-to its broker.
+to its broker. With ``GREGOR_COMPAT_CLUSTER=3`` the broker is a 3-broker cluster on a real
+ZooKeeper instead, which the clients bootstrap from through one of its brokers.
 """
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -13,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from compat_tests.broker import BrokerProcess
+from compat_tests.cluster import ClusterBroker
 
 
 @pytest.fixture(scope="module")
@@ -21,6 +24,13 @@ def broker(
 ) -> Iterator[BrokerProcess]:
     overrides = getattr(request.module, "BROKER_OVERRIDES", None)
     tmp_dir: Path = tmp_path_factory.mktemp("broker")
+    cluster_size = int(os.environ.get("GREGOR_COMPAT_CLUSTER", "0"))
+    if cluster_size:
+        # The same tests against a cluster (bootstrap from one broker); typed as the one
+        # broker whose interface it offers.
+        with ClusterBroker(tmp_dir, cluster_size, overrides) as cluster:
+            yield cluster  # type: ignore[misc]
+        return
     with BrokerProcess(tmp_dir, overrides) as proc:
         yield proc
 
@@ -43,7 +53,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         return
     funcargs = getattr(item, "funcargs", {})
     for value in funcargs.values():
-        if isinstance(value, BrokerProcess):
+        if isinstance(value, BrokerProcess | ClusterBroker):
             report.sections.append((f"broker log tail ({value.log_path})", value.log_tail()))
 
 

@@ -18,11 +18,12 @@ def handle(services: Services, ctx: RequestContext, request: Any) -> UpdateMetad
     stale = stale_epoch(services, member, request)
     if stale is not None:
         return UpdateMetadataResponse(error_code=stale)
+    known = set(services.metadata.topics)
     deleted = apply_update_metadata(services.metadata, request)
     groups = services.groups
     if groups is not None:
         for topic in {t for t, _ in deleted}:
             if topic not in services.metadata.topics:
                 groups.on_topic_deleted(topic)
-    member.metadata_updated()
+    member.metadata_updated(set(services.metadata.topics) - known)
     return UpdateMetadataResponse(error_code=ErrorCode.none)

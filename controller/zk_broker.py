@@ -133,7 +133,7 @@ class ZkBroker:
             try:
                 await work
             except Exception:
-                logger.exception("Registering broker %d failed", self.broker_id)
+                logger.exception("ZooKeeper work of broker %d failed", self.broker_id)
 
         task = asyncio.get_running_loop().create_task(logged())
         self._tasks.add(task)
@@ -149,10 +149,20 @@ class ZkBroker:
 
     # -- the metadata cache, as the controller's UpdateMetadata feeds it -------------------
 
-    def metadata_updated(self) -> None:
-        """Called after each UpdateMetadata: wakes the calls waiting for an outcome."""
+    def metadata_updated(self, new_topics: set[str]) -> None:
+        """Called after each UpdateMetadata: wakes the calls waiting for an outcome, and
+        reads the config overrides of topics new to the cache (UpdateMetadata carries
+        none) for DescribeConfigs."""
         self._metadata_changed.set()
         self._metadata_changed = asyncio.Event()
+        if new_topics:
+            self._spawn(self._load_configs(sorted(new_topics)))
+
+    async def _load_configs(self, names: list[str]) -> None:
+        for name, configs in (await self.topic_configs(names)).items():
+            topic = self.cache.topics.get(name)
+            if topic is not None:
+                topic.configs = configs
 
     async def _await_metadata(self, holds: Callable[[], bool]) -> bool:
         deadline = time.monotonic() + self._topic_wait_s

@@ -16,8 +16,12 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from apis.context import nested
 from compat_tests.broker import BrokerError, BrokerProcess
 from compat_tests.cluster import Cluster
+from tests.kafka_wire import WireClient
+from wire.schema import request_type
+from wire.versions import DESCRIBE_CONFIGS
 
 # A killed broker's ZooKeeper session expires after this (TEST_DEFAULTS uses 6 s): the
 # failover waits allow it twice over plus the controller's work.
@@ -215,3 +219,48 @@ def test_a_second_broker_with_the_same_id_is_refused(cluster: Cluster, tmp_path:
         twin.start()
     assert "broker id 1 is already registered" in twin.log_tail()
     assert "Traceback" not in twin.log_path.read_text()
+
+
+def describe_topic_configs(port: int, topic: str) -> dict[str, str]:
+    cls = request_type(DESCRIBE_CONFIGS, 4)
+    resource = nested(cls, "DescribeConfigsResource")
+    client = WireClient(port)
+    try:
+        response = client.call(
+            DESCRIBE_CONFIGS,
+            4,
+            cls(
+                include_synonyms=False,
+                include_documentation=False,
+                resources=(
+                    resource(resource_type=2, resource_name=topic, configuration_keys=None),
+                ),
+            ),
+        )
+    finally:
+        client.close()
+    (result,) = response.results
+    assert result.error_code == 0, result
+    return {c.name: c.value for c in result.configs if c.config_source == 1}  # topic overrides
+
+
+def test_topic_overrides_and_deletion_are_seen_by_every_broker(cluster: Cluster) -> None:
+    topic = new_topic()
+    create(cluster.brokers[1].bootstrap, topic, 2, 3, **{"retention.ms": "123456"})
+    cluster.wait_for_topic(topic, 2, isr=3)
+    for broker_id, broker in cluster.brokers.items():
+        deadline = time.monotonic() + 10
+        while describe_topic_configs(broker.port, topic) != {"retention.ms": "123456"}:
+            assert time.monotonic() < deadline, f"broker {broker_id} lacks the topic's override"
+            time.sleep(0.1)
+    admin = AdminClient({"bootstrap.servers": cluster.brokers[3].bootstrap})
+    admin.delete_topics([topic], operation_timeout=30)[topic].result(timeout=60)
+    cluster.wait_until(
+        lambda views: all(topic not in v.topics for v in views.values()),
+        f"every broker to forget the deleted topic {topic}",
+    )
+    # Every replica's log is gone too.
+    deadline = time.monotonic() + 30
+    while any(cluster.segment_bytes(topic, p) for p in range(2)):
+        assert time.monotonic() < deadline, f"logs of {topic} still on disk"
+        time.sleep(0.2)

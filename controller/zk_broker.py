@@ -12,6 +12,7 @@ broker's metadata cache, fed by the controller's UpdateMetadata, shows the outco
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -19,7 +20,7 @@ from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
-from controller.assignment import assign_replicas
+from controller.assignment import assign_new_partitions, assign_replicas
 from controller.base import (
     ElectionType,
     NewPartitions,
@@ -33,10 +34,12 @@ from controller.topics import (
     TopicError,
     check_assignments,
     check_configs,
+    check_replicas,
     check_topic_name,
     collision_error,
 )
 from controller.zk import SessionState
+from controller.zk_controller import ControllerError
 from controller.zk_data import (
     BrokerRegistration,
     KafkaZk,
@@ -47,6 +50,10 @@ from controller.zk_data import (
 )
 
 logger = logging.getLogger(__name__)
+
+# A write not fenced by the controller epoch (the check of /controller_epoch's version -1
+# matches any): a broker adding partitions writes the assignment as Kafka's admin does.
+ANY_VERSION = -1
 
 
 class ActiveController(Protocol):
@@ -263,7 +270,81 @@ class ZkBroker:
     async def create_partitions(
         self, requests: Sequence[NewPartitions], *, validate_only: bool = False
     ) -> list[TopicInfo | TopicError]:
-        return [_not_yet("CreatePartitions") for _ in requests]
+        return list(
+            await asyncio.gather(*(self._add_partitions(r, validate_only) for r in requests))
+        )
+
+    async def _add_partitions(
+        self, new: NewPartitions, validate_only: bool
+    ) -> TopicInfo | TopicError:
+        """As Kafka's AdminZkClient.addPartitions: the grown assignment is written to
+        /brokers/topics/<t>, whose watch makes the controller create the partitions."""
+        try:
+            added = self._new_partitions(new)
+        except TopicError as e:
+            return e
+        topic = self.cache.topics[new.topic]
+        if validate_only:
+            grown = _topic_info(topic.name, topic.topic_id, added, topic.configs)
+            return TopicInfo(
+                topic.name,
+                topic.topic_id,
+                {**topic.partitions, **grown.partitions},
+                topic.configs,
+                topic.internal,
+            )
+        current = await self.zk.topic_assignment(new.topic)
+        if current is None or len(current.partitions) != len(topic.partitions):
+            return TopicError(
+                ErrorCode.reassignment_in_progress
+                if current is not None
+                else ErrorCode.unknown_topic_or_partition,
+                f"The partitions of topic '{new.topic}' are changing; try again.",
+            )
+        await self.zk.set_topic_assignment(
+            dataclasses.replace(current, partitions={**current.partitions, **added}),
+            ANY_VERSION,
+        )
+        logger.info("Adding partitions %s to topic %s", added, new.topic)
+        if not await self._await_metadata(lambda: self._led(new.topic, new.count) is not None):
+            return TopicError(
+                ErrorCode.request_timed_out,
+                f"The new partitions of '{new.topic}' did not all have a leader within "
+                f"{self._topic_wait_s * 1000:.0f} ms.",
+            )
+        return self.cache.topics[new.topic]
+
+    def _new_partitions(self, new: NewPartitions) -> dict[int, list[int]]:
+        topic = self.cache.topics.get(new.topic)
+        if topic is None:
+            raise TopicError(
+                ErrorCode.unknown_topic_or_partition,
+                "This server does not host this topic-partition.",
+            )
+        current = len(topic.partitions)
+        if new.count < current:
+            raise TopicError(
+                ErrorCode.invalid_partitions,
+                f"The topic {topic.name} currently has {current} partition(s); {new.count} "
+                "would not be an increase.",
+            )
+        if new.count == current:
+            raise TopicError(
+                ErrorCode.invalid_partitions, f"Topic already has {current} partition(s)."
+            )
+        existing = {i: p.replicas for i, p in topic.partitions.items()}
+        if new.assignments is None:
+            racks = {b.node_id: b.rack for b in self.cache.brokers.values()}
+            return assign_new_partitions(racks, existing, new.count)
+        if len(new.assignments) != new.count - current:
+            raise TopicError(
+                ErrorCode.invalid_replica_assignment,
+                f"Attempted to add {new.count - current} additional partition(s), but "
+                f"only {len(new.assignments)} assignment(s) were specified.",
+            )
+        for replicas in new.assignments:
+            check_replicas(replicas, self.cache.brokers, len(existing[0]))
+        return {current + i: list(r) for i, r in enumerate(new.assignments)}
 
     async def allocate_producer_id(self) -> int:
         """From blocks of 1000 claimed in /latest_producer_id_block."""
@@ -280,20 +361,21 @@ class ZkBroker:
         self, election_type: ElectionType, partitions: Sequence[TopicPartition] | None
     ) -> dict[TopicPartition, TopicError | None]:
         """Elections are the controller's: done here when this broker is it (clients send
-        ElectLeaders to the controller), else NOT_CONTROLLER."""
+        ElectLeaders to the controller), else NOT_CONTROLLER. An election of every
+        partition answers only those it changed or could not elect, as in Kafka."""
         controller = self.active_controller
         try:
             if controller is None:
-                raise TopicError(ErrorCode.not_controller, "This broker is not the controller.")
+                raise ControllerError(
+                    ErrorCode.not_controller, "This broker is not the controller."
+                )
             outcome = await controller.elect_leaders(int(election_type), partitions)
-        except Exception as e:  # the controller's ControllerError (or a resignation)
-            error = TopicError(
-                getattr(e, "code", ErrorCode.not_controller), getattr(e, "message", str(e))
-            )
-            return {tp: error for tp in partitions or ()}
+        except ControllerError as e:
+            return {tp: TopicError(e.code, e.message) for tp in partitions or ()}
         return {
             tp: None if code == ErrorCode.none else TopicError(code, message or "")
             for tp, (code, message) in outcome.items()
+            if partitions is not None or code != ErrorCode.election_not_needed
         }
 
     async def alter_partition_reassignments(

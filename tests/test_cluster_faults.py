@@ -272,3 +272,36 @@ def _coordinator_of(cluster: Cluster, group: str) -> int:
     client = AdminClient({"bootstrap.servers": cluster.bootstrap})
     description = client.describe_consumer_groups([group])[group].result(timeout=30)
     return description.coordinator.id
+
+
+def test_the_cluster_survives_zookeeper_pausing_past_the_session_timeout(
+    cluster: Cluster,
+) -> None:
+    topic = new_topic()
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})  # outlives its futures
+    admin.create_topics(
+        [NewTopic(topic, 3, 3, config={"min.insync.replicas": "2"})], operation_timeout=30
+    )[topic].result(timeout=60)
+    cluster.wait_for_topic(topic, 3, isr=3)
+    first = [b"z%04d" % i for i in range(300)]
+    acknowledged(produce(cluster.bootstrap, topic, first))
+    cluster.zookeeper.pause()
+    try:
+        # Every session expires while ZooKeeper sleeps; clients are still served.
+        time.sleep(SESSION_TIMEOUT_MS / 1000 + 2)  # the fault itself: ZooKeeper asleep this long
+    finally:
+        cluster.zookeeper.resume()
+    # The brokers register again, a controller is elected (at a new epoch) and the
+    # partitions get full ISRs.
+    cluster.wait_for_brokers([1, 2, 3], timeout=WAIT_S)
+    cluster.wait_for_controller(timeout=WAIT_S)
+    cluster.wait_for_topic(topic, 3, isr=3, timeout=WAIT_S)
+    second = [b"y%04d" % i for i in range(300)]
+    acknowledged(produce(cluster.bootstrap, topic, second))
+    got = consume_all(cluster.bootstrap, topic, len(first) + len(second))
+    assert sorted(m.value() for m in got) == sorted(first + second)
+    # The sessions did expire (not merely disconnect): each broker registered again.
+    for broker_id, broker in cluster.brokers.items():
+        assert "registering again after the loss of its ZooKeeper session" in (
+            broker.log_path.read_text()
+        ), f"broker {broker_id} kept its session through the pause"

@@ -253,7 +253,8 @@ class ProducerIdBlock:
 
 
 class KafkaZk:
-    """Kafka's znodes, read and written through one AsyncZk session."""
+    """Kafka's znodes, read and written through one AsyncZk session; ``ensure_paths()``
+    once at startup creates the parents the other calls expect."""
 
     def __init__(self, zk: AsyncZk) -> None:
         self.zk = zk
@@ -405,8 +406,10 @@ class KafkaZk:
             except TransactionFailed as e:
                 if e.index == 0 and isinstance(e.cause, NodeExistsError):
                     raise TopicExistsError(f"topic '{assignment.name}' already exists") from None
-                if e.index == 1 and isinstance(e.cause, NodeExistsError | NoNodeError):
-                    # a config left by a topic deleted before (Kafka overwrites it too)
+                # A config left by a topic deleted before is overwritten (as Kafka does);
+                # if it vanishes meanwhile, it is created again.
+                expected = NoNodeError if overwrite_config else NodeExistsError
+                if e.index == 1 and isinstance(e.cause, expected):
                     overwrite_config = not overwrite_config
                     continue
                 raise

@@ -389,35 +389,64 @@ def test_producer_id_blocks_never_overlap(connect: str) -> None:
     run(body)
 
 
-def test_session_loss_is_seen_and_the_broker_registers_again(
+def test_a_short_zookeeper_pause_suspends_but_keeps_the_session(
     zookeeper: ZooKeeperProcess, connect: str
 ) -> None:
-    session_timeout_ms = 2000
+    # kazoo pings every third of the session timeout and drops the connection when a ping
+    # is still unanswered at the next one: SUSPENDED comes at most 2/3 of the timeout after
+    # the last ping ZooKeeper heard, which leaves a third (almost 7 s) to resume it before
+    # the session could expire.
+    session_timeout_ms = 20000
 
     async def body() -> None:
         async with kafka_zk(connect, session_timeout_ms) as kzk:
             states = Recorder()
             kzk.zk.add_state_listener(states)
-            registered = await kzk.register_broker(broker(5))
-            old_session = kzk.zk.session_id
+            registered = await kzk.register_broker(broker(4))
+            session = kzk.zk.session_id
             zookeeper.pause()
             try:
                 await states.wait_for(lambda items: SessionState.SUSPENDED in items)
-                # ZooKeeper expires a session it has not heard from for the session
-                # timeout; it has to stay away that long (plus a margin) for the loss.
-                await asyncio.sleep(session_timeout_ms / 1000 * 2)
             finally:
                 zookeeper.resume()
+            await states.wait_for(lambda items: items[-1] == SessionState.CONNECTED)
+            assert SessionState.LOST not in states.items
+            assert kzk.zk.session_id == session
+            assert await kzk.brokers() == {4: registered}
+
+    run(body)
+
+
+def expire_session(zookeeper: ZooKeeperProcess, zk: AsyncZk) -> None:
+    """End ``zk``'s session from the server side, as ZooKeeper's own tests do: a second
+    client joins the session with its id and password, then closes it."""
+    session_id, password = zk._client.client_id  # test-only access to kazoo's credentials
+    thief = KazooClient(hosts=zookeeper.connect, client_id=(session_id, password), timeout=10)
+    thief.start(timeout=15)
+    thief.stop()
+    thief.close()
+
+
+def test_session_loss_is_seen_and_the_broker_registers_again(
+    zookeeper: ZooKeeperProcess, connect: str
+) -> None:
+    async def body() -> None:
+        async with kafka_zk(connect, 4000) as kzk, kafka_zk(connect) as observer:
+            states = Recorder()
+            kzk.zk.add_state_listener(states)
+            registered = await kzk.register_broker(broker(5))
+            old_session = kzk.zk.session_id
+            await asyncio.to_thread(expire_session, zookeeper, kzk.zk)
             await states.wait_for(
                 lambda items: SessionState.LOST in items and items[-1] == SessionState.CONNECTED
             )
             assert states.threads == {threading.get_ident()}
-            assert kzk.zk.session_id != old_session
+            assert kzk.zk.session_id not in (None, old_session)
             # the ephemeral registration died with the session; registering again works
-            assert await kzk.brokers() == {}
+            assert await observer.brokers() == {}
             again = await kzk.register_broker(broker(5))
             assert again.epoch > registered.epoch
-            assert await kzk.brokers() == {5: again}
+            assert await observer.brokers() == {5: again}
 
     run(body)
 

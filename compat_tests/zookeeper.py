@@ -134,7 +134,9 @@ class ZooKeeperProcess:
         self._paused = False
 
     def pause(self) -> None:
-        """SIGSTOP: the server stops answering (sessions expire once it resumes)."""
+        """SIGSTOP: the server stops answering and clients see their connections drop. A
+        session past its timeout is not reliably expired on resume: a connect request
+        queued meanwhile can revalidate it."""
         if self.running and not self._paused:
             os.kill(self.pid, signal.SIGSTOP)
             self._paused = True

@@ -349,6 +349,16 @@ def test_conditional_partition_state_writes(zookeeper: ZooKeeperProcess, connect
                 {("states", 7): PartitionState(1, 0, [1], 1)}, epoch.zk_version
             )
             assert missing == {("states", 7): StateConflict(None)}
+            # so does creating the state of a topic that does not exist (deleted meanwhile)
+            orphan = await kzk.create_partition_states(
+                {("gone", 0): PartitionState(1, 0, [1], 1), ("states", 3): created[("states", 0)]},
+                epoch.zk_version,
+            )
+            assert orphan == {
+                ("gone", 0): StateConflict(None),
+                ("states", 3): created[("states", 0)],
+            }
+            assert await kzk.topic_names() == ["states"]
 
     run(body)
 

@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from types import TracebackType
 
+from kazoo.client import KazooClient
+
 from compat_tests.broker import free_port
 
 JAVA = os.environ.get("GREGOR_JAVA", "java")
@@ -151,6 +153,17 @@ class ZooKeeperProcess:
         """Stop (cleanly, if running) and start again on the same port and data dir."""
         self.stop()
         self.start()
+
+    def expire_session(self, client_id: tuple[int, bytes]) -> None:
+        """End a client's session from the server side, as ZooKeeper's own tests do: join it
+        with its (session id, password), then close it. The client's ephemeral znodes go at
+        once; it sees its session expired when it next talks to the server."""
+        twin = KazooClient(hosts=self.connect, client_id=client_id, timeout=10)
+        twin.start(timeout=START_TIMEOUT_S)
+        try:
+            twin.stop()
+        finally:
+            twin.close()
 
     def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
         try:

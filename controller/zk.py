@@ -212,6 +212,11 @@ class AsyncZk:
         """The current session's id (an ephemeral znode's ``ephemeralOwner``)."""
         return self._client.client_id[0] if self._client.client_id else None
 
+    @property
+    def client_id(self) -> tuple[int, bytes] | None:
+        """The session's id and password: what another client needs to join the session."""
+        return self._client.client_id
+
     def add_state_listener(self, listener: StateListener) -> None:
         """Call ``listener(state)`` on the loop at every session state change (the first
         CONNECTED included)."""

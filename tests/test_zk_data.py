@@ -463,16 +463,6 @@ def test_a_short_zookeeper_pause_suspends_but_keeps_the_session(
     run(body)
 
 
-def expire_session(zookeeper: ZooKeeperProcess, zk: AsyncZk) -> None:
-    """End ``zk``'s session from the server side, as ZooKeeper's own tests do: a second
-    client joins the session with its id and password, then closes it."""
-    session_id, password = zk._client.client_id  # test-only access to kazoo's credentials
-    thief = KazooClient(hosts=zookeeper.connect, client_id=(session_id, password), timeout=10)
-    thief.start(timeout=15)
-    thief.stop()
-    thief.close()
-
-
 def test_session_loss_is_seen_and_the_broker_registers_again(
     zookeeper: ZooKeeperProcess, connect: str
 ) -> None:
@@ -482,7 +472,7 @@ def test_session_loss_is_seen_and_the_broker_registers_again(
             kzk.zk.add_state_listener(states)
             registered = await kzk.register_broker(broker(5))
             old_session = kzk.zk.session_id
-            await asyncio.to_thread(expire_session, zookeeper, kzk.zk)
+            await asyncio.to_thread(zookeeper.expire_session, kzk.zk.client_id)
             await states.wait_for(
                 lambda items: SessionState.LOST in items and items[-1] == SessionState.CONNECTED
             )

@@ -407,9 +407,8 @@ class ZkController:
             if topic not in allowed:
                 configs = await self.zk.topic_configs(topic)
                 value = configs.get("unclean.leader.election.enable")
-                allowed[topic] = (
-                    self.config.unclean_leader_election if value is None else value == "true"
-                )
+                default = self.config.unclean_leader_election
+                allowed[topic] = default if value is None else value.lower() == "true"
             if allowed[topic]:
                 result.append(tp)
         return result

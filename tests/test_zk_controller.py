@@ -22,6 +22,7 @@ from kio.static.primitive import i8, i32, i64
 
 from compat_tests.zookeeper import ZooKeeperProcess
 from controller.assignment import assign_replicas
+from controller.channel import Broker, ControllerChannel, Endpoint, PartitionView, RequestBatch
 from controller.election import RECOVERING
 from controller.zk import AsyncZk
 from controller.zk_controller import PREFERRED, UNCLEAN, ControllerConfig, ZkController
@@ -35,6 +36,7 @@ from wire.interbroker import (
     UpdateMetadataRequest,
     UpdateMetadataResponse,
 )
+from wire.schema import decode, encode
 
 pytest_plugins = ["tests.zookeeper_fixture"]
 
@@ -207,6 +209,87 @@ async def cluster(
 
 def run(body: Callable[[], Awaitable[None]]) -> None:
     asyncio.run(body())
+
+
+# --- the channel -----------------------------------------------------------------------
+
+
+def test_batch_makes_one_request_per_broker_that_encodes_and_decodes() -> None:
+    async def body() -> None:
+        brokers = Brokers()
+        channel = ControllerChannel(brokers.send)
+        live = {
+            b: Broker(
+                b, 100 + b, (Endpoint("PLAINTEXT", "127.0.0.1", 9000 + b, "PLAINTEXT"),), None
+            )
+            for b in (1, 2)
+        }
+        for b in live:
+            channel.add_broker(b)
+        batch = RequestBatch()
+        topic_id = random_uuid()
+        for p in range(50):
+            view = PartitionView(1, 3, (1, 2), 7, 2, (1, 2, 3))
+            batch.add_leader_and_isr([1, 2], ("t", p), view, is_new=p == 0)
+        batch.add_stop_replica(2, ("u", 0), delete=True, leader_epoch=4)
+        batch.send(
+            channel,
+            controller_id=1,
+            controller_epoch=2,
+            brokers=live,
+            topic_ids={"t": topic_id},
+            listener="PLAINTEXT",
+        )
+        await wait_for(lambda: channel.pending() == 0 and len(brokers.sent) == 5)
+        kinds = [(n, type(r).__name__) for _, n, r in brokers.sent]
+        # Per broker: LeaderAndIsr, then UpdateMetadata, then StopReplica.
+        assert [k for k in kinds if k[0] == 2] == [
+            (2, "LeaderAndIsrRequest"),
+            (2, "UpdateMetadataRequest"),
+            (2, "StopReplicaRequest"),
+        ]
+        for _, node, request in brokers.sent:
+            again = decode(type(request), encode(request))
+            assert again == request
+            assert request.broker_epoch == 100 + node
+        [lai] = brokers.of(LeaderAndIsrRequest, 1)
+        assert [t.topic_id for t in lai.topic_states] == [topic_id]
+        assert len(partitions_in(lai)) == 50 and partitions_in(lai)[("t", 0)].is_new
+        assert [(x.broker_id, x.port) for x in lai.live_leaders] == [(1, 9001)]
+        [um] = brokers.of(UpdateMetadataRequest, 2)
+        assert list(partitions_in(um)[("t", 1)].offline_replicas) == [3]
+        [stop] = brokers.of(StopReplicaRequest, 2)
+        assert partitions_in(stop)[("u", 0)].leader_epoch == -2  # EpochDuringDelete
+        await channel.close()
+
+    run(body)
+
+
+def test_channel_retries_until_answered_and_keeps_order() -> None:
+    async def body() -> None:
+        answered: list[int] = []
+        failures = 3
+
+        async def flaky(node: int, request: Any, version: int) -> Any:
+            nonlocal failures
+            if failures:
+                failures -= 1
+                raise ConnectionError("refused")
+            answered.append(request)
+            return None
+
+        channel = ControllerChannel(flaky, backoff_s=0.01)
+        channel.add_broker(1)
+        for i in range(5):
+            channel.send(1, i, 0)
+        await wait_for(lambda: len(answered) == 5)
+        assert answered == [0, 1, 2, 3, 4]
+        await channel.remove_broker(1)
+        channel.send(1, 5, 0)  # not live: dropped
+        assert channel.pending() == 0
+        await channel.close()
+
+    run(body)
 
 
 # --- election --------------------------------------------------------------------------
@@ -720,6 +803,20 @@ def test_failover_of_a_broker_with_10000_partitions(connect: str) -> None:
                 f"\n10,000 partitions: broker 3's session closed in {closed - started:.3f} s; "
                 f"all states written and requests handed to send {last_send - started:.3f} s "
                 "after the close began"
+            )
+            # The controller (broker 1) dies too: broker 2 takes over, rebuilds everything
+            # from ZooKeeper and re-elects the partitions broker 1 led.
+            started = time.monotonic()
+            await c.kill(1)
+            successor = await c.active()
+            await c.settled(successor)
+            last_send = max(t for t, _, _ in c.brokers.sent)
+            [lai] = c.brokers.of(LeaderAndIsrRequest, 2, started)
+            assert len(partitions_in(lai)) == 10_000
+            assert all(s.leader == 2 for s in successor.states.values())
+            print(
+                f"controller failover: broker 2 active with every state written and request "
+                f"handed to send {last_send - started:.3f} s after broker 1's session began closing"
             )
 
     run(body)

@@ -16,6 +16,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
+from kazoo.client import KazooClient
 from kio.schema.alter_partition.v3 import request as alter
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8, i32, i64
@@ -764,6 +765,26 @@ def test_controller_resigns_when_controller_znode_is_no_longer_its_own(connect: 
             with pytest.raises(Exception) as e:
                 await controller.elect_leaders(PREFERRED, None)
             assert e.value.code == ErrorCode.not_controller
+
+    run(body)
+
+
+def test_controller_resigns_on_session_loss_and_campaigns_again(connect: str) -> None:
+    async def body() -> None:
+        async with cluster(connect, 1) as c:
+            controller = await c.active()
+            await c.settled(controller)
+            channel = controller._channel
+            # Expire its session: a second client on the same session id closes it.
+            zk = c.sessions[1].zk
+            session_id, password = zk._client.client_id
+            twin = KazooClient(hosts=connect, client_id=(session_id, password), timeout=10)
+            await asyncio.to_thread(twin.start, 15)
+            await asyncio.to_thread(twin.stop)
+            twin.close()
+            await wait_for(lambda: controller.epoch == 2 and controller.active)
+            assert controller._channel is not channel  # resigned, then a new term
+            assert zk.session_id != session_id
 
     run(body)
 

@@ -37,7 +37,7 @@ from wire.interbroker import (
 logger = logging.getLogger(__name__)
 
 Send = Callable[[int, Any, int], Awaitable[Any]]
-OnResponse = Callable[[int, Any], None]  # (broker id, response entity)
+OnResponse = Callable[[int, Any, Any], None]  # (broker id, request, response)
 TP = tuple[str, int]
 
 LEADER_AND_ISR_VERSION = 7
@@ -112,8 +112,8 @@ class BrokerQueue:
         while True:
             request, version, on_response = await self._queue.get()
             response = await self._send_until_answered(request, version)
-            if on_response is not None:
-                on_response(self.broker_id, response)
+            if on_response is not None and response is not None:
+                on_response(self.broker_id, request, response)
 
     async def _send_until_answered(self, request: Any, version: int) -> Any:
         failures = 0
@@ -132,6 +132,14 @@ class BrokerQueue:
                         e or type(e).__name__,
                     )
                 await asyncio.sleep(self._backoff_s)
+            except Exception:
+                # Not the network: sending it again would fail the same way.
+                logger.exception(
+                    "Controller request %s to broker %d dropped",
+                    type(request).__name__,
+                    self.broker_id,
+                )
+                return None
 
 
 class ControllerChannel:

@@ -56,7 +56,7 @@ from controller.zk_data import (
     StateConflict,
     delete_topic_path,
 )
-from wire.interbroker import StopReplicaResponse
+from wire.interbroker import StopReplicaRequest, StopReplicaResponse
 
 logger = logging.getLogger(__name__)
 
@@ -419,6 +419,9 @@ class ZkController:
         if not self.active:
             return
         names = await self.zk.topic_names(watch=self._on_topic_change)
+        for gone in set(self.topic_ids) - set(names) - set(self.deleting):
+            logger.warning("Controller %d: topic %s vanished from ZooKeeper", self.broker_id, gone)
+            self._forget_topic(gone)
         new = await self._load_topics(names)
         if new:
             batch = RequestBatch()
@@ -488,30 +491,47 @@ class ZkController:
                 raise ControllerMovedError("the controller epoch moved") from None
             raise
 
-    def _on_stop_replica(self, broker: int, response: StopReplicaResponse) -> None:
-        self._enqueue(self._stop_replica_answered, broker, response)
+    def _on_stop_replica(
+        self, broker: int, request: StopReplicaRequest, response: StopReplicaResponse
+    ) -> None:
+        self._enqueue(self._stop_replica_answered, broker, request, response)
 
-    async def _stop_replica_answered(self, broker: int, response: StopReplicaResponse) -> None:
+    async def _stop_replica_answered(
+        self, broker: int, request: StopReplicaRequest, response: StopReplicaResponse
+    ) -> None:
+        """Replicas confirmed deleted; a topic whose replicas all are is removed. Errors
+        leave the replica pending until its broker registers again (Kafka's ineligible
+        replicas)."""
         if not self.active or response.error_code != ErrorCode.none:
             return
+        deleted = {
+            (t.topic_name, p.partition_index)
+            for t in request.topic_states
+            for p in t.partition_states
+            if p.delete_partition
+        }
         done = set()
         for error in response.partition_errors:
-            pending = self.deleting.get(error.topic_name)
-            if pending is not None and error.error_code == ErrorCode.none:
-                pending.discard((broker, error.partition_index))
+            tp = (error.topic_name, error.partition_index)
+            pending = self.deleting.get(tp[0])
+            if pending is not None and tp in deleted and error.error_code == ErrorCode.none:
+                pending.discard((broker, tp[1]))
                 if not pending:
-                    done.add(error.topic_name)
+                    done.add(tp[0])
         for name in sorted(done):
             await self._complete_deletion(name)
 
     async def _complete_deletion(self, name: str) -> None:
         await self.zk.delete_topic(name, self._epoch_version)
+        self._forget_topic(name)
+        logger.info("Controller %d: deleted topic %s", self.broker_id, name)
+
+    def _forget_topic(self, name: str) -> None:
         for index in self.topic_partitions.pop(name, []):
             self.assignments.pop((name, index), None)
             self.states.pop((name, index), None)
         self.topic_ids.pop(name, None)
         self.deleting.pop(name, None)
-        logger.info("Controller %d: deleted topic %s", self.broker_id, name)
 
     # --- requests from brokers and clients ---------------------------------------------------
 

@@ -607,7 +607,7 @@ class ZkController:
                 or epochs.get(member, -1) not in (-1, broker.epoch)
             ):
                 return ErrorCode.ineligible_replica, None
-        if leader not in isr:
+        if leader not in isr or len(set(isr)) != len(isr):
             return ErrorCode.invalid_request, None
         return ErrorCode.none, dataclasses.replace(
             state,

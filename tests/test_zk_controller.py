@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from kazoo.client import KazooClient
+from kio.schema.alter_partition.v2 import request as alter_v2
 from kio.schema.alter_partition.v3 import request as alter
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8, i32, i64
@@ -577,6 +578,28 @@ def test_alter_partition_accepted_and_stale_refused(connect: str) -> None:
                 ErrorCode.ineligible_replica
             )
             assert (await c.states("t", 1))[0].isr == [1, 2]
+            # Version 2 names the ISR without broker epochs.
+            v2 = alter_v2.AlterPartitionRequest(
+                broker_id=i32(1),
+                broker_epoch=i64(c.epochs[1]),
+                topics=(
+                    alter_v2.TopicData(
+                        topic_id=topic_id,
+                        partitions=(
+                            alter_v2.PartitionData(
+                                partition_index=i32(0),
+                                leader_epoch=i32(current.leader_epoch),
+                                new_isr=(i32(1),),
+                                partition_epoch=i32(current.partition_epoch),
+                            ),
+                        ),
+                    ),
+                ),
+            )
+            response = await controller.handle_alter_partition(v2)
+            assert type(response).__version__ == 2
+            assert list(response.topics[0].partitions[0].isr) == [1]
+            assert (await c.states("t", 1))[0].isr == [1]
 
     run(body)
 

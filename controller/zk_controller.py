@@ -668,7 +668,7 @@ class ZkController:
                 if elected is not None:
                     moved[tp] = _with_leader(state, elected, self.epoch)
             else:
-                if broker_id in state.isr:
+                if broker_id in state.isr and len(state.isr) > 1:  # an ISR is never empty
                     isr = [r for r in state.isr if r != broker_id]
                     shrunk[tp] = _bump(state, self.epoch, isr=isr)
                 epoch = shrunk[tp].leader_epoch if tp in shrunk else state.leader_epoch

@@ -172,31 +172,27 @@ class ZkController:
 
     def _on_session_state(self, state: SessionState) -> None:
         # LOST: the session expired, /controller with it. CONNECTED (also after SUSPENDED,
-        # the session kept): campaign, which does nothing while this one is active.
+        # the session kept): look at /controller again, campaigning if it is vacant.
         if state is SessionState.LOST:
             self._enqueue(self._resign)
         elif state is SessionState.CONNECTED:
             self._enqueue(self._elect)
 
     def _on_controller_change(self, _event: Any = None) -> None:
-        self._enqueue(self._controller_changed)
+        self._enqueue(self._elect)
 
-    async def _controller_changed(self) -> None:
+    async def _elect(self) -> None:
+        """Watch /controller (its change or deletion is the next call of this) and act on
+        who holds it: resign if it is no longer this broker, campaign if nobody."""
         holder = await self.zk.controller_id(watch=self._on_controller_change)
         if self.active and holder != self.broker_id:
             logger.info("Controller %d: /controller is now %s; resigning", self.broker_id, holder)
             await self._resign()
-        if holder is None:
-            await self._elect()
-
-    async def _elect(self) -> None:
-        if self.active:
+        if holder is not None:
             return
         elected = await self.zk.elect_controller(self.broker_id)
-        # Watch /controller from now on: its deletion is the next election's start.
-        holder = await self.zk.controller_id(watch=self._on_controller_change)
-        if elected is None or holder != self.broker_id:
-            return
+        if elected is None:
+            return  # another broker won: the watch sees its /controller
         self.epoch, self._epoch_version = elected.epoch, elected.zk_version
         try:
             await self._failover()

@@ -83,6 +83,8 @@ class PartitionView:
     controller_epoch: int
     replicas: tuple[int, ...]
     leader_recovery_state: int = 0
+    adding: tuple[int, ...] = ()  # replicas being added by a reassignment
+    removing: tuple[int, ...] = ()  # and being removed
 
 
 class BrokerQueue:
@@ -309,6 +311,8 @@ def _leader_and_isr(
                     isr=s.isr,
                     partition_epoch=s.partition_epoch,
                     replicas=s.replicas,
+                    adding_replicas=s.adding,
+                    removing_replicas=s.removing,
                     is_new=is_new,
                     leader_recovery_state=s.leader_recovery_state,
                 )

@@ -687,6 +687,113 @@ def test_preferred_leaders_return(connect: str) -> None:
     run(body)
 
 
+# --- reassignment ----------------------------------------------------------------------
+
+
+def test_reassignment_adds_then_removes_replicas(connect: str) -> None:
+    async def body() -> None:
+        async with cluster(connect, 1, 2, 3) as c:
+            controller = await c.active()
+            await wait_for(lambda: len(controller.brokers) == 3)
+            topic_id = await c.create_topic("t", {0: [1, 2]})
+            await wait_for(lambda: ("t", 0) in controller.states)
+            await c.settled(controller)
+            since = time.monotonic()
+            results = await controller.alter_partition_reassignments(
+                {("t", 0): [2, 3], ("t", 1): [1], ("t", 5): [1]}
+            )
+            assert results[("t", 0)] == (ErrorCode.none, None)
+            assert results[("t", 1)][0] == ErrorCode.unknown_topic_or_partition
+            # Phase one: the assignment is targets + origin, the new replica follows.
+            ongoing = await controller.list_partition_reassignments(None)
+            assert ongoing == {("t", 0): ([2, 3, 1], [3], [1])}
+            topic = await c.zk.topic_assignment("t")
+            assert topic.partitions == {0: [2, 3, 1]}
+            assert (topic.adding_replicas, topic.removing_replicas) == ({0: [3]}, {0: [1]})
+            state = controller.states[("t", 0)]
+            assert (state.leader, state.isr, state.leader_epoch) == (1, [1, 2], 1)
+            await c.settled(controller)
+            told = partitions_in(c.brokers.of(LeaderAndIsrRequest, 3, since)[-1])[("t", 0)]
+            assert (list(told.replicas), list(told.adding_replicas)) == ([2, 3, 1], [3])
+            # Broker 3 catches up: the leader adds it to the ISR, which completes the move.
+            since = time.monotonic()
+            response = await controller.handle_alter_partition(
+                alter_request(1, c.epochs, topic_id, state, [1, 2, 3])
+            )
+            assert error_of(response) == ErrorCode.none
+            assert list(response.topics[0].partitions[0].isr) == [1, 2, 3]
+            await c.settled(controller)
+            state = (await c.states("t", 1))[0]
+            assert (state.leader, state.isr, state.leader_epoch) == (2, [2, 3], 2)
+            topic = await c.zk.topic_assignment("t")
+            assert topic.partitions == {0: [2, 3]} and topic.adding_replicas == {}
+            assert await controller.list_partition_reassignments(None) == {}
+            [stop] = c.brokers.of(StopReplicaRequest, 1, since)
+            assert partitions_in(stop)[("t", 0)].delete_partition
+
+    run(body)
+
+
+def test_reassignment_cancelled_and_refused(connect: str) -> None:
+    async def body() -> None:
+        async with cluster(connect, 1, 2, 3) as c:
+            controller = await c.active()
+            await wait_for(lambda: len(controller.brokers) == 3)
+            await c.create_topic("t", {0: [1, 2]})
+            await wait_for(lambda: ("t", 0) in controller.states)
+            results = await controller.alter_partition_reassignments({("t", 0): None})
+            assert results[("t", 0)][0] == ErrorCode.no_reassignment_in_progress
+            for bad in ([], [1, 1], [1, 7]):
+                results = await controller.alter_partition_reassignments({("t", 0): bad})
+                assert results[("t", 0)][0] == ErrorCode.invalid_replica_assignment
+            await controller.alter_partition_reassignments({("t", 0): [3, 2]})
+            assert (await controller.list_partition_reassignments([("t", 0)])) == {
+                ("t", 0): ([3, 2, 1], [3], [1])
+            }
+            await c.settled(controller)
+            since = time.monotonic()
+            results = await controller.alter_partition_reassignments({("t", 0): None})
+            assert results[("t", 0)] == (ErrorCode.none, None)
+            assert await controller.list_partition_reassignments(None) == {}
+            # Back to the original replicas, in the order they had in the reassignment's
+            # assignment (Kafka's originReplicas: replicas less the ones being added).
+            assert (await c.zk.topic_assignment("t")).partitions == {0: [2, 1]}
+            await c.settled(controller)
+            [stop] = c.brokers.of(StopReplicaRequest, 3, since)  # the replica being added
+            assert partitions_in(stop)[("t", 0)].delete_partition
+            state = (await c.states("t", 1))[0]
+            assert (state.leader, state.isr) == (1, [1, 2])
+
+    run(body)
+
+
+def test_new_controller_resumes_a_reassignment(connect: str) -> None:
+    async def body() -> None:
+        async with cluster(connect, 1, 2, 3) as c:
+            first = await c.active()
+            await wait_for(lambda: len(first.brokers) == 3)
+            topic_id = await c.create_topic("t", {0: [2, 3]})
+            await wait_for(lambda: ("t", 0) in first.states)
+            await first.alter_partition_reassignments({("t", 0): [3, 2, 1]})
+            await c.kill(1)  # broker 1 (the new replica) and the controller go
+            second = await c.active()
+            await c.settled(second)
+            assert await second.list_partition_reassignments(None) == {
+                ("t", 0): ([3, 2, 1], [1], [])
+            }
+            await c.start_broker(1)
+            await wait_for(lambda: 1 in second.brokers)
+            await c.settled(second)
+            state = second.states[("t", 0)]
+            request = alter_request(state.leader, c.epochs, topic_id, state, [*state.isr, 1])
+            assert error_of(await second.handle_alter_partition(request)) == ErrorCode.none
+            await c.settled(second)
+            assert (await c.zk.topic_assignment("t")).partitions == {0: [3, 2, 1]}
+            assert await second.list_partition_reassignments(None) == {}
+
+    run(body)
+
+
 # --- deletion --------------------------------------------------------------------------
 
 

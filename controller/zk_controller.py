@@ -4,7 +4,8 @@ Every broker runs one; the one that wins `/controller` is active. It rebuilds it
 the cluster from ZooKeeper, and from then on is the only writer of partition state: it
 elects leaders (from the ISR, batched over every partition a change touches), shrinks dead
 replicas out of ISRs, applies the leaders' AlterPartition requests, moves leadership away
-from a broker in controlled shutdown and back to preferred replicas, and deletes topics.
+from a broker in controlled shutdown and back to preferred replicas, reassigns partitions
+and deletes topics.
 Each decision is written to ZooKeeper first (one multi per batch, fenced by the controller
 epoch's zk version) and then told to the brokers through the channel.
 

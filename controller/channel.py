@@ -131,7 +131,7 @@ class BrokerQueue:
                         "Controller request %s to broker %d failed (%s); retrying",
                         type(request).__name__,
                         self.broker_id,
-                        e or type(e).__name__,
+                        str(e) or type(e).__name__,
                     )
                 await asyncio.sleep(self._backoff_s)
             except Exception:

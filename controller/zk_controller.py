@@ -959,7 +959,7 @@ class ZkController:
             return
         by_preferred: dict[int, list[TP]] = {}
         for tp, replicas in self.assignments.items():
-            if tp in self.states and tp[0] not in self.deleting:
+            if tp in self.states and tp[0] not in self.deleting and tp not in self.reassigning:
                 by_preferred.setdefault(replicas[0], []).append(tp)
         candidates = self._candidates()
         targets = []

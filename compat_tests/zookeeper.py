@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from types import TracebackType
 
+from kazoo.client import KazooClient
+
 from compat_tests.broker import free_port
 
 JAVA = os.environ.get("GREGOR_JAVA", "java")
@@ -74,6 +76,9 @@ class ZooKeeperProcess:
                     "maxClientCnxns=0",
                     "admin.enableServer=false",
                     "4lw.commands.whitelist=ruok,srvr",
+                    # No fsync per commit: a killed process loses nothing the page cache
+                    # holds, and tests only kill processes, never the machine.
+                    "forceSync=no",
                     "autopurge.snapRetainCount=3",
                     "autopurge.purgeInterval=1",
                     "",
@@ -131,7 +136,9 @@ class ZooKeeperProcess:
         self._paused = False
 
     def pause(self) -> None:
-        """SIGSTOP: the server stops answering (sessions expire once it resumes)."""
+        """SIGSTOP: the server stops answering and clients see their connections drop. A
+        session past its timeout is not reliably expired on resume: a connect request
+        queued meanwhile can revalidate it."""
         if self.running and not self._paused:
             os.kill(self.pid, signal.SIGSTOP)
             self._paused = True
@@ -146,6 +153,17 @@ class ZooKeeperProcess:
         """Stop (cleanly, if running) and start again on the same port and data dir."""
         self.stop()
         self.start()
+
+    def expire_session(self, client_id: tuple[int, bytes]) -> None:
+        """End a client's session from the server side, as ZooKeeper's own tests do: join it
+        with its (session id, password), then close it. The client's ephemeral znodes go at
+        once; it sees its session expired when it next talks to the server."""
+        twin = KazooClient(hosts=self.connect, client_id=client_id, timeout=10)
+        twin.start(timeout=START_TIMEOUT_S)
+        try:
+            twin.stop()
+        finally:
+            twin.close()
 
     def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
         try:

@@ -4,6 +4,8 @@ kazoo runs its own threads; every call here starts kazoo's ``*_async`` variant a
 an asyncio future on the caller's loop with ``call_soon_threadsafe``. Watches and session
 state changes are delivered the same way, as plain callbacks run on the loop.
 
+``get_many``/``get_children_many`` use ZooKeeper's read-only multi (3.6 and later).
+
 Like Kafka's ZooKeeperClient, a request waits while the connection is down and is sent
 again after a ConnectionLoss; it fails only when the session expires (SessionExpiredError)
 or the client is closed. Writes retried that way may find their own earlier effect
@@ -84,8 +86,8 @@ class SessionState(enum.Enum):
     """kazoo's simplified session states.
 
     SUSPENDED: the connection dropped; the session may still be alive (ephemeral nodes and
-    watches kept). LOST: the session expired (or the client closed); its ephemeral nodes are
-    gone and kazoo is connecting with a new session, reported as CONNECTED again.
+    watches kept). LOST: the session expired; its ephemeral nodes are gone and kazoo is
+    connecting with a new session, reported as CONNECTED again.
     """
 
     CONNECTED = "CONNECTED"
@@ -210,6 +212,11 @@ class AsyncZk:
         """The current session's id (an ephemeral znode's ``ephemeralOwner``)."""
         return self._client.client_id[0] if self._client.client_id else None
 
+    @property
+    def client_id(self) -> tuple[int, bytes] | None:
+        """The session's id and password: what another client needs to join the session."""
+        return self._client.client_id
+
     def add_state_listener(self, listener: StateListener) -> None:
         """Call ``listener(state)`` on the loop at every session state change (the first
         CONNECTED included)."""
@@ -230,7 +237,7 @@ class AsyncZk:
             raise ZkConnectTimeout(
                 f"no ZooKeeper session with {self.hosts} within {self.connection_timeout_ms} ms"
             ) from None
-        self._state = SessionState.CONNECTED
+        # kazoo's CONNECTED, queued to the loop before start() returned, has set the state.
 
     async def close(self) -> None:
         """End the session (its ephemeral znodes go at once); no callbacks after this."""

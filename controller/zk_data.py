@@ -253,7 +253,8 @@ class ProducerIdBlock:
 
 
 class KafkaZk:
-    """Kafka's znodes, read and written through one AsyncZk session."""
+    """Kafka's znodes, read and written through one AsyncZk session; ``ensure_paths()``
+    once at startup creates the parents the other calls expect."""
 
     def __init__(self, zk: AsyncZk) -> None:
         self.zk = zk
@@ -405,8 +406,10 @@ class KafkaZk:
             except TransactionFailed as e:
                 if e.index == 0 and isinstance(e.cause, NodeExistsError):
                     raise TopicExistsError(f"topic '{assignment.name}' already exists") from None
-                if e.index == 1 and isinstance(e.cause, NodeExistsError | NoNodeError):
-                    # a config left by a topic deleted before (Kafka overwrites it too)
+                # A config left by a topic deleted before is overwritten (as Kafka does);
+                # if it vanishes meanwhile, it is created again.
+                expected = NoNodeError if overwrite_config else NodeExistsError
+                if e.index == 1 and isinstance(e.cause, expected):
                     overwrite_config = not overwrite_config
                     continue
                 raise
@@ -473,11 +476,22 @@ class KafkaZk:
         """Create the first state of new partitions (the controller, on topic creation).
 
         Per partition: the created state (partition_epoch 0), or a StateConflict holding the
-        state that exists already. Raises ControllerMovedError if fenced.
+        state that exists already (None if the topic is gone). Raises ControllerMovedError
+        if fenced.
         """
-        topics = {t for t, _ in states}
-        await asyncio.gather(*(self._create_if_absent(partitions_path(t)) for t in topics))
-        return await self._write_states(states, controller_epoch_zk_version, create=True)
+        topics = sorted({t for t, _ in states})
+        made = await asyncio.gather(
+            *(self._create_if_absent(partitions_path(t)) for t in topics), return_exceptions=True
+        )
+        for outcome in made:
+            if isinstance(outcome, Exception) and not isinstance(outcome, NoNodeError):
+                raise outcome
+        gone = {t for t, outcome in zip(topics, made, strict=True) if outcome is not None}
+        results: dict[TopicPartition, PartitionState | StateConflict] = {
+            tp: StateConflict(None) for tp in states if tp[0] in gone  # topic deleted
+        }
+        live = {tp: state for tp, state in states.items() if tp[0] not in gone}
+        return results | await self._write_states(live, controller_epoch_zk_version, create=True)
 
     async def write_partition_states(
         self, states: Mapping[TopicPartition, PartitionState], controller_epoch_zk_version: int

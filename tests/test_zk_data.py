@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import socket
 import threading
 import time
 import uuid
@@ -19,7 +20,7 @@ import pytest
 from kazoo.client import KazooClient
 
 from compat_tests.zookeeper import ZooKeeperProcess, four_letter_word
-from controller.zk import AsyncZk, EventType, SessionState, WatchedEvent
+from controller.zk import AsyncZk, EventType, SessionState, WatchedEvent, ZkConnectTimeout
 from controller.zk_data import (
     BrokerIdInUseError,
     BrokerRegistration,
@@ -116,6 +117,31 @@ def test_zookeeper_process_serves_and_keeps_its_data_across_restart(
     assert four_letter_word(zookeeper.port, "ruok") == "imok"
     assert raw_get(zookeeper, "/restart-probe") == b"kept"
     assert "binding to port" in zookeeper.log_path.read_text()
+
+
+def test_connect_times_out_without_a_server() -> None:
+    async def body() -> None:
+        with socket.socket() as unused:
+            unused.bind(("127.0.0.1", 0))
+            port = unused.getsockname()[1]
+        zk = AsyncZk(f"127.0.0.1:{port}", session_timeout_ms=4000, connection_timeout_ms=1000)
+        with pytest.raises(ZkConnectTimeout, match="1000 ms"):
+            await zk.start()
+
+    run(body)
+
+
+def test_a_multi_too_large_for_jute_maxbuffer_is_refused_before_sending(connect: str) -> None:
+    async def body() -> None:
+        async with kafka_zk(connect) as kzk:
+            tx = kzk.zk.transaction()
+            for i in range(1100):
+                tx.create(f"/big-{i}", b"x" * 1000)
+            with pytest.raises(ValueError, match="split it"):
+                await tx.commit()
+            assert await kzk.zk.exists("/big-0") is None
+
+    run(body)
 
 
 def test_cluster_id_created_once_in_kafkas_format(
@@ -218,6 +244,7 @@ def test_controller_election_one_winner_then_failover_with_the_next_epoch(connec
             assert await observer.controller_epoch() == winners[0]
             # campaigning again while the winner lives changes nothing
             assert await loser.elect_controller(loser_id) is None
+            assert await winner.elect_controller(winner_id) == winners[0]
             # the winner's session ends: the loser's watch fires and it wins epoch 2
             moved = Recorder()
             assert await loser.controller_id(watch=moved) == winner_id
@@ -267,6 +294,8 @@ def test_a_zombie_controller_is_fenced(connect: str) -> None:
             fresh = {tp: PartitionState(2, 1, [2], new_epoch.epoch, 0, 0) for tp in created}
             written = await new.write_partition_states(fresh, new_epoch.zk_version)
             assert all(s.partition_epoch == 1 for s in written.values())
+            await new.resign_controller(new_epoch.zk_version)
+            assert await old.controller_id() is None
 
     run(body)
 
@@ -320,6 +349,16 @@ def test_conditional_partition_state_writes(zookeeper: ZooKeeperProcess, connect
                 {("states", 7): PartitionState(1, 0, [1], 1)}, epoch.zk_version
             )
             assert missing == {("states", 7): StateConflict(None)}
+            # so does creating the state of a topic that does not exist (deleted meanwhile)
+            orphan = await kzk.create_partition_states(
+                {("gone", 0): PartitionState(1, 0, [1], 1), ("states", 3): created[("states", 0)]},
+                epoch.zk_version,
+            )
+            assert orphan == {
+                ("gone", 0): StateConflict(None),
+                ("states", 3): created[("states", 0)],
+            }
+            assert await kzk.topic_names() == ["states"]
 
     run(body)
 
@@ -349,8 +388,15 @@ def test_topics_configs_and_deletion(connect: str) -> None:
             assert decode_uuid(raw["topic_id"]) == assignment.topic_id
             with pytest.raises(TopicExistsError):
                 await broker_side.create_topic(assignment, {})
+            # the controller adds a partition; a watch on the topic sees it
+            grown = Recorder()
+            assert await broker_side.topic_assignment("orders", watch=grown) == assignment
+            bigger = TopicAssignment("orders", assignment.topic_id, {0: [1, 2], 1: [2, 1], 2: [1]})
+            await controller.set_topic_assignment(bigger, epoch.zk_version)
+            await grown.wait_for(lambda items: bool(items))
+            assert await broker_side.topic_assignment("orders") == bigger
             await controller.create_partition_states(
-                {("orders", p): PartitionState(1, 0, [1, 2], 1) for p in (0, 1)},
+                {("orders", p): PartitionState(1, 0, [1, 2], 1) for p in (0, 1, 2)},
                 epoch.zk_version,
             )
             # deletion: marked by a broker, seen by the controller, znodes removed
@@ -363,7 +409,7 @@ def test_topics_configs_and_deletion(connect: str) -> None:
             assert await controller.topic_names() == []
             assert await controller.topics_to_delete() == []
             assert await controller.topic_configs("orders") == {}
-            assert await controller.partition_states([("orders", 0), ("orders", 1)]) == {}
+            assert await controller.partition_states([("orders", p) for p in range(3)]) == {}
             # the name is free again
             await broker_side.create_topic(assignment, {})
             assert await controller.topic_configs("orders") == {}
@@ -389,35 +435,54 @@ def test_producer_id_blocks_never_overlap(connect: str) -> None:
     run(body)
 
 
-def test_session_loss_is_seen_and_the_broker_registers_again(
+def test_a_short_zookeeper_pause_suspends_but_keeps_the_session(
     zookeeper: ZooKeeperProcess, connect: str
 ) -> None:
-    session_timeout_ms = 2000
+    # kazoo pings every third of the session timeout and drops the connection when a ping
+    # is still unanswered at the next one: SUSPENDED comes at most 2/3 of the timeout after
+    # the last ping ZooKeeper heard, which leaves a third (almost 7 s) to resume it before
+    # the session could expire.
+    session_timeout_ms = 20000
 
     async def body() -> None:
         async with kafka_zk(connect, session_timeout_ms) as kzk:
             states = Recorder()
             kzk.zk.add_state_listener(states)
-            registered = await kzk.register_broker(broker(5))
-            old_session = kzk.zk.session_id
+            registered = await kzk.register_broker(broker(4))
+            session = kzk.zk.session_id
             zookeeper.pause()
             try:
                 await states.wait_for(lambda items: SessionState.SUSPENDED in items)
-                # ZooKeeper expires a session it has not heard from for the session
-                # timeout; it has to stay away that long (plus a margin) for the loss.
-                await asyncio.sleep(session_timeout_ms / 1000 * 2)
             finally:
                 zookeeper.resume()
+            await states.wait_for(lambda items: items[-1] == SessionState.CONNECTED)
+            assert SessionState.LOST not in states.items
+            assert kzk.zk.session_id == session
+            assert await kzk.brokers() == {4: registered}
+
+    run(body)
+
+
+def test_session_loss_is_seen_and_the_broker_registers_again(
+    zookeeper: ZooKeeperProcess, connect: str
+) -> None:
+    async def body() -> None:
+        async with kafka_zk(connect, 4000) as kzk, kafka_zk(connect) as observer:
+            states = Recorder()
+            kzk.zk.add_state_listener(states)
+            registered = await kzk.register_broker(broker(5))
+            old_session = kzk.zk.session_id
+            await asyncio.to_thread(zookeeper.expire_session, kzk.zk.client_id)
             await states.wait_for(
                 lambda items: SessionState.LOST in items and items[-1] == SessionState.CONNECTED
             )
             assert states.threads == {threading.get_ident()}
-            assert kzk.zk.session_id != old_session
+            assert kzk.zk.session_id not in (None, old_session)
             # the ephemeral registration died with the session; registering again works
-            assert await kzk.brokers() == {}
+            assert await observer.brokers() == {}
             again = await kzk.register_broker(broker(5))
             assert again.epoch > registered.epoch
-            assert await kzk.brokers() == {5: again}
+            assert await observer.brokers() == {5: again}
 
     run(body)
 

@@ -16,7 +16,6 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
-from kazoo.client import KazooClient
 from kio.schema.alter_partition.v2 import request as alter_v2
 from kio.schema.alter_partition.v3 import request as alter
 from kio.schema.errors import ErrorCode
@@ -899,19 +898,17 @@ def test_controller_resigns_when_controller_znode_is_no_longer_its_own(connect: 
     run(body)
 
 
-def test_controller_resigns_on_session_loss_and_campaigns_again(connect: str) -> None:
+def test_controller_resigns_on_session_loss_and_campaigns_again(
+    connect: str, zookeeper: ZooKeeperProcess
+) -> None:
     async def body() -> None:
         async with cluster(connect, 1) as c:
             controller = await c.active()
             await c.settled(controller)
             channel = controller._channel
-            # Expire its session: a second client on the same session id closes it.
             zk = c.sessions[1].zk
-            session_id, password = zk._client.client_id
-            twin = KazooClient(hosts=connect, client_id=(session_id, password), timeout=10)
-            await asyncio.to_thread(twin.start, 15)
-            await asyncio.to_thread(twin.stop)
-            twin.close()
+            session_id, _ = zk.client_id
+            await asyncio.to_thread(zookeeper.expire_session, zk.client_id)
             await wait_for(lambda: controller.epoch == 2 and controller.active)
             assert controller._channel is not channel  # resigned, then a new term
             assert zk.session_id != session_id

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kio.static.primitive import i8, i32, i64
+from kio.static.primitive import i32, i64
 
 from wire.interbroker import (
     LeaderAndIsrLiveLeader,
@@ -37,7 +37,7 @@ from wire.interbroker import (
 logger = logging.getLogger(__name__)
 
 Send = Callable[[int, Any, int], Awaitable[Any]]
-OnResponse = Callable[[int, Any], None]  # (broker id, response entity)
+OnResponse = Callable[[int, Any, Any], None]  # (broker id, request, response)
 TP = tuple[str, int]
 
 LEADER_AND_ISR_VERSION = 7
@@ -83,6 +83,8 @@ class PartitionView:
     controller_epoch: int
     replicas: tuple[int, ...]
     leader_recovery_state: int = 0
+    adding: tuple[int, ...] = ()  # replicas being added by a reassignment
+    removing: tuple[int, ...] = ()  # and being removed
 
 
 class BrokerQueue:
@@ -112,8 +114,8 @@ class BrokerQueue:
         while True:
             request, version, on_response = await self._queue.get()
             response = await self._send_until_answered(request, version)
-            if on_response is not None:
-                on_response(self.broker_id, response)
+            if on_response is not None and response is not None:
+                on_response(self.broker_id, request, response)
 
     async def _send_until_answered(self, request: Any, version: int) -> Any:
         failures = 0
@@ -129,9 +131,17 @@ class BrokerQueue:
                         "Controller request %s to broker %d failed (%s); retrying",
                         type(request).__name__,
                         self.broker_id,
-                        e or type(e).__name__,
+                        str(e) or type(e).__name__,
                     )
                 await asyncio.sleep(self._backoff_s)
+            except Exception:
+                # Not the network: sending it again would fail the same way.
+                logger.exception(
+                    "Controller request %s to broker %d dropped",
+                    type(request).__name__,
+                    self.broker_id,
+                )
+                return None
 
 
 class ControllerChannel:
@@ -234,6 +244,8 @@ class RequestBatch:
         partition changed."""
         if self.metadata:
             self.metadata_brokers.update(brokers)
+        # A partition's state is the same entity in every broker's request.
+        built: dict[tuple[TP, bool], LeaderAndIsrPartitionState] = {}
         for broker_id, partitions in self.leader_and_isr.items():
             broker = brokers.get(broker_id)
             if broker is None:
@@ -243,6 +255,7 @@ class RequestBatch:
                 controller_epoch,
                 broker.epoch,
                 partitions,
+                built,
                 brokers,
                 topic_ids,
                 listener,
@@ -276,28 +289,34 @@ def _leader_and_isr(
     controller_epoch: int,
     broker_epoch: int,
     partitions: Mapping[TP, tuple[PartitionView, bool]],
+    built: dict[tuple[TP, bool], LeaderAndIsrPartitionState],
     brokers: Mapping[int, Broker],
     topic_ids: Mapping[str, uuid.UUID],
     listener: str,
 ) -> LeaderAndIsrRequest:
+    # Per-partition fields are plain ints (what kio's i32/i8 return at run time): the
+    # phantom-type checks cost more than the rest of building a 10,000-partition request.
     topic_states = []
     for topic, indexes in _by_topic(partitions).items():
         states = []
         for index in indexes:
             s, is_new = partitions[(topic, index)]
-            states.append(
-                LeaderAndIsrPartitionState(
-                    partition_index=i32(index),
-                    controller_epoch=i32(s.controller_epoch),
-                    leader=i32(s.leader),
-                    leader_epoch=i32(s.leader_epoch),
+            state = built.get(((topic, index), is_new))
+            if state is None:
+                state = built[((topic, index), is_new)] = LeaderAndIsrPartitionState(
+                    partition_index=index,
+                    controller_epoch=s.controller_epoch,
+                    leader=s.leader,
+                    leader_epoch=s.leader_epoch,
                     isr=s.isr,
-                    partition_epoch=i32(s.partition_epoch),
+                    partition_epoch=s.partition_epoch,
                     replicas=s.replicas,
+                    adding_replicas=s.adding,
+                    removing_replicas=s.removing,
                     is_new=is_new,
-                    leader_recovery_state=i8(s.leader_recovery_state),
+                    leader_recovery_state=s.leader_recovery_state,
                 )
-            )
+            states.append(state)
         topic_states.append(
             LeaderAndIsrTopicState(
                 topic_name=topic, topic_id=topic_ids.get(topic), partition_states=tuple(states)
@@ -337,12 +356,12 @@ def _update_metadata(
             s = partitions[(topic, index)]
             states.append(
                 UpdateMetadataPartitionState(
-                    partition_index=i32(index),
-                    controller_epoch=i32(s.controller_epoch),
-                    leader=i32(s.leader),
-                    leader_epoch=i32(s.leader_epoch),
+                    partition_index=index,
+                    controller_epoch=s.controller_epoch,
+                    leader=s.leader,
+                    leader_epoch=s.leader_epoch,
                     isr=s.isr,
-                    zk_version=i32(s.partition_epoch),
+                    zk_version=s.partition_epoch,
                     replicas=s.replicas,
                     offline_replicas=tuple(r for r in s.replicas if r not in brokers),
                 )

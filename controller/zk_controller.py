@@ -4,7 +4,8 @@ Every broker runs one; the one that wins `/controller` is active. It rebuilds it
 the cluster from ZooKeeper, and from then on is the only writer of partition state: it
 elects leaders (from the ISR, batched over every partition a change touches), shrinks dead
 replicas out of ISRs, applies the leaders' AlterPartition requests, moves leadership away
-from a broker in controlled shutdown and back to preferred replicas, and deletes topics.
+from a broker in controlled shutdown and back to preferred replicas, reassigns partitions
+and deletes topics.
 Each decision is written to ZooKeeper first (one multi per batch, fenced by the controller
 epoch's zk version) and then told to the brokers through the channel.
 
@@ -19,7 +20,7 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -45,6 +46,7 @@ from controller.election import (
     elect_for_controlled_shutdown,
     elect_offline,
     elect_preferred,
+    elect_reassigned,
 )
 from controller.zk import SessionState, TransactionFailed
 from controller.zk_data import (
@@ -54,9 +56,10 @@ from controller.zk_data import (
     KafkaZk,
     PartitionState,
     StateConflict,
+    TopicAssignment,
     delete_topic_path,
 )
-from wire.interbroker import StopReplicaResponse
+from wire.interbroker import StopReplicaRequest, StopReplicaResponse
 
 logger = logging.getLogger(__name__)
 
@@ -125,6 +128,9 @@ class ZkController:
         self.states: dict[TP, PartitionState] = {}
         # topic being deleted -> replicas (broker, partition) not yet confirmed deleted
         self.deleting: dict[str, set[tuple[int, int]]] = {}
+        # partition being reassigned -> (replicas being added, replicas being removed);
+        # its assignment meanwhile is all of them, the targets first (Kafka's RS)
+        self.reassigning: dict[TP, tuple[tuple[int, ...], tuple[int, ...]]] = {}
 
     # --- life cycle ----------------------------------------------------------------------
 
@@ -172,31 +178,27 @@ class ZkController:
 
     def _on_session_state(self, state: SessionState) -> None:
         # LOST: the session expired, /controller with it. CONNECTED (also after SUSPENDED,
-        # the session kept): campaign, which does nothing while this one is active.
+        # the session kept): look at /controller again, campaigning if it is vacant.
         if state is SessionState.LOST:
             self._enqueue(self._resign)
         elif state is SessionState.CONNECTED:
             self._enqueue(self._elect)
 
     def _on_controller_change(self, _event: Any = None) -> None:
-        self._enqueue(self._controller_changed)
+        self._enqueue(self._elect)
 
-    async def _controller_changed(self) -> None:
+    async def _elect(self) -> None:
+        """Watch /controller (its change or deletion is the next call of this) and act on
+        who holds it: resign if it is no longer this broker, campaign if nobody."""
         holder = await self.zk.controller_id(watch=self._on_controller_change)
         if self.active and holder != self.broker_id:
             logger.info("Controller %d: /controller is now %s; resigning", self.broker_id, holder)
             await self._resign()
-        if holder is None:
-            await self._elect()
-
-    async def _elect(self) -> None:
-        if self.active:
+        if holder is not None:
             return
         elected = await self.zk.elect_controller(self.broker_id)
-        # Watch /controller from now on: its deletion is the next election's start.
-        holder = await self.zk.controller_id(watch=self._on_controller_change)
-        if elected is None or holder != self.broker_id:
-            return
+        if elected is None:
+            return  # another broker won: the watch sees its /controller
         self.epoch, self._epoch_version = elected.epoch, elected.zk_version
         try:
             await self._failover()
@@ -243,6 +245,7 @@ class ZkController:
         for name in to_delete:
             await self._start_deletion(name, batch)
         await self._react_to_liveness(batch)
+        await self._complete_reassignments(list(self.reassigning), batch)
         self._flush(batch)
         if self.config.auto_leader_rebalance:
             self._rebalance = asyncio.get_running_loop().create_task(self._rebalance_timer())
@@ -277,6 +280,10 @@ class ZkController:
             for index, replicas in assignment.partitions.items():
                 self.assignments[(name, index)] = tuple(replicas)
                 new.append((name, index))
+                adding = tuple(assignment.adding_replicas.get(index, ()))
+                removing = tuple(assignment.removing_replicas.get(index, ()))
+                if adding or removing:
+                    self.reassigning[(name, index)] = (adding, removing)
         self.states.update(await self.zk.partition_states(new))
         return new
 
@@ -407,9 +414,8 @@ class ZkController:
             if topic not in allowed:
                 configs = await self.zk.topic_configs(topic)
                 value = configs.get("unclean.leader.election.enable")
-                allowed[topic] = (
-                    self.config.unclean_leader_election if value is None else value == "true"
-                )
+                default = self.config.unclean_leader_election
+                allowed[topic] = default if value is None else value.lower() == "true"
             if allowed[topic]:
                 result.append(tp)
         return result
@@ -420,6 +426,9 @@ class ZkController:
         if not self.active:
             return
         names = await self.zk.topic_names(watch=self._on_topic_change)
+        for gone in set(self.topic_ids) - set(names) - set(self.deleting):
+            logger.warning("Controller %d: topic %s vanished from ZooKeeper", self.broker_id, gone)
+            self._forget_topic(gone)
         new = await self._load_topics(names)
         if new:
             batch = RequestBatch()
@@ -489,30 +498,48 @@ class ZkController:
                 raise ControllerMovedError("the controller epoch moved") from None
             raise
 
-    def _on_stop_replica(self, broker: int, response: StopReplicaResponse) -> None:
-        self._enqueue(self._stop_replica_answered, broker, response)
+    def _on_stop_replica(
+        self, broker: int, request: StopReplicaRequest, response: StopReplicaResponse
+    ) -> None:
+        self._enqueue(self._stop_replica_answered, broker, request, response)
 
-    async def _stop_replica_answered(self, broker: int, response: StopReplicaResponse) -> None:
+    async def _stop_replica_answered(
+        self, broker: int, request: StopReplicaRequest, response: StopReplicaResponse
+    ) -> None:
+        """Replicas confirmed deleted; a topic whose replicas all are is removed. Errors
+        leave the replica pending until its broker registers again (Kafka's ineligible
+        replicas)."""
         if not self.active or response.error_code != ErrorCode.none:
             return
+        deleted = {
+            (t.topic_name, p.partition_index)
+            for t in request.topic_states
+            for p in t.partition_states
+            if p.delete_partition
+        }
         done = set()
         for error in response.partition_errors:
-            pending = self.deleting.get(error.topic_name)
-            if pending is not None and error.error_code == ErrorCode.none:
-                pending.discard((broker, error.partition_index))
+            tp = (error.topic_name, error.partition_index)
+            pending = self.deleting.get(tp[0])
+            if pending is not None and tp in deleted and error.error_code == ErrorCode.none:
+                pending.discard((broker, tp[1]))
                 if not pending:
-                    done.add(error.topic_name)
+                    done.add(tp[0])
         for name in sorted(done):
             await self._complete_deletion(name)
 
     async def _complete_deletion(self, name: str) -> None:
         await self.zk.delete_topic(name, self._epoch_version)
+        self._forget_topic(name)
+        logger.info("Controller %d: deleted topic %s", self.broker_id, name)
+
+    def _forget_topic(self, name: str) -> None:
         for index in self.topic_partitions.pop(name, []):
             self.assignments.pop((name, index), None)
             self.states.pop((name, index), None)
+            self.reassigning.pop((name, index), None)
         self.topic_ids.pop(name, None)
         self.deleting.pop(name, None)
-        logger.info("Controller %d: deleted topic %s", self.broker_id, name)
 
     # --- requests from brokers and clients ---------------------------------------------------
 
@@ -551,10 +578,13 @@ class ZkController:
         batch = RequestBatch()
         for tp in await self._commit(changes, batch, tell_replicas=False):
             results[tp] = ErrorCode.invalid_update_version
-        self._flush(batch)
-        return _alter_response(
+        response = _alter_response(
             version, ErrorCode.none, self._alter_results(request, names, results)
         )
+        # A reassignment's new replicas may all be in sync now.
+        await self._complete_reassignments([tp for tp in changes if tp in self.reassigning], batch)
+        self._flush(batch)
+        return response
 
     def _check_alter(
         self, leader: int, tp: TP, p: Any, version: int
@@ -588,7 +618,7 @@ class ZkController:
                 or epochs.get(member, -1) not in (-1, broker.epoch)
             ):
                 return ErrorCode.ineligible_replica, None
-        if leader not in isr:
+        if leader not in isr or len(set(isr)) != len(isr):
             return ErrorCode.invalid_request, None
         return ErrorCode.none, dataclasses.replace(
             state,
@@ -649,7 +679,7 @@ class ZkController:
                 if elected is not None:
                     moved[tp] = _with_leader(state, elected, self.epoch)
             else:
-                if broker_id in state.isr:
+                if broker_id in state.isr and len(state.isr) > 1:  # an ISR is never empty
                     isr = [r for r in state.isr if r != broker_id]
                     shrunk[tp] = _bump(state, self.epoch, isr=isr)
                 epoch = shrunk[tp].leader_epoch if tp in shrunk else state.leader_epoch
@@ -726,6 +756,192 @@ class ZkController:
         self._flush(batch)
         return results
 
+    # --- reassignment (KIP-455) ----------------------------------------------------------------
+
+    async def alter_partition_reassignments(
+        self, targets: Mapping[TP, Sequence[int] | None]
+    ) -> dict[TP, tuple[ErrorCode, str | None]]:
+        """AlterPartitionReassignments: start moving each partition to its target replicas
+        (None cancels its reassignment, back to the replicas it had); per partition the
+        error code and message Kafka gives. Raises ControllerError (NOT_CONTROLLER)."""
+        if not self.active:
+            raise _not_controller()
+        return await self._submit(self._alter_reassignments, targets)
+
+    async def list_partition_reassignments(
+        self, partitions: Collection[TP] | None
+    ) -> dict[TP, tuple[list[int], list[int], list[int]]]:
+        """The ongoing reassignments among `partitions` (None: all): replicas, adding,
+        removing."""
+        if not self.active:
+            raise _not_controller()
+        return await self._submit(self._list_reassignments, partitions)
+
+    async def _list_reassignments(
+        self, partitions: Collection[TP] | None
+    ) -> dict[TP, tuple[list[int], list[int], list[int]]]:
+        if not self.active:
+            raise _not_controller()
+        return {
+            tp: (list(self.assignments[tp]), list(adding), list(removing))
+            for tp, (adding, removing) in self.reassigning.items()
+            if partitions is None or tp in partitions
+        }
+
+    async def _alter_reassignments(
+        self, targets: Mapping[TP, Sequence[int] | None]
+    ) -> dict[TP, tuple[ErrorCode, str | None]]:
+        if not self.active:
+            raise _not_controller()
+        results: dict[TP, tuple[ErrorCode, str | None]] = {}
+        moves: dict[TP, tuple[int, ...]] = {}
+        for tp, target in targets.items():
+            if tp not in self.assignments or tp[0] in self.deleting:
+                results[tp] = (
+                    ErrorCode.unknown_topic_or_partition,
+                    "The partition does not exist.",
+                )
+                continue
+            if target is None:
+                if tp not in self.reassigning:
+                    results[tp] = (
+                        ErrorCode.no_reassignment_in_progress,
+                        f"Unable to cancel reassignment of partition {tp[0]}-{tp[1]}: "
+                        "there is no reassignment in progress.",
+                    )
+                    continue
+                target = self._origin(tp)
+            error = self._check_target(target)
+            if error is not None:
+                results[tp] = (ErrorCode.invalid_replica_assignment, error)
+                continue
+            moves[tp] = tuple(target)
+            results[tp] = (ErrorCode.none, None)
+        if moves:
+            await self._start_reassignments(moves)
+        return results
+
+    def _origin(self, tp: TP) -> tuple[int, ...]:
+        adding = self.reassigning.get(tp, ((), ()))[0]
+        return tuple(r for r in self.assignments[tp] if r not in adding)
+
+    def _check_target(self, target: Sequence[int]) -> str | None:
+        if not target:
+            return "Empty replica list specified in partition reassignment."
+        if len(set(target)) != len(target):
+            return f"Duplicate replica ids in partition reassignment replica list: {list(target)}"
+        if any(r not in self.brokers for r in target):
+            return (
+                f"Replica assignment has brokers that are not alive. Replica list: "
+                f"{list(target)}, live broker list: {sorted(self.brokers)}"
+            )
+        return None
+
+    async def _start_reassignments(self, moves: Mapping[TP, tuple[int, ...]]) -> None:
+        """Kafka's onPartitionReassignment: the assignment becomes targets + origin (the
+        new replicas start following with a new leader epoch); once every target is in the
+        ISR the reassignment completes."""
+        batch = RequestBatch()
+        dropped: dict[TP, set[int]] = {}
+        for tp, target in moves.items():
+            origin = self._origin(tp)
+            replicas = tuple(dict.fromkeys(target + origin))
+            adding = tuple(r for r in replicas if r not in origin)
+            removing = tuple(r for r in replicas if r not in target)
+            # Replicas an overridden reassignment was adding and this one does not keep.
+            dropped[tp] = set(self.assignments[tp]) - set(replicas)
+            self.assignments[tp] = replicas
+            if adding or removing:
+                self.reassigning[tp] = (adding, removing)
+            else:
+                self.reassigning.pop(tp, None)
+            logger.info(
+                "Controller %d: reassigning %s-%d to %s (adding %s, removing %s)",
+                self.broker_id,
+                *tp,
+                list(target),
+                list(adding),
+                list(removing),
+            )
+        await self._write_assignments({tp[0] for tp in moves})
+        complete = [tp for tp in moves if self._reassignment_complete(tp)]
+        changes = {}
+        for tp in moves:
+            state = self.states.get(tp)
+            if tp not in complete and state is not None:
+                isr = [r for r in state.isr if r not in dropped[tp]] or list(state.isr)
+                changes[tp] = _bump(state, self.epoch, isr=isr)
+            for broker in dropped[tp]:
+                if broker in self.brokers:
+                    batch.add_stop_replica(broker, tp, delete=True, leader_epoch=-1)
+        await self._commit(changes, batch)
+        await self._complete_reassignments(complete, batch)
+        self._flush(batch)
+
+    def _reassignment_complete(self, tp: TP) -> bool:
+        """Every target replica is in the ISR."""
+        state = self.states.get(tp)
+        _, removing = self.reassigning.get(tp, ((), ()))
+        targets = [r for r in self.assignments[tp] if r not in removing]
+        return state is not None and all(r in state.isr for r in targets)
+
+    async def _complete_reassignments(self, partitions: list[TP], batch: RequestBatch) -> None:
+        """For each partition whose targets are in sync: lead from a target (a new leader
+        epoch either way), the ISR and the assignment become the targets, and the removed
+        replicas are deleted."""
+        candidates = self._candidates()
+        changes: dict[TP, PartitionState] = {}
+        removed: dict[TP, tuple[int, ...]] = {}
+        for tp in partitions:
+            if tp not in self.reassigning or not self._reassignment_complete(tp):
+                continue
+            _, removing = self.reassigning[tp]
+            state = self.states[tp]
+            target = tuple(r for r in self.assignments[tp] if r not in removing)
+            isr = [r for r in state.isr if r not in removing]
+            if state.leader in target and state.leader in candidates:
+                changes[tp] = _bump(state, self.epoch, isr=isr)
+            else:
+                elected = elect_reassigned(target, isr, candidates)
+                if elected is None:
+                    continue  # no target can lead yet: completed on a later change
+                changes[tp] = _with_leader(state, elected, self.epoch)
+            self.assignments[tp] = target
+            del self.reassigning[tp]
+            removed[tp] = removing
+        if not changes:
+            return
+        await self._commit(changes, batch)
+        await self._write_assignments({tp[0] for tp in changes})
+        for tp, removing in removed.items():
+            logger.info("Controller %d: reassignment of %s-%d done", self.broker_id, *tp)
+            for broker in removing:
+                if broker in self.brokers:
+                    batch.add_stop_replica(broker, tp, delete=True, leader_epoch=-1)
+
+    async def _write_assignments(self, topics: Iterable[str]) -> None:
+        """The topics' znodes as the context has them (replicas, adding, removing)."""
+        for name in sorted(topics):
+            indexes = self.topic_partitions[name]
+            await self.zk.set_topic_assignment(
+                TopicAssignment(
+                    name,
+                    self.topic_ids[name],
+                    {p: list(self.assignments[(name, p)]) for p in indexes},
+                    {
+                        p: list(self.reassigning[(name, p)][0])
+                        for p in indexes
+                        if (name, p) in self.reassigning
+                    },
+                    {
+                        p: list(self.reassigning[(name, p)][1])
+                        for p in indexes
+                        if (name, p) in self.reassigning
+                    },
+                ),
+                self._epoch_version,
+            )
+
     # --- preferred leaders ------------------------------------------------------------------
 
     async def _rebalance_timer(self) -> None:
@@ -743,7 +959,7 @@ class ZkController:
             return
         by_preferred: dict[int, list[TP]] = {}
         for tp, replicas in self.assignments.items():
-            if tp in self.states and tp[0] not in self.deleting:
+            if tp in self.states and tp[0] not in self.deleting and tp not in self.reassigning:
                 by_preferred.setdefault(replicas[0], []).append(tp)
         candidates = self._candidates()
         targets = []
@@ -862,6 +1078,8 @@ class ZkController:
             controller_epoch=s.controller_epoch,
             replicas=self.assignments[tp],
             leader_recovery_state=s.leader_recovery_state,
+            adding=self.reassigning.get(tp, ((), ()))[0],
+            removing=self.reassigning.get(tp, ((), ()))[1],
         )
 
     def _views(self) -> dict[TP, PartitionView]:

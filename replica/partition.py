@@ -199,10 +199,9 @@ class Partition:
         self.update_follower_high_watermark(leader_high_watermark)
 
     def update_follower_high_watermark(self, leader_high_watermark: int) -> None:
-        """A follower's HW is the leader's, bounded by its own log end."""
-        self.high_watermark = max(
-            self.high_watermark, min(leader_high_watermark, self.log.log_end_offset)
-        )
+        """A follower's HW is the leader's, bounded by its own log end (Kafka sets it even
+        when lower: a new leader's HW may lag the old one's until its followers fetch)."""
+        self.high_watermark = min(leader_high_watermark, self.log.log_end_offset)
 
     def truncate_to(self, offset: int) -> None:
         self.log.truncate_to(offset)

@@ -615,3 +615,19 @@ def test_one_fetch_per_fetcher_for_all_its_partitions(tmp_path: Path, fetchers: 
         assert len(c.fetches) - before <= 40 * fetchers
 
     run(tmp_path, scenario, size=2, **{"num.replica.fetchers": str(fetchers)})
+
+
+def test_follower_behind_the_leaders_log_start_starts_over_there(tmp_path: Path) -> None:
+    async def scenario(c: Cluster) -> None:
+        c.isr = [0]
+        c.elect(0, [0], to=[0])
+        leader, follower = c.nodes
+        append(leader, 5, b"a")
+        append(leader, 5, b"b")
+        leader.partition.log.advance_log_start_offset(5)  # DeleteRecords, say
+        c.tell(0, to=[1])  # an empty follower: its fetch at 0 is out of range
+        await until(lambda: follower.partition.log.log_end_offset == 10, "the follower copies")
+        assert follower.partition.log.log_start_offset == 5
+        await until(lambda: leader.partition.isr == [0, 1], "the follower joins the ISR")
+
+    run(tmp_path, scenario, size=2)

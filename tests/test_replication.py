@@ -631,3 +631,43 @@ def test_follower_behind_the_leaders_log_start_starts_over_there(tmp_path: Path)
         await until(lambda: leader.partition.isr == [0, 1], "the follower joins the ISR")
 
     run(tmp_path, scenario, size=2)
+
+
+def test_parked_acks_all_answers_after_append_errors(tmp_path: Path) -> None:
+    """A produce waiting for replication gets NOT_ENOUGH_REPLICAS_AFTER_APPEND when the
+    ISR shrinks below min.insync.replicas meanwhile (the data stays written), and
+    NOT_LEADER_OR_FOLLOWER when this broker stops leading."""
+
+    async def scenario(c: Cluster) -> None:
+        c.isr = [0, 1, 2]
+        c.nodes[1].up = c.nodes[2].up = False  # in the ISR, but they never fetch
+        c.tell(0)
+        leader = c.nodes[0]
+        request = produce_request(batch(2, b"a"), -1, 60_000)
+        waiting = asyncio.ensure_future(leader.call(PRODUCE, 11, request))
+        await until(lambda: leader.partition.log.log_end_offset == 2, "the append")
+        assert not waiting.done()
+        c.clock_ms += 1_000
+        leader.replicas.maybe_shrink_isr()
+        answer = (await asyncio.wait_for(waiting, DEADLINE_S)).responses[0]
+        part = answer.partition_responses[0]
+        assert (part.error_code, part.base_offset) == (
+            ErrorCode.not_enough_replicas_after_append,
+            0,
+        )
+        assert leader.partition.isr == [0] and leader.partition.high_watermark == 2
+        # ISR [0]: acks=all is refused before the append from now on...
+        refused = await leader.call(PRODUCE, 11, request)
+        assert refused.responses[0].partition_responses[0].error_code == (
+            ErrorCode.not_enough_replicas
+        )
+        assert leader.partition.log.log_end_offset == 2
+        # ...and a produce parked when leadership moves away is told so.
+        c.elect(0, [0, 1, 2], to=[0])
+        parked = asyncio.ensure_future(leader.call(PRODUCE, 11, request))
+        await until(lambda: leader.partition.log.log_end_offset == 4, "the second append")
+        c.elect(1, [1, 2], to=[0])
+        moved = (await asyncio.wait_for(parked, DEADLINE_S)).responses[0]
+        assert moved.partition_responses[0].error_code == ErrorCode.not_leader_or_follower
+
+    run(tmp_path, scenario, **{"replica.lag.time.max.ms": "400", "min.insync.replicas": "2"})

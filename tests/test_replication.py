@@ -330,6 +330,8 @@ def test_isr_shrinks_when_a_follower_stops_and_expands_when_it_catches_up(
         # Broker 1 stops too: below min.insync.replicas, acks=all is refused, acks=1 works.
         c.nodes[1].up = c.nodes[2].up = False
         c.clock_ms += 1_000
+        assert leader.partition.isr_to_shrink(c.clock_ms, 400) is None  # they have it all
+        append(leader, 1, b"m")
         leader.replicas.start()  # the periodic ISR expiration check finds them lagging
         await until(lambda: leader.partition.isr == [0], "the ISR is the leader alone")
         refused = await leader.call(PRODUCE, 11, produce_request(batch(1, b"n"), -1, 30_000))

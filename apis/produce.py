@@ -150,9 +150,6 @@ def _admit(
     if partition is None:
         result.error_code = not_hosted(services, topic, data.index)
         return None
-    if not partition.is_leader:
-        result.error_code = ErrorCode.not_leader_or_follower
-        return None
     try:
         header = check_records(version, data.records)
     except STORAGE_ERRORS as e:
@@ -161,6 +158,9 @@ def _admit(
     if topic in INTERNAL_TOPICS:
         result.error_code = ErrorCode.invalid_topic_exception
         result.error_message = f"Cannot append to internal topic {topic}"
+        return None
+    if not partition.is_leader:
+        result.error_code = ErrorCode.not_leader_or_follower
         return None
     assert data.records is not None  # check_records refuses None
     config = partition.log.config

@@ -30,6 +30,7 @@ class PartitionFetch:
     max_bytes: int
     follower: bool  # waits on the log end instead of the high watermark
     available: int = 0
+    answer_now: bool = False  # as read: it must be answered at once
 
     @classmethod
     def after_read(
@@ -50,7 +51,9 @@ class PartitionFetch:
         else:
             start = None
         state = cls(partition, partition.leader_epoch, start, max_bytes, follower)
-        state.available = state.bytes_available() or 0
+        available = state.bytes_available()
+        state.available = available or 0
+        state.answer_now = available is None
         return state
 
     def bytes_available(self) -> int | None:
@@ -100,7 +103,7 @@ class DelayedFetch(DelayedOperation[R]):
     def ready(self) -> bool:
         """Whether the fetch can be answered now, as first read (before parking)."""
         return self.accumulated >= self._min_bytes or any(
-            s.bytes_available() is None for states in self._by_key.values() for s in states
+            s.answer_now for states in self._by_key.values() for s in states
         )
 
     def try_complete(self, key: Hashable) -> R | None:

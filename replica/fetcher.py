@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v12 import request as fetch_v12
 
-from log.errors import LogError
 from replica.partition import Partition
 from replica.state import ReplicationConfig
 
@@ -116,15 +115,18 @@ class Fetcher:
                 for data in topic.partitions:
                     self._process(topic.topic, data, sent, loop.time() + backoff_s)
 
-    def _request(self, ready: list[_FetchState]) -> tuple[Any, dict[TopicPartition, int]]:
-        """The Fetch of ``ready`` partitions, and the offset each was fetched from."""
+    def _request(
+        self, ready: list[_FetchState]
+    ) -> tuple[Any, dict[TopicPartition, tuple[int, int]]]:
+        """The Fetch of ``ready`` partitions, and the (offset, leader epoch) each was
+        fetched at."""
         config = self._config
         topics: dict[str, list[Any]] = {}
-        sent: dict[TopicPartition, int] = {}
+        sent: dict[TopicPartition, tuple[int, int]] = {}
         for state in ready:
             p = state.partition
             log = p.log
-            sent[(p.topic, p.index)] = log.log_end_offset
+            sent[(p.topic, p.index)] = (log.log_end_offset, state.leader_epoch)
             topics.setdefault(p.topic, []).append(
                 fetch_v12.FetchPartition(
                     partition=p.index,
@@ -152,17 +154,23 @@ class Fetcher:
         return request, sent
 
     def _process(
-        self, topic: str, data: Any, sent: dict[TopicPartition, int], retry_at: float
+        self,
+        topic: str,
+        data: Any,
+        sent: dict[TopicPartition, tuple[int, int]],
+        retry_at: float,
     ) -> None:
         tp = (topic, data.partition_index)
         state = self.partitions.get(tp)
         if state is None or tp not in sent:
             return
         partition = state.partition
+        fetch_offset, epoch = sent[tp]
         # The answer is stale if the partition changed while the fetch was out.
         if (
-            partition.leader_epoch != state.leader_epoch
-            or partition.log.log_end_offset != sent[tp]
+            state.leader_epoch != epoch
+            or partition.leader_epoch != epoch
+            or partition.log.log_end_offset != fetch_offset
         ):
             return
         error = data.error_code
@@ -179,11 +187,8 @@ class Fetcher:
                 self._replicas.on_follower_data(partition)
                 return
             if error == ErrorCode.offset_out_of_range:
-                self._out_of_range(partition, sent[tp], data)
+                self._out_of_range(partition, fetch_offset, data)
                 return
-        except LogError as e:
-            logger.error("Replicating %s-%d failed: %s", topic, tp[1], e)
-        else:
             logger.info(
                 "Fetch of %s-%d from broker %d failed: %s; retrying after back-off",
                 topic,
@@ -191,6 +196,8 @@ class Fetcher:
                 self.leader,
                 error.name,
             )
+        except Exception as e:  # a bad batch or a storage error: this partition backs off
+            logger.error("Replicating %s-%d from broker %d failed: %s", *tp, self.leader, e)
         state.delayed_until = retry_at
 
     @staticmethod
@@ -258,29 +265,31 @@ class FetcherManager:
         self._send = send
         self._config = config
         self._fetchers: dict[tuple[int, int], Fetcher] = {}
-        self._owner: dict[TopicPartition, Fetcher] = {}
+        self._owner: dict[TopicPartition, tuple[tuple[int, int], Fetcher]] = {}
 
     def add(self, leader: int, partitions: Iterable[Partition]) -> None:
         for partition in partitions:
             tp = (partition.topic, partition.index)
+            self.remove([tp])
             key = (leader, fetcher_id(partition.topic, partition.index, self._config.num_fetchers))
             fetcher = self._fetchers.get(key)
             if fetcher is None:
                 fetcher = self._fetchers[key] = Fetcher(
                     self._replicas, self._send, self._config, leader
                 )
-            self.remove([tp])
             fetcher.add(partition)
-            self._owner[tp] = fetcher
-
-    def fetches(self, tp: TopicPartition) -> bool:
-        return tp in self._owner
+            self._owner[tp] = (key, fetcher)
 
     def remove(self, tps: Iterable[TopicPartition]) -> None:
+        """Stop fetching these partitions; a fetcher left with none stops."""
         for tp in tps:
-            fetcher = self._owner.pop(tp, None)
-            if fetcher is not None:
+            owner = self._owner.pop(tp, None)
+            if owner is not None:
+                key, fetcher = owner
                 fetcher.remove(tp)
+                if not fetcher.partitions:
+                    fetcher.stop()
+                    del self._fetchers[key]
 
     def shutdown(self) -> None:
         for fetcher in self._fetchers.values():

@@ -287,7 +287,7 @@ class ReplicaManager:
         and the follower may rejoin the ISR."""
         if partition.update_follower(replica, fetch_offset, self._now_ms()):
             self._on_data((partition.topic, partition.index))
-        if self._alter_partition is not None:
+        if self._alter_partition is not None and replica not in partition.isr:
             expanded = partition.isr_to_expand()
             if expanded is not None:
                 self._propose_isr(partition, expanded)

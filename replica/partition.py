@@ -181,15 +181,20 @@ class Partition:
         return self.isr + joining if joining else None
 
     def isr_to_shrink(self, now_ms: int, lag_time_ms: int) -> list[int] | None:
-        """The ISR without the followers that have not caught up for ``lag_time_ms``."""
+        """The ISR without the followers that have not caught up for ``lag_time_ms`` (one
+        that has the whole log stays, fetching or not, as in Kafka)."""
         if self.pending_isr is not None:
             return None
-        lagging = {
-            r
-            for r in self.isr
-            if r != self.broker_id
-            and now_ms - self.followers.get(r, FollowerState()).last_caught_up_ms > lag_time_ms
-        }
+        end = self.log.log_end_offset
+        lagging = set()
+        for r in self.isr:
+            state = self.followers.get(r, FollowerState())
+            if (
+                r != self.broker_id
+                and state.log_end_offset != end
+                and now_ms - state.last_caught_up_ms > lag_time_ms
+            ):
+                lagging.add(r)
         return [r for r in self.isr if r not in lagging] if lagging else None
 
     # -- follower ----------------------------------------------------------------------------
@@ -199,10 +204,9 @@ class Partition:
         self.update_follower_high_watermark(leader_high_watermark)
 
     def update_follower_high_watermark(self, leader_high_watermark: int) -> None:
-        """A follower's HW is the leader's, bounded by its own log end."""
-        self.high_watermark = max(
-            self.high_watermark, min(leader_high_watermark, self.log.log_end_offset)
-        )
+        """A follower's HW is the leader's, bounded by its own log end (Kafka sets it even
+        when lower: a new leader's HW may lag the old one's until its followers fetch)."""
+        self.high_watermark = min(leader_high_watermark, self.log.log_end_offset)
 
     def truncate_to(self, offset: int) -> None:
         self.log.truncate_to(offset)

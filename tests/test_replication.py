@@ -330,6 +330,8 @@ def test_isr_shrinks_when_a_follower_stops_and_expands_when_it_catches_up(
         # Broker 1 stops too: below min.insync.replicas, acks=all is refused, acks=1 works.
         c.nodes[1].up = c.nodes[2].up = False
         c.clock_ms += 1_000
+        assert leader.partition.isr_to_shrink(c.clock_ms, 400) is None  # they have it all
+        append(leader, 1, b"m")
         leader.replicas.start()  # the periodic ISR expiration check finds them lagging
         await until(lambda: leader.partition.isr == [0], "the ISR is the leader alone")
         refused = await leader.call(PRODUCE, 11, produce_request(batch(1, b"n"), -1, 30_000))
@@ -615,3 +617,59 @@ def test_one_fetch_per_fetcher_for_all_its_partitions(tmp_path: Path, fetchers: 
         assert len(c.fetches) - before <= 40 * fetchers
 
     run(tmp_path, scenario, size=2, **{"num.replica.fetchers": str(fetchers)})
+
+
+def test_follower_behind_the_leaders_log_start_starts_over_there(tmp_path: Path) -> None:
+    async def scenario(c: Cluster) -> None:
+        c.isr = [0]
+        c.elect(0, [0], to=[0])
+        leader, follower = c.nodes
+        append(leader, 5, b"a")
+        append(leader, 5, b"b")
+        leader.partition.log.advance_log_start_offset(5)  # DeleteRecords, say
+        c.tell(0, to=[1])  # an empty follower: its fetch at 0 is out of range
+        await until(lambda: follower.partition.log.log_end_offset == 10, "the follower copies")
+        assert follower.partition.log.log_start_offset == 5
+        await until(lambda: leader.partition.isr == [0, 1], "the follower joins the ISR")
+
+    run(tmp_path, scenario, size=2)
+
+
+def test_parked_acks_all_answers_after_append_errors(tmp_path: Path) -> None:
+    """A produce waiting for replication gets NOT_ENOUGH_REPLICAS_AFTER_APPEND when the
+    ISR shrinks below min.insync.replicas meanwhile (the data stays written), and
+    NOT_LEADER_OR_FOLLOWER when this broker stops leading."""
+
+    async def scenario(c: Cluster) -> None:
+        c.isr = [0, 1, 2]
+        c.nodes[1].up = c.nodes[2].up = False  # in the ISR, but they never fetch
+        c.tell(0)
+        leader = c.nodes[0]
+        request = produce_request(batch(2, b"a"), -1, 60_000)
+        waiting = asyncio.ensure_future(leader.call(PRODUCE, 11, request))
+        await until(lambda: leader.partition.log.log_end_offset == 2, "the append")
+        assert not waiting.done()
+        c.clock_ms += 1_000
+        leader.replicas.maybe_shrink_isr()
+        answer = (await asyncio.wait_for(waiting, DEADLINE_S)).responses[0]
+        part = answer.partition_responses[0]
+        assert (part.error_code, part.base_offset) == (
+            ErrorCode.not_enough_replicas_after_append,
+            0,
+        )
+        assert leader.partition.isr == [0] and leader.partition.high_watermark == 2
+        # ISR [0]: acks=all is refused before the append from now on...
+        refused = await leader.call(PRODUCE, 11, request)
+        assert refused.responses[0].partition_responses[0].error_code == (
+            ErrorCode.not_enough_replicas
+        )
+        assert leader.partition.log.log_end_offset == 2
+        # ...and a produce parked when leadership moves away is told so.
+        c.elect(0, [0, 1, 2], to=[0])
+        parked = asyncio.ensure_future(leader.call(PRODUCE, 11, request))
+        await until(lambda: leader.partition.log.log_end_offset == 4, "the second append")
+        c.elect(1, [1, 2], to=[0])
+        moved = (await asyncio.wait_for(parked, DEADLINE_S)).responses[0]
+        assert moved.partition_responses[0].error_code == ErrorCode.not_leader_or_follower
+
+    run(tmp_path, scenario, **{"replica.lag.time.max.ms": "400", "min.insync.replicas": "2"})

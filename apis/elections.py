@@ -21,16 +21,28 @@ async def _elect(services: Services, ctx: RequestContext, request: Any) -> Any:
     cls = response_type(ELECT_LEADERS, ctx.api_version)
     topic_cls = nested(cls, "ReplicaElectionResult")
     partition_cls = nested(cls, "PartitionResult")
-    if ctx.api_version == 0 or request.election_type == ElectionType.PREFERRED:
+    if ctx.api_version == 0:
         election = ElectionType.PREFERRED  # v0 elects preferred leaders only
-    elif request.election_type == ElectionType.UNCLEAN:
-        election = ElectionType.UNCLEAN
+    elif request.election_type in (ElectionType.PREFERRED, ElectionType.UNCLEAN):
+        election = ElectionType(request.election_type)
     else:
+        # As Kafka answers a type it cannot parse: its generic error, for every partition.
+        message = f"Value {request.election_type} must be one of [PREFERRED, UNCLEAN]"
+        code = ErrorCode.unknown_server_error
         return build(
             cls,
             throttle_time=NO_THROTTLE,
-            error_code=ErrorCode.invalid_request,
-            replica_election_results=(),
+            error_code=code,
+            replica_election_results=tuple(
+                topic_cls(
+                    topic=t.topic,
+                    partition_result=tuple(
+                        partition_cls(partition_id=p, error_code=code, error_message=message)
+                        for p in t.partitions
+                    ),
+                )
+                for t in request.topic_partitions or ()
+            ),
         )
     partitions = (
         None

@@ -248,6 +248,15 @@ def test_elect_leaders(client: WireClient, version: int, election: int) -> None:
     assert elect(client, None, election, version).replica_election_results == ()
 
 
+def test_elect_leaders_of_an_unknown_type(client: WireClient) -> None:
+    """Kafka cannot parse the type and answers its generic error for every partition."""
+    create(client, "typed")
+    response = elect(client, {"typed": [0]}, 7, 2)
+    assert response.error_code == ErrorCode.unknown_server_error
+    (result,) = response.replica_election_results
+    assert [p.error_code for p in result.partition_result] == [ErrorCode.unknown_server_error]
+
+
 def alter_reassignments(
     client: WireClient, targets: dict[tuple[str, int], list[int] | None]
 ) -> dict[tuple[str, int], int]:

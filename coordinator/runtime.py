@@ -310,6 +310,16 @@ class CoordinatorRuntime:
         return True
 
 
+def log_failure(group_id: str) -> Done:
+    """The ``done`` of a write nobody waits for: a failure is logged."""
+
+    def done(error: ErrorCode) -> None:
+        if error != ErrorCode.none:
+            logger.warning("Writing records of group %s failed: %s", group_id, error.name)
+
+    return done
+
+
 def _answer(write: _Write, error: ErrorCode) -> None:
     done, write.done = write.done, None
     if done is not None:

@@ -7,7 +7,7 @@ groups and fails its writes in flight with NOT_COORDINATOR (``unload``). Offset 
 tombstones are written with ``write_offsets`` / ``delete_group``: appended, and once
 committed (the high watermark has passed them; with one broker at once) applied with the
 same ``replay`` the load uses, in log order, then answered. So memory and log agree: a
-record is applied if and only if it is in the log. Group metadata is the exception Kafka
+record is applied if and only if it is committed. Group metadata is the exception Kafka
 makes too: the membership keeps the live group in memory, writes its image with
 ``write_group``, and that record is only ever replayed at load.
 """

@@ -29,7 +29,6 @@ class GroupCoordinator:
         append_purgatory: Purgatory,
         now_ms: Callable[[], int],
     ) -> None:
-        self.settings = settings
         self.runtime = CoordinatorRuntime(settings, replicas, append_purgatory, now_ms)
         self.membership = Membership(settings, self.runtime, now_ms)
         self.offsets = Offsets(settings, self.runtime, self.membership, now_ms)

@@ -22,7 +22,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from coordinator.group import Group, GroupState, Member
-from coordinator.runtime import CoordinatorRuntime
+from coordinator.runtime import CoordinatorRuntime, log_failure
 from coordinator.settings import Settings
 from replica.purgatory import Purgatory
 
@@ -352,7 +352,7 @@ class Membership:
         group.new_member_added = False
         group.generation += 1
         group.transition(GroupState.EMPTY, self._now())
-        self._runtime.write_group(group, lambda e: _log_store_error(group, e))
+        self._runtime.write_group(group, log_failure(group.group_id))
 
     # -- rebalance --------------------------------------------------------------------------
     def _maybe_prepare_rebalance(self, group: Group, reason: str) -> None:
@@ -439,7 +439,7 @@ class Membership:
             logger.info(
                 "Group %s with generation %d is now empty", group.group_id, group.generation
             )
-            self._runtime.write_group(group, lambda e: _log_store_error(group, e))
+            self._runtime.write_group(group, log_failure(group.group_id))
             return
         protocol = group.select_protocol()
         if protocol is None:  # the join checks keep this from happening
@@ -787,8 +787,3 @@ class Membership:
 def _resolve(future: asyncio.Future[Any] | None, result: Any) -> None:
     if future is not None and not future.done():
         future.set_result(result)
-
-
-def _log_store_error(group: Group, error: ErrorCode) -> None:
-    if error != ErrorCode.none:
-        logger.warning("Writing metadata of group %s failed: %s", group.group_id, error.name)

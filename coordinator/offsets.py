@@ -14,7 +14,7 @@ from kio.schema.errors import ErrorCode
 from coordinator.group import Group, GroupState, TopicPartition
 from coordinator.membership import Membership
 from coordinator.records import OffsetValue
-from coordinator.runtime import CoordinatorRuntime
+from coordinator.runtime import CoordinatorRuntime, log_failure
 from coordinator.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -166,7 +166,7 @@ class Offsets:
                 self._runtime.write_offsets(
                     group.group_id,
                     dict.fromkeys(doomed),
-                    lambda e, g=group: _log_store_error(g, e),
+                    log_failure(group.group_id),
                 )
 
     def expire_offsets(self, now_ms: int | None = None) -> int:
@@ -184,12 +184,12 @@ class Offsets:
                 logger.info(
                     "Removing empty group %s (%d expired offset(s))", group.group_id, len(expired)
                 )
-                self._runtime.delete_group(group, lambda e, g=group: _log_store_error(g, e))
+                self._runtime.delete_group(group, log_failure(group.group_id))
             elif expired:
                 self._runtime.write_offsets(
                     group.group_id,
                     dict.fromkeys(expired),
-                    lambda e, g=group: _log_store_error(g, e),
+                    log_failure(group.group_id),
                 )
         return removed
 
@@ -221,9 +221,3 @@ class Offsets:
                 stale = [(tp, v) for tp, v in offsets if tp[0] not in subscribed]
                 return [tp for tp, v in stale if due(v, v.commit_timestamp)]
         return []
-
-
-
-def _log_store_error(group: Group, error: ErrorCode) -> None:
-    if error != ErrorCode.none:
-        logger.warning("Writing offsets of group %s failed: %s", group.group_id, error.name)

@@ -7,7 +7,7 @@ groups and fails its writes in flight with NOT_COORDINATOR (``unload``). Offset 
 tombstones are written with ``write_offsets`` / ``delete_group``: appended, and once
 committed (the high watermark has passed them; with one broker at once) applied with the
 same ``replay`` the load uses, in log order, then answered. So memory and log agree: a
-record is applied if and only if it is in the log. Group metadata is the exception Kafka
+record is applied if and only if it is committed. Group metadata is the exception Kafka
 makes too: the membership keeps the live group in memory, writes its image with
 ``write_group``, and that record is only ever replayed at load.
 """
@@ -204,7 +204,7 @@ class CoordinatorRuntime:
     def unload(self, index: int, unloaded: GroupHook) -> None:
         """Forget the partition: stop its load, drop its groups (``unloaded`` is called for
         each first, so their parked requests are answered), and fail its writes in flight
-        with NOT_COORDINATOR: what they wrote is replayed by the next leader's load."""
+        with NOT_COORDINATOR: what of them the log keeps comes back with the next load."""
         task = self._loading.pop(index, None)
         if task is not None:
             task.cancel()
@@ -277,7 +277,7 @@ class CoordinatorRuntime:
             done(_append_error(ErrorCode(e.error_code)))
             return False
         end = appended.last_offset + 1
-        if not pending and partition.high_watermark >= end:
+        if not pending and partition.high_watermark >= end:  # one broker: at once
             if apply is not None:
                 apply()
             done(ErrorCode.none)
@@ -289,11 +289,8 @@ class CoordinatorRuntime:
             # The partition became a follower before the coordinator was told: its high
             # watermark commits nothing of this leadership; the unload will drop the writes.
             leader = partition.is_leader
-            while leader and pending and partition.high_watermark >= pending[0].end:
-                committed = pending.popleft()
-                if committed.apply is not None:
-                    committed.apply()
-                _answer(committed, ErrorCode.none)
+            if leader:
+                _apply_committed(pending, partition.high_watermark)
             if write.done is None:
                 return True
             if not leader:
@@ -304,10 +301,31 @@ class CoordinatorRuntime:
                 return None
             return True
 
-        self._append_purgatory.park(
-            [(OFFSETS_TOPIC, index)], self.settings.commit_timeout_ms, try_complete
-        )
+        # Earlier writes whose answers timed out may be waiting in front of this one.
+        if try_complete(False) is None:
+            self._append_purgatory.park(
+                [(OFFSETS_TOPIC, index)], self.settings.commit_timeout_ms, try_complete
+            )
         return True
+
+
+def _apply_committed(pending: deque[_Write], high_watermark: int) -> None:
+    """Apply and answer the writes the high watermark has passed, in log order."""
+    while pending and high_watermark >= pending[0].end:
+        committed = pending.popleft()
+        if committed.apply is not None:
+            committed.apply()
+        _answer(committed, ErrorCode.none)
+
+
+def log_failure(group_id: str) -> Done:
+    """The ``done`` of a write nobody waits for: a failure is logged."""
+
+    def done(error: ErrorCode) -> None:
+        if error != ErrorCode.none:
+            logger.warning("Writing records of group %s failed: %s", group_id, error.name)
+
+    return done
 
 
 def _answer(write: _Write, error: ErrorCode) -> None:

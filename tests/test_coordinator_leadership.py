@@ -76,13 +76,21 @@ class Node:
             log.append_as_follower(os.pread(region.fd, region.size, region.position))
 
 
+COMMIT_TIMEOUT_MS = 200
+
+
 def make_node(directory: Path, broker_id: int) -> Node:
     directory.mkdir()
     logs = LogManager([directory], {})
     logs.startup(NOW)
     replicas = ReplicaManager(broker_id, logs, {})
     coordinator = GroupCoordinator(
-        Settings(partitions=PARTITIONS, initial_rebalance_delay_ms=0, min_session_timeout_ms=10),
+        Settings(
+            partitions=PARTITIONS,
+            initial_rebalance_delay_ms=0,
+            min_session_timeout_ms=10,
+            commit_timeout_ms=COMMIT_TIMEOUT_MS,
+        ),
         replicas,
         replicas.produce_purgatory,
         now_ms=lambda: NOW,
@@ -351,6 +359,42 @@ def test_writes_apply_in_log_order_live_as_at_load(nodes: tuple[Node, Node]) -> 
         a.follow(index, 1, 1)
         b.lead(index, 1)
         assert offsets_of(b.coordinator, "g") == {("t", 1): 5}
+
+    run(scenario)
+
+
+def test_a_write_whose_answer_timed_out_is_applied_once_committed(
+    nodes: tuple[Node, Node],
+) -> None:
+    """REQUEST_TIMED_OUT does not mean "not written": once the high watermark passes the
+    records they are applied (before any later write of the partition), as a load would."""
+
+    async def scenario() -> None:
+        a, b = nodes
+        index = partition_for("g", PARTITIONS)
+        a.lead(index, 0)
+        c = a.coordinator
+        partition = a.partition(index)
+        partition.isr = [0, 1]
+        late = c.offsets.commit_offsets("g", -1, "", None, [("t", 0, 1, -1, None)])
+        assert isinstance(late, asyncio.Future)
+        assert (await late) == {("t", 0): ErrorCode.request_timed_out}  # after 200 ms
+        assert offsets_of(c, "g") == {}
+        partition.follower_ends[1] = partition.log.log_end_offset
+        partition.maybe_advance_high_watermark()
+        next_one = c.offsets.commit_offsets("g", -1, "", None, [("t", 1, 2, -1, None)])
+        assert isinstance(next_one, asyncio.Future)
+        assert offsets_of(c, "g") == {("t", 0): 1}
+        partition.follower_ends[1] = partition.log.log_end_offset
+        partition.maybe_advance_high_watermark()
+        a.replicas.produce_purgatory.check((OFFSETS_TOPIC, index))
+        assert (await next_one) == {("t", 1): ErrorCode.none}
+        assert offsets_of(c, "g") == {("t", 0): 1, ("t", 1): 2}
+
+        b.fetch_from(a, index)
+        a.follow(index, 1, 1)
+        b.lead(index, 1)
+        assert offsets_of(b.coordinator, "g") == {("t", 0): 1, ("t", 1): 2}
 
     run(scenario)
 

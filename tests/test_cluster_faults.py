@@ -287,7 +287,9 @@ def test_the_cluster_survives_zookeeper_pausing_past_the_session_timeout(
     acknowledged(produce(cluster.bootstrap, topic, first))
     cluster.zookeeper.pause()
     try:
-        # Every session expires while ZooKeeper sleeps; clients are still served.
+        # The sessions time out while ZooKeeper sleeps (whether the server expires them on
+        # waking is its own race; a broker's own expiry is the test above); clients are
+        # still served meanwhile.
         time.sleep(SESSION_TIMEOUT_MS / 1000 + 2)  # the fault itself: ZooKeeper asleep this long
     finally:
         cluster.zookeeper.resume()
@@ -300,8 +302,3 @@ def test_the_cluster_survives_zookeeper_pausing_past_the_session_timeout(
     acknowledged(produce(cluster.bootstrap, topic, second))
     got = consume_all(cluster.bootstrap, topic, len(first) + len(second))
     assert sorted(m.value() for m in got) == sorted(first + second)
-    # The sessions did expire (not merely disconnect): each broker registered again.
-    for broker_id, broker in cluster.brokers.items():
-        assert "registering again after the loss of its ZooKeeper session" in (
-            broker.log_path.read_text()
-        ), f"broker {broker_id} kept its session through the pause"

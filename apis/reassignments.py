@@ -10,6 +10,7 @@ from kio.schema.errors import ErrorCode
 
 from apis.context import NO_THROTTLE, RequestContext, Services, later, nested
 from controller.base import TopicPartition
+from controller.topics import TopicError
 from wire.schema import response_type
 from wire.versions import ALTER_PARTITION_REASSIGNMENTS, LIST_PARTITION_REASSIGNMENTS
 
@@ -62,7 +63,12 @@ async def _list(services: Services, ctx: RequestContext, request: Any) -> Any:
         if request.topics is None
         else [(t.name, p) for t in request.topics for p in t.partition_indexes]
     )
-    ongoing = await services.controller.list_partition_reassignments(partitions)
+    try:
+        ongoing = await services.controller.list_partition_reassignments(partitions)
+    except TopicError as e:  # a cluster broker that is not the controller
+        return cls(
+            throttle_time=NO_THROTTLE, error_code=e.code, error_message=e.message, topics=()
+        )
     by_topic: dict[str, list[Any]] = defaultdict(list)
     for (topic, index), reassignment in ongoing.items():
         by_topic[topic].append(

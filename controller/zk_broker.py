@@ -363,13 +363,8 @@ class ZkBroker:
         """Elections are the controller's: done here when this broker is it (clients send
         ElectLeaders to the controller), else NOT_CONTROLLER. An election of every
         partition answers only those it changed or could not elect, as in Kafka."""
-        controller = self.active_controller
         try:
-            if controller is None:
-                raise ControllerError(
-                    ErrorCode.not_controller, "This broker is not the controller."
-                )
-            outcome = await controller.elect_leaders(int(election_type), partitions)
+            outcome = await self._controller().elect_leaders(int(election_type), partitions)
         except ControllerError as e:
             return {tp: TopicError(e.code, e.message) for tp in partitions or ()}
         return {
@@ -381,16 +376,35 @@ class ZkBroker:
     async def alter_partition_reassignments(
         self, targets: Mapping[TopicPartition, Sequence[int] | None]
     ) -> dict[TopicPartition, TopicError | None]:
-        return {tp: _not_yet("AlterPartitionReassignments") for tp in targets}
+        """The controller's (clients send reassignments to it), else NOT_CONTROLLER."""
+        try:
+            outcome = await self._controller().alter_partition_reassignments(targets)
+        except ControllerError as e:
+            return {tp: TopicError(e.code, e.message) for tp in targets}
+        return {
+            tp: None if code == ErrorCode.none else TopicError(code, message or "")
+            for tp, (code, message) in outcome.items()
+        }
 
     async def list_partition_reassignments(
         self, partitions: Sequence[TopicPartition] | None
     ) -> dict[TopicPartition, Reassignment]:
-        return {}
+        """The controller's ongoing reassignments; raises TopicError(NOT_CONTROLLER)
+        elsewhere."""
+        try:
+            ongoing = await self._controller().list_partition_reassignments(partitions)
+        except ControllerError as e:
+            raise TopicError(e.code, e.message) from None
+        return {
+            tp: Reassignment(replicas, adding, removing)
+            for tp, (replicas, adding, removing) in ongoing.items()
+        }
 
-
-def _not_yet(api: str) -> TopicError:
-    return TopicError(ErrorCode.invalid_request, f"{api} is not supported in cluster mode yet.")
+    def _controller(self) -> Any:
+        controller = self.active_controller
+        if controller is None:
+            raise ControllerError(ErrorCode.not_controller, "This broker is not the controller.")
+        return controller
 
 
 def _topic_info(

@@ -17,6 +17,7 @@ from confluent_kafka import Consumer, KafkaError, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from apis.context import nested
+from compat_tests import java_client
 from compat_tests.broker import BrokerError, BrokerProcess
 from compat_tests.cluster import Cluster
 from tests.kafka_wire import WireClient
@@ -113,14 +114,19 @@ def consume_all(bootstrap: str, topic: str, expected: int) -> list[Message]:
     return got
 
 
-def wait_for_identical_replicas(cluster: Cluster, topic: str, partition: int) -> None:
-    """Every replica's segment files of the partition hold the same bytes (followers fetch
-    continuously, so this is awaited)."""
+def wait_for_identical_replicas(
+    cluster: Cluster, topic: str, partition: int, on: list[int] | None = None
+) -> None:
+    """The segment files of the partition on every broker (or those ``on``) hold the same
+    bytes (followers fetch continuously, so this is awaited)."""
+    wanted = set(cluster.brokers if on is None else on)
     deadline = time.monotonic() + FAILOVER_TIMEOUT_S
     while True:
-        files = cluster.segment_bytes(topic, partition)
+        files = {
+            b: f for b, f in cluster.segment_bytes(topic, partition).items() if b in wanted
+        }
         contents = {tuple(sorted(f.items())) for f in files.values()}
-        if len(files) == len(cluster.brokers) and len(contents) == 1:
+        if set(files) == wanted and len(contents) == 1:
             return
         if time.monotonic() > deadline:
             sizes = {
@@ -263,4 +269,36 @@ def test_topic_overrides_and_deletion_are_seen_by_every_broker(cluster: Cluster)
     deadline = time.monotonic() + 30
     while any(cluster.segment_bytes(topic, p) for p in range(2)):
         assert time.monotonic() < deadline, f"logs of {topic} still on disk"
+        time.sleep(0.2)
+
+
+def test_a_partition_moves_to_other_brokers_with_its_data(cluster: Cluster) -> None:
+    topic = new_topic("move")
+    client = AdminClient({"bootstrap.servers": cluster.bootstrap})  # outlives its futures
+    client.create_topics(
+        [NewTopic(topic, 1, replica_assignment=[[1, 2]])], operation_timeout=30
+    )[topic].result(timeout=60)
+    cluster.wait_for_topic(topic, 1, isr=2)
+    values = [b"m%04d" % i for i in range(500)]
+    acknowledged(produce(cluster.bootstrap, topic, values))
+
+    options = {"partition": "0", "replica": ["2", "3"]}
+    (line,) = java_client.run("alter-reassignment", cluster.bootstrap, topic, options=options)
+    assert line["error"] is None, line
+    cluster.wait_until(
+        lambda views: all(
+            sorted(v.topics[topic][0].replicas) == [2, 3]
+            and sorted(v.topics[topic][0].isr) == [2, 3]
+            for v in views.values()
+        ),
+        f"{topic}-0 to be reassigned to brokers [2, 3] with both in sync",
+    )
+    assert java_client.run("list-reassignments", cluster.bootstrap, topic) == []
+    got = consume_all(cluster.bootstrap, topic, len(values))
+    assert [m.value() for m in got] == values
+    wait_for_identical_replicas(cluster, topic, 0, on=[2, 3])
+    # The replica that moved away deleted its log.
+    deadline = time.monotonic() + 30
+    while 1 in cluster.segment_bytes(topic, 0):
+        assert time.monotonic() < deadline, f"broker 1 still holds the log of {topic}-0"
         time.sleep(0.2)

@@ -105,13 +105,16 @@ def test_paused_followers_leave_the_isr_and_rejoin(cluster: Cluster) -> None:
         cluster.pause(follower)
     try:
         # Paused for less than the session timeout: the leader, not the controller's
-        # broker-death handling, takes them out of the ISR, after replica.lag.time.max.ms.
+        # broker-death handling, takes them out of the ISR once they have been behind for
+        # replica.lag.time.max.ms. As in Kafka, a follower holding the leader's whole log
+        # counts as caught up, so a write (acks=1) puts them behind first.
+        bootstrap = cluster.brokers[controller].bootstrap
+        assert send(bootstrap, topic, "1", 1) == [None]
         cluster.wait_until(
             isr_is(cluster, topic, {controller}),
             f"the ISR of {topic} to shrink to the leader {controller}",
             timeout=SESSION_TIMEOUT_MS / 1000 - 1,
         )
-        bootstrap = cluster.brokers[controller].bootstrap
         assert send(bootstrap, topic, "all", 3) == [KafkaError.NOT_ENOUGH_REPLICAS] * 3
         assert send(bootstrap, topic, "1", 3) == [None] * 3
     finally:

@@ -86,16 +86,21 @@ def _read(
             if not result.error_code and follower and replica not in partition.followers:
                 result.error_code = ErrorCode.not_leader_or_follower
             log = partition.log
+            region = None
             try:
                 if result.error_code == ErrorCode.none and fp.last_fetched_epoch >= 0:
                     result.diverging_epoch = _diverging_epoch(partition, fp)
-                if (
-                    follower
-                    and found is not None
-                    and result.error_code == ErrorCode.none
-                    and result.diverging_epoch is None
-                ):
-                    services.replicas.update_follower_fetch(partition, replica, fp.fetch_offset)
+                if result.error_code == ErrorCode.none and result.diverging_epoch is None:
+                    region = partition.read(
+                        fp.fetch_offset,
+                        min(fp.partition_max_bytes, remaining),
+                        min_one_batch=first_with_data,
+                        follower=follower,
+                    )
+                    if follower and found is not None:  # read: the offset is in its log
+                        services.replicas.update_follower_fetch(
+                            partition, replica, fp.fetch_offset
+                        )
             except STORAGE_ERRORS as e:
                 result.error_code = error_code(e)
             result.high_watermark = partition.high_watermark
@@ -103,19 +108,7 @@ def _read(
             result.log_start_offset = log.log_start_offset
             if read_committed:
                 result.aborted = []
-            if result.error_code != ErrorCode.none or result.diverging_epoch is not None:
-                result.records = b""
-                errors = True
-                continue
-            try:
-                region = partition.read(
-                    fp.fetch_offset,
-                    min(fp.partition_max_bytes, remaining),
-                    min_one_batch=first_with_data,
-                    follower=follower,
-                )
-            except STORAGE_ERRORS as e:
-                result.error_code = error_code(e)
+            if region is None or result.error_code != ErrorCode.none:
                 result.records = b""
                 errors = True
                 continue

@@ -483,6 +483,13 @@ def test_requests_to_a_follower_or_with_a_stale_epoch(tmp_path: Path) -> None:
         assert (await end_offset(follower, 0)).error_code == ErrorCode.not_leader_or_follower
         fenced = await end_offset(leader, 0, epoch - 1)
         assert fenced.error_code == ErrorCode.fenced_leader_epoch
+        # A follower fetch past the log end is refused and not taken for its log end.
+        follower.up = False
+        state = leader.partition.followers[1]
+        known = state.log_end_offset
+        beyond = await fetch(leader, 10, epoch, replica_id=1)
+        assert beyond.error_code == ErrorCode.offset_out_of_range
+        assert state.log_end_offset == known == 3
         answer = await end_offset(leader, 0, epoch)
         # Epoch 0 is older than any here: it ends where the first known epoch starts.
         assert (answer.error_code, answer.leader_epoch, answer.end_offset) == (0, 0, 0)
@@ -490,11 +497,14 @@ def test_requests_to_a_follower_or_with_a_stale_epoch(tmp_path: Path) -> None:
     run(tmp_path, scenario, size=2)
 
 
-async def fetch(node: Node, offset: int, current_leader_epoch: int = -1) -> Any:
+async def fetch(
+    node: Node, offset: int, current_leader_epoch: int = -1, replica_id: int = -1
+) -> Any:
     cls = request_type(FETCH, 12)
     t = nested(cls, "FetchTopic")
     p = nested(cls, "FetchPartition")
     request = cls(
+        replica_id=replica_id,
         max_wait=datetime.timedelta(0),
         min_bytes=1,
         max_bytes=1 << 20,

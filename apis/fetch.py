@@ -13,12 +13,14 @@ from apis.errors import STORAGE_ERRORS, error_code, not_hosted
 from log.errors import OffsetOutOfRangeError
 from log.log import ReadResult
 from replica.delayed_fetch import DelayedFetch, PartitionFetch
+from replica.fetch_session import FetchSession, FetchSessions
 from replica.partition import Partition, check_leader
 from wire.fetch import (
     FetchPartition,
     FetchPartitionRequest,
     FetchRequest,
     FetchTopic,
+    FetchTopicRequest,
     encode_fetch_response,
 )
 
@@ -30,34 +32,111 @@ _Found = tuple[Partition, int, ReadResult, int]
 def handle(
     services: Services, ctx: RequestContext, request: FetchRequest
 ) -> RawResponse | asyncio.Future:
-    if ctx.api_version >= 7 and request.session_id != 0:  # we never hand out sessions
-        return _answer(ctx, [], ErrorCode.fetch_session_id_not_found)
+    wanted = request.topics
+    session: FetchSession | None = None
+    if ctx.api_version >= 7 and request.replica_id >= 0 and request.session_epoch != -1:
+        session, error = _session(services.replicas.fetch_sessions, request)
+        if session is None:
+            return _answer(ctx, [], error)
+        wanted = _session_topics(session)
+    elif ctx.api_version >= 7 and request.session_id != 0:
+        if request.replica_id < 0:  # consumers get no sessions
+            return _answer(ctx, [], ErrorCode.fetch_session_id_not_found)
+        services.replicas.fetch_sessions.remove(request.session_id)  # closed by the follower
+    full = session is None or request.session_epoch == 0
+
+    def answer(topics: list[FetchTopic]) -> RawResponse:
+        if session is None:
+            return _answer(ctx, topics)
+        return _answer(ctx, _changed(session, topics, full), session_id=session.id)
+
     found: list[_Found] = []
-    topics, available = _read(services, request, found)
+    topics, available = _read(services, request, wanted, found)
     # Answered at once, as Kafka does: no wait asked, enough data, an error, or nothing to
     # wait for (the Java consumer sends a fetch of no partitions when it closes).
     if request.max_wait_ms <= 0 or available >= request.min_bytes or available < 0 or not found:
-        return _answer(ctx, topics)
+        return answer(topics)
     delayed = DelayedFetch(
         [PartitionFetch.after_read(*f, follower=request.replica_id >= 0) for f in found],
         request.min_bytes,
-        lambda: _answer(ctx, _read(services, request, None)[0]),
+        lambda: answer(_read(services, request, wanted, None)[0]),
         f"fetch from {ctx.client_id!r} at {ctx.peer}",
     )
     if delayed.ready():
-        return _answer(ctx, topics)
+        return answer(topics)
     return services.replicas.fetch_purgatory.park(delayed.keys, request.max_wait_ms, delayed)
 
 
 def _answer(
-    ctx: RequestContext, topics: list[FetchTopic], error: ErrorCode = ErrorCode.none
+    ctx: RequestContext,
+    topics: list[FetchTopic],
+    error: ErrorCode = ErrorCode.none,
+    session_id: int = 0,
 ) -> RawResponse:
-    parts, size = encode_fetch_response(ctx.api_version, topics, error_code=error)
+    parts, size = encode_fetch_response(
+        ctx.api_version, topics, error_code=error, session_id=session_id
+    )
     return RawResponse(parts, size)
 
 
+def _session(
+    sessions: FetchSessions, request: FetchRequest
+) -> tuple[FetchSession | None, ErrorCode]:
+    """A follower's fetch session (KIP-227): a new one (epoch 0), or its existing one at the
+    epoch it expects next, updated with the partitions the request names or forgets."""
+    if request.session_id == 0:
+        if request.session_epoch != 0:
+            return None, ErrorCode.invalid_fetch_session_epoch
+        session = sessions.new(request.replica_id)
+    else:
+        found = sessions.get(request.session_id)
+        if found is None or found.replica_id != request.replica_id:
+            return None, ErrorCode.fetch_session_id_not_found
+        if request.session_epoch == 0:  # close it and start over
+            sessions.remove(found.id)
+            session = sessions.new(request.replica_id)
+        elif request.session_epoch != found.epoch:
+            return None, ErrorCode.invalid_fetch_session_epoch
+        else:
+            session = found
+            session.epoch += 1
+    session.update(request.topics, request.forgotten)
+    return session, ErrorCode.none
+
+
+def _session_topics(session: FetchSession) -> list[FetchTopicRequest]:
+    """Every partition of the session, with its latest fetch state, grouped by topic."""
+    topics: dict[str, list[FetchPartitionRequest]] = {}
+    for (topic, _), cached in session.partitions.items():
+        topics.setdefault(topic, []).append(cached.request)
+    return [FetchTopicRequest(topic, partitions) for topic, partitions in topics.items()]
+
+
+def _changed(session: FetchSession, topics: list[FetchTopic], full: bool) -> list[FetchTopic]:
+    """What a session's answer names: every partition in a full one; else those with data,
+    an error, a diverging epoch, or a new high watermark or log start offset."""
+    out = []
+    for topic in topics:
+        kept = []
+        for p in topic.partitions:
+            cached = session.partitions.get((topic.name, p.index))
+            moved = cached is None or cached.changed(p.high_watermark, p.log_start_offset)
+            records = p.records
+            has_data = records is not None and (
+                len(records) if isinstance(records, bytes) else records.size
+            )
+            if full or moved or has_data or p.error_code or p.diverging_epoch is not None:
+                kept.append(p)
+        if kept:
+            out.append(FetchTopic(topic.name, kept))
+    return out
+
+
 def _read(
-    services: Services, request: FetchRequest, found: list[_Found] | None
+    services: Services,
+    request: FetchRequest,
+    wanted: list[FetchTopicRequest],
+    found: list[_Found] | None,
 ) -> tuple[list[FetchTopic], int]:
     """Read every requested partition; return the topics and the bytes found (-1: an error
     or a diverging epoch, answered at once). Each partition read without error goes to
@@ -70,7 +149,7 @@ def _read(
     read_committed = request.isolation_level == 1
     replica = request.replica_id
     follower = replica >= 0
-    for topic in request.topics:
+    for topic in wanted:
         out = FetchTopic(topic.topic)
         topics.append(out)
         for fp in topic.partitions:
@@ -86,16 +165,21 @@ def _read(
             if not result.error_code and follower and replica not in partition.followers:
                 result.error_code = ErrorCode.not_leader_or_follower
             log = partition.log
+            region = None
             try:
                 if result.error_code == ErrorCode.none and fp.last_fetched_epoch >= 0:
                     result.diverging_epoch = _diverging_epoch(partition, fp)
-                if (
-                    follower
-                    and found is not None
-                    and result.error_code == ErrorCode.none
-                    and result.diverging_epoch is None
-                ):
-                    services.replicas.update_follower_fetch(partition, replica, fp.fetch_offset)
+                if result.error_code == ErrorCode.none and result.diverging_epoch is None:
+                    region = partition.read(
+                        fp.fetch_offset,
+                        min(fp.partition_max_bytes, remaining),
+                        min_one_batch=first_with_data,
+                        follower=follower,
+                    )
+                    if follower and found is not None:  # read: the offset is in its log
+                        services.replicas.update_follower_fetch(
+                            partition, replica, fp.fetch_offset
+                        )
             except STORAGE_ERRORS as e:
                 result.error_code = error_code(e)
             result.high_watermark = partition.high_watermark
@@ -103,19 +187,7 @@ def _read(
             result.log_start_offset = log.log_start_offset
             if read_committed:
                 result.aborted = []
-            if result.error_code != ErrorCode.none or result.diverging_epoch is not None:
-                result.records = b""
-                errors = True
-                continue
-            try:
-                region = partition.read(
-                    fp.fetch_offset,
-                    min(fp.partition_max_bytes, remaining),
-                    min_one_batch=first_with_data,
-                    follower=follower,
-                )
-            except STORAGE_ERRORS as e:
-                result.error_code = error_code(e)
+            if region is None or result.error_code != ErrorCode.none:
                 result.records = b""
                 errors = True
                 continue

@@ -17,7 +17,7 @@ import datetime
 import logging
 import zlib
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
@@ -43,6 +43,29 @@ def fetcher_id(topic: str, partition: int, num_fetchers: int) -> int:
     return (31 * zlib.crc32(topic.encode()) + partition) % num_fetchers
 
 
+# What a session holds of a partition: fetch offset, leader epoch, last fetched epoch and
+# log start offset, as last sent.
+_Fetched = tuple[int, int, int, int]
+# A session the leader no longer knows, or out of step: a new one is started at once.
+_SESSION_ERRORS = (ErrorCode.fetch_session_id_not_found, ErrorCode.invalid_fetch_session_epoch)
+
+
+@dataclass(slots=True)
+class _Session:
+    """This fetcher's fetch session at its leader (id 0: none yet; epoch 0 asks for one)."""
+
+    id: int = 0
+    epoch: int = 0
+    partitions: dict[TopicPartition, _Fetched] = field(default_factory=dict)
+
+    def answered(self, session_id: int, fetched: dict[TopicPartition, _Fetched]) -> None:
+        """The leader answered a request holding ``fetched``: it now has them."""
+        if session_id != self.id:  # a new session (or none: the leader declined)
+            self.id, self.epoch = session_id, 0
+        self.epoch = self.epoch + 1 if session_id else 0
+        self.partitions = fetched
+
+
 @dataclass(slots=True)
 class _FetchState:
     partition: Partition
@@ -63,6 +86,7 @@ class Fetcher:
         self.partitions: dict[TopicPartition, _FetchState] = {}
         self._wake = asyncio.Event()
         self._failing = False
+        self._session = _Session()
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     def add(self, partition: Partition) -> None:
@@ -91,13 +115,14 @@ class Fetcher:
                 except TimeoutError:
                     pass
                 continue
-            request, sent = self._request(ready)
+            request, sent, fetched = self._request(ready)
             try:
                 response = await self._send(self.leader, request, FETCH_VERSION)
             except Exception as e:  # the leader unreachable: every partition backs off
                 if not self._failing:
                     logger.warning("Fetching from broker %d failed: %s", self.leader, e)
                 self._failing = True
+                self._session = _Session()  # the next request starts a new one
                 until = loop.time() + backoff_s
                 for state in ready:
                     state.delayed_until = until
@@ -106,52 +131,76 @@ class Fetcher:
                 logger.info("Fetching from broker %d works again", self.leader)
                 self._failing = False
             if response.error_code != ErrorCode.none:
-                logger.warning(
-                    "Fetch from broker %d failed: %s", self.leader, response.error_code.name
-                )
-                await asyncio.sleep(backoff_s)
+                self._session = _Session()
+                if response.error_code not in _SESSION_ERRORS:  # those: a new session now
+                    logger.warning(
+                        "Fetch from broker %d failed: %s", self.leader, response.error_code.name
+                    )
+                    await asyncio.sleep(backoff_s)
                 continue
+            self._session.answered(response.session_id, fetched)
             for topic in response.responses:
                 for data in topic.partitions:
                     self._process(topic.topic, data, sent, loop.time() + backoff_s)
 
     def _request(
         self, ready: list[_FetchState]
-    ) -> tuple[Any, dict[TopicPartition, tuple[int, int]]]:
-        """The Fetch of ``ready`` partitions, and the (offset, leader epoch) each was
-        fetched at."""
+    ) -> tuple[Any, dict[TopicPartition, tuple[int, int]], dict[TopicPartition, _Fetched]]:
+        """The Fetch of ``ready`` partitions; the (offset, leader epoch) each is fetched at;
+        and the fetch state of each, which the session holds once answered. In a session
+        (KIP-227) only the partitions whose fetch state changed are named, and the ones no
+        longer fetched are forgotten."""
         config = self._config
+        session = self._session
         topics: dict[str, list[Any]] = {}
         sent: dict[TopicPartition, tuple[int, int]] = {}
+        fetched: dict[TopicPartition, _Fetched] = {}
         for state in ready:
             p = state.partition
             log = p.log
-            sent[(p.topic, p.index)] = (log.log_end_offset, state.leader_epoch)
+            tp = (p.topic, p.index)
+            offset = log.log_end_offset
+            sent[tp] = (offset, state.leader_epoch)
+            now = fetched[tp] = (
+                offset,
+                state.leader_epoch,
+                log.leader_epochs.latest_epoch,
+                log.log_start_offset,
+            )
+            if session.id and session.partitions.get(tp) == now:
+                continue
             topics.setdefault(p.topic, []).append(
                 fetch_v12.FetchPartition(
                     partition=p.index,
-                    current_leader_epoch=state.leader_epoch,
-                    fetch_offset=log.log_end_offset,
-                    last_fetched_epoch=log.leader_epochs.latest_epoch,
-                    log_start_offset=log.log_start_offset,
+                    current_leader_epoch=now[1],
+                    fetch_offset=offset,
+                    last_fetched_epoch=now[2],
+                    log_start_offset=now[3],
                     partition_max_bytes=config.fetch_max_bytes,
                 )
             )
+        forgotten: dict[str, list[int]] = {}
+        if session.id:
+            for topic, index in session.partitions.keys() - fetched.keys():
+                forgotten.setdefault(topic, []).append(index)
         request = fetch_v12.FetchRequest(
             replica_id=self._replicas.broker_id,
             max_wait=datetime.timedelta(milliseconds=config.fetch_wait_max_ms),
             min_bytes=config.fetch_min_bytes,
             max_bytes=config.fetch_response_max_bytes,
             isolation_level=0,
-            session_id=0,
-            session_epoch=-1,
+            session_id=session.id,
+            session_epoch=session.epoch,
             topics=tuple(
                 fetch_v12.FetchTopic(topic=t, partitions=tuple(ps)) for t, ps in topics.items()
             ),
-            forgotten_topics_data=(),
+            forgotten_topics_data=tuple(
+                fetch_v12.ForgottenTopic(topic=t, partitions=tuple(ps))
+                for t, ps in forgotten.items()
+            ),
             rack_id="",
         )
-        return request, sent
+        return request, sent, fetched
 
     def _process(
         self,

@@ -26,6 +26,7 @@ from log.log import AppendResult
 from log.manager import LogManager
 from log.validator import Validated
 from replica.delayed_produce import DelayedProduce, ReplicationWait
+from replica.fetch_session import FetchSessions
 from replica.fetcher import FetcherManager, Send
 from replica.partition import Partition
 from replica.purgatory import Purgatory
@@ -67,6 +68,7 @@ class ReplicaManager:
         self.config = ReplicationConfig.from_properties(broker_props)
         self._now_ms = now_ms or _wall_clock_ms
         self.fetch_purgatory: Purgatory[Any] = Purgatory("Fetch")
+        self.fetch_sessions = FetchSessions()
         self.produce_purgatory: Purgatory[Any] = Purgatory("Produce")
         self._partitions: dict[TopicPartition, Partition] = {}
         self._checkpointed_hw: dict[TopicPartition, int] = logs.read_high_watermarks()

@@ -27,6 +27,7 @@ from apis.context import Services, nested
 from apis.dispatch import Dispatcher
 from controller.metadata import MetadataCache, PartitionInfo, TopicInfo
 from log import LogManager
+from replica.fetch_session import FetchSessions
 from replica.manager import ReplicaManager
 from replica.partition import Partition
 from replica.state import CommittedIsr, LeaderAndIsrState, StopReplicaState
@@ -483,6 +484,13 @@ def test_requests_to_a_follower_or_with_a_stale_epoch(tmp_path: Path) -> None:
         assert (await end_offset(follower, 0)).error_code == ErrorCode.not_leader_or_follower
         fenced = await end_offset(leader, 0, epoch - 1)
         assert fenced.error_code == ErrorCode.fenced_leader_epoch
+        # A follower fetch past the log end is refused and not taken for its log end.
+        follower.up = False
+        state = leader.partition.followers[1]
+        known = state.log_end_offset
+        beyond = await fetch(leader, 10, epoch, replica_id=1)
+        assert beyond.error_code == ErrorCode.offset_out_of_range
+        assert state.log_end_offset == known == 3
         answer = await end_offset(leader, 0, epoch)
         # Epoch 0 is older than any here: it ends where the first known epoch starts.
         assert (answer.error_code, answer.leader_epoch, answer.end_offset) == (0, 0, 0)
@@ -490,11 +498,14 @@ def test_requests_to_a_follower_or_with_a_stale_epoch(tmp_path: Path) -> None:
     run(tmp_path, scenario, size=2)
 
 
-async def fetch(node: Node, offset: int, current_leader_epoch: int = -1) -> Any:
+async def fetch(
+    node: Node, offset: int, current_leader_epoch: int = -1, replica_id: int = -1
+) -> Any:
     cls = request_type(FETCH, 12)
     t = nested(cls, "FetchTopic")
     p = nested(cls, "FetchPartition")
     request = cls(
+        replica_id=replica_id,
         max_wait=datetime.timedelta(0),
         min_bytes=1,
         max_bytes=1 << 20,
@@ -608,13 +619,28 @@ def test_one_fetch_per_fetcher_for_all_its_partitions(tmp_path: Path, fetchers: 
         )
         manager = follower.replicas.fetchers
         assert manager is not None and len(manager._fetchers) == fetchers
-        sizes = {n for source, n in c.fetches if source == 1}
-        assert sizes == {6 // fetchers}  # every request names all of its fetcher's partitions
+        # The first request of each fetcher names all of its partitions (a new session).
+        assert c.fetches[0] == (1, 6 // fetchers)
+        assert len(leader.replicas.fetch_sessions) == fetchers
         before = len(c.fetches)
         await asyncio.sleep(1.0)
-        # Long polls of replica.fetch.wait.max.ms=100: about 10 per fetcher in a second;
-        # a spinning fetcher would send thousands.
-        assert len(c.fetches) - before <= 40 * fetchers
+        idle = [n for source, n in c.fetches[before:] if source == 1]
+        # Idle, a session's requests name no partition (KIP-227); they are long polls of
+        # replica.fetch.wait.max.ms=100, about 10 per fetcher in a second, where a spinning
+        # fetcher would send thousands.
+        assert idle and set(idle) == {0}
+        assert len(idle) <= 40 * fetchers
+        # The leader forgets the sessions (a restart, say): the fetchers start new ones.
+        leader.replicas.fetch_sessions = FetchSessions()
+        part = leader.replicas.get("m", 5)
+        assert part is not None
+        leader.replicas.append(part, batch(3, b"n"), 0)
+        copy = follower.replicas.get("m", 5)
+        assert copy is not None
+        await until(lambda: copy.log.log_end_offset == 5, "partition 5 is copied")
+        await until(
+            lambda: len(leader.replicas.fetch_sessions) == fetchers, "every fetcher has a session"
+        )
 
     run(tmp_path, scenario, size=2, **{"num.replica.fetchers": str(fetchers)})
 
@@ -673,3 +699,20 @@ def test_parked_acks_all_answers_after_append_errors(tmp_path: Path) -> None:
         assert moved.partition_responses[0].error_code == ErrorCode.not_leader_or_follower
 
     run(tmp_path, scenario, **{"replica.lag.time.max.ms": "400", "min.insync.replicas": "2"})
+
+
+def test_a_partition_no_longer_followed_leaves_the_session(tmp_path: Path) -> None:
+    async def scenario(c: Cluster) -> None:
+        states = [LeaderAndIsrState("m", None, p, 0, 0, [0, 1], 0, [0, 1]) for p in range(3)]
+        for node in c.nodes:
+            node.replicas.become_leader_or_follower(1, states)
+        leader, follower = c.nodes
+        sessions = leader.replicas.fetch_sessions
+        await until(lambda: len(sessions) == 1, "a session exists")
+        (session,) = sessions._sessions.values()
+        await until(lambda: len(session.partitions) == 3, "the session holds 3 partitions")
+        follower.replicas.stop_replicas(1, [StopReplicaState("m", 2, 1, delete=False)])
+        await until(lambda: len(session.partitions) == 2, "partition 2 is forgotten")
+        assert ("m", 2) not in session.partitions
+
+    run(tmp_path, scenario, size=2)

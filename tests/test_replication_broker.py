@@ -197,3 +197,51 @@ def test_fetch_leader_epoch_checks_and_replica_ids(client: WireClient) -> None:
     # Broker 7 is no replica of the partition: a follower fetch from it is refused.
     stranger = fetch_v12(client, "fenced", 0, replica_id=7)
     assert stranger.error_code == ErrorCode.not_leader_or_follower
+
+
+def session_fetch(
+    client: WireClient, replica_id: int, session_id: int, epoch: int, topic: str | None
+) -> Any:
+    cls = request_type(FETCH, 12)
+    t = nested(cls, "FetchTopic")
+    p = nested(cls, "FetchPartition")
+    topics = ()
+    if topic is not None:
+        part = p(partition=0, fetch_offset=0, partition_max_bytes=1 << 20)
+        topics = (t(topic=topic, partitions=(part,)),)
+    request = cls(
+        replica_id=replica_id,
+        max_wait=datetime.timedelta(0),
+        min_bytes=1,
+        max_bytes=1 << 20,
+        isolation_level=0,
+        session_id=session_id,
+        session_epoch=epoch,
+        topics=topics,
+        forgotten_topics_data=(),
+        rack_id="",
+    )
+    return client.call(FETCH, 12, request)
+
+
+def test_fetch_sessions_for_followers_only(client: WireClient) -> None:
+    assert create(client, "sessions").error_code == 0
+    # A consumer asking for a session gets a sessionless answer (Kafka may decline them).
+    consumer = session_fetch(client, -1, 0, 0, "sessions")
+    assert (consumer.error_code, consumer.session_id) == (0, 0)
+    assert session_fetch(client, -1, 77, 1, None).error_code == (
+        ErrorCode.fetch_session_id_not_found
+    )
+    # A follower's session (broker 7 is no replica here, so its partition answers an error,
+    # named in every answer).
+    first = session_fetch(client, 7, 0, 0, "sessions")
+    assert first.error_code == 0 and first.session_id != 0
+    assert first.responses[0].partitions[0].error_code == ErrorCode.not_leader_or_follower
+    again = session_fetch(client, 7, first.session_id, 1, None)
+    assert (again.error_code, again.session_id) == (0, first.session_id)
+    assert again.responses[0].partitions[0].partition_index == 0
+    stale = session_fetch(client, 7, first.session_id, 1, None)
+    assert stale.error_code == ErrorCode.invalid_fetch_session_epoch
+    other = session_fetch(client, 8, first.session_id, 2, None)
+    assert other.error_code == ErrorCode.fetch_session_id_not_found
+    assert session_fetch(client, 7, first.session_id, 2, None).error_code == 0

@@ -11,18 +11,39 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from kio.schema.errors import ErrorCode
 
 from apis.context import nested
 from compat_tests import java_client
 from compat_tests.broker import BrokerError, BrokerProcess
 from compat_tests.cluster import Cluster
 from tests.kafka_wire import WireClient
+from wire.interbroker import (
+    ControlledShutdownRequest,
+    LeaderAndIsrPartitionState,
+    LeaderAndIsrRequest,
+    LeaderAndIsrTopicState,
+    StopReplicaPartitionState,
+    StopReplicaRequest,
+    StopReplicaTopicState,
+    UpdateMetadataPartitionState,
+    UpdateMetadataRequest,
+    UpdateMetadataTopicState,
+)
 from wire.schema import request_type
-from wire.versions import DESCRIBE_CONFIGS
+from wire.versions import (
+    ALTER_PARTITION,
+    CONTROLLED_SHUTDOWN,
+    DESCRIBE_CONFIGS,
+    LEADER_AND_ISR,
+    STOP_REPLICA,
+    UPDATE_METADATA,
+)
 
 # A killed broker's ZooKeeper session expires after this (TEST_DEFAULTS uses 6 s): the
 # failover waits allow it twice over plus the controller's work.
@@ -302,3 +323,108 @@ def test_a_partition_moves_to_other_brokers_with_its_data(cluster: Cluster) -> N
     while 1 in cluster.segment_bytes(topic, 0):
         assert time.monotonic() < deadline, f"broker 1 still holds the log of {topic}-0"
         time.sleep(0.2)
+
+
+def call(cluster: Cluster, broker_id: int, api_key: int, version: int, request: Any) -> Any:
+    client = WireClient(cluster.brokers[broker_id].port)
+    try:
+        return client.call(api_key, version, request)
+    finally:
+        client.close()
+
+
+def test_requests_of_a_stale_controller_are_refused_and_not_applied(cluster: Cluster) -> None:
+    """A zombie controller (an epoch older than the current one's) is fenced: its
+    UpdateMetadata, LeaderAndIsr and StopReplica answer STALE_CONTROLLER_EPOCH and change
+    nothing."""
+    topic = new_topic()
+    create(cluster.bootstrap, topic, 1, 3)
+    before = cluster.wait_for_topic(topic, 1, isr=3)[0]
+    target = next(i for i in cluster.brokers if i != before.leader)
+    view = cluster.metadata(target)
+    topic_id = None  # as a controller that does not know it
+
+    stale = {"controller_id": before.leader, "controller_epoch": 0, "broker_epoch": -1}
+    update = UpdateMetadataRequest(
+        **stale,
+        topic_states=(
+            UpdateMetadataTopicState(
+                topic_name=topic,
+                topic_id=topic_id,
+                partition_states=(
+                    UpdateMetadataPartitionState(
+                        partition_index=0,
+                        controller_epoch=0,
+                        leader=-2,  # "being deleted": would drop the partition
+                        leader_epoch=0,
+                        zk_version=0,
+                    ),
+                ),
+            ),
+        ),
+        live_brokers=(),
+    )
+    answer = call(cluster, target, UPDATE_METADATA, 8, update)
+    assert answer.error_code == ErrorCode.stale_controller_epoch
+    leader_and_isr = LeaderAndIsrRequest(
+        **stale,
+        topic_states=(
+            LeaderAndIsrTopicState(
+                topic_name=topic,
+                topic_id=topic_id,
+                partition_states=(
+                    LeaderAndIsrPartitionState(
+                        partition_index=0,
+                        controller_epoch=0,
+                        leader=target,  # would make it leader
+                        leader_epoch=before.leader_epoch + 10,
+                        isr=(target,),
+                        partition_epoch=99,
+                        replicas=before.replicas,
+                    ),
+                ),
+            ),
+        ),
+        live_leaders=(),
+    )
+    answer = call(cluster, target, LEADER_AND_ISR, 7, leader_and_isr)
+    assert answer.error_code == ErrorCode.stale_controller_epoch
+    stop = StopReplicaRequest(
+        **stale,
+        topic_states=(
+            StopReplicaTopicState(
+                topic_name=topic,
+                partition_states=(
+                    StopReplicaPartitionState(
+                        partition_index=0, leader_epoch=-2, delete_partition=True
+                    ),
+                ),
+            ),
+        ),
+    )
+    answer = call(cluster, target, STOP_REPLICA, 4, stop)
+    assert answer.error_code == ErrorCode.stale_controller_epoch
+    # Nothing was applied: the broker's view and its replica's log are as they were.
+    after = cluster.metadata(target)
+    assert after.topics[topic] == view.topics[topic]
+    assert cluster.segment_bytes(topic, 0).keys() == set(cluster.brokers)
+    assert cluster.wait_for_topic(topic, 1, isr=3)[0].leader == before.leader
+
+
+def test_controller_requests_to_another_broker_answer_not_controller(cluster: Cluster) -> None:
+    controller = cluster.wait_for_controller()
+    other = next(i for i in cluster.brokers if i != controller)
+    answer = call(
+        cluster,
+        other,
+        CONTROLLED_SHUTDOWN,
+        3,
+        ControlledShutdownRequest(broker_id=other, broker_epoch=-1),
+    )
+    assert answer.error_code == ErrorCode.not_controller and answer.remaining_partitions == ()
+    cls = request_type(ALTER_PARTITION, 2)
+    request = cls(broker_id=other, broker_epoch=-1, topics=())
+    answer = call(cluster, other, ALTER_PARTITION, 2, request)
+    assert answer.error_code == ErrorCode.not_controller
+    # The broker is still served and still in the cluster.
+    cluster.wait_for_brokers(cluster.brokers)

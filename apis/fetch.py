@@ -206,6 +206,11 @@ def _diverging_epoch(partition: Partition, fp: FetchPartitionRequest) -> tuple[i
     offset here, when the fetcher's log diverged from this one (it has that epoch beyond
     where this log ends it, or an epoch this log lacks)."""
     log = partition.log
+    if (
+        fp.last_fetched_epoch == log.leader_epochs.latest_epoch
+        and log.log_start_offset <= fp.fetch_offset <= log.log_end_offset
+    ):
+        return None  # the common case: the fetcher is on this log's latest epoch
     epoch, end = log.end_offset_for_epoch(fp.last_fetched_epoch)
     if epoch < 0 or end < 0:
         raise OffsetOutOfRangeError(

@@ -7,7 +7,9 @@ asks from the follower's log end with the epoch of its last batch; when the lead
 that the follower's log diverged from its own (KIP-320), it answers that epoch's end
 offset instead of data and the follower truncates by the leader-epoch method (KIP-101,
 KIP-279): to the end of the largest epoch both logs share, never below it. A partition
-whose fetch failed waits replica.fetch.backoff.ms before it is fetched again.
+whose fetch failed waits replica.fetch.backoff.ms before it is fetched again. Each fetcher
+fetches in an incremental fetch session (KIP-227): once the leader holds its partitions,
+a request names only those whose fetch state changed.
 """
 
 from __future__ import annotations
@@ -60,9 +62,12 @@ class _Session:
 
     def answered(self, session_id: int, fetched: dict[TopicPartition, _Fetched]) -> None:
         """The leader answered a request holding ``fetched``: it now has them."""
-        if session_id != self.id:  # a new session (or none: the leader declined)
-            self.id, self.epoch = session_id, 0
-        self.epoch = self.epoch + 1 if session_id else 0
+        if session_id == 0:  # the leader declined: full requests, asking again each time
+            self.id, self.epoch = 0, 0
+        elif session_id != self.id:  # a new session: its next request is its epoch 1
+            self.id, self.epoch = session_id, 1
+        else:
+            self.epoch += 1
         self.partitions = fetched
 
 

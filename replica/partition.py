@@ -146,8 +146,9 @@ class Partition:
         state = self.followers.get(replica)
         if state is None:
             return False
+        moved = fetch_offset != state.log_end_offset
         state.update(fetch_offset, self.log.log_end_offset, now_ms)
-        return self.maybe_advance_high_watermark()
+        return moved and self.maybe_advance_high_watermark()
 
     def maybe_advance_high_watermark(self) -> bool:
         """The HW is the smallest log end offset across the (maximal) ISR; it never moves

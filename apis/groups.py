@@ -75,7 +75,12 @@ async def create_offsets_topic(services: Services) -> None:
     (whether FindCoordinator or a Metadata request asks first); raises TopicError, but not
     when another request created it meanwhile."""
     config = services.config
-    replication = min(config["offsets.topic.replication.factor"], len(services.metadata.brokers))
+    replication = config["offsets.topic.replication.factor"]
+    if services.cluster is None:
+        # The embedded node is every replica there is. A cluster waits, as Kafka does,
+        # until enough brokers are registered (FindCoordinator answers
+        # COORDINATOR_NOT_AVAILABLE meanwhile), so offsets are never under-replicated.
+        replication = min(replication, len(services.metadata.brokers))
     (outcome,) = await services.controller.create_topics(
         [
             NewTopic(

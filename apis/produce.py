@@ -146,7 +146,11 @@ def _validate_all(appends: list[_Append], now_ms: int) -> list[Validated | Excep
         try:
             outcomes.append(validate(a.records, a.partition.log.config, now_ms, budget=budget))
         except STORAGE_ERRORS as e:
-            outcomes.append(e)
+            # Kept as a value, so without its traceback and context: their frames would hold
+            # this list (a cycle, freed only by the garbage collector) and the decompressed
+            # bytes of a refused bomb, up to the whole budget, for as long.
+            e.__context__ = None
+            outcomes.append(e.with_traceback(None))
     return outcomes
 
 

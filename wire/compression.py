@@ -72,7 +72,7 @@ def compress(codec: int, data: bytes | bytearray | memoryview) -> bytes:
 
 def decompress(
     codec: int, data: bytes | bytearray | memoryview, max_size: int | None = None
-) -> bytes:
+) -> bytes | bytearray:
     """Decompress a records section; CorruptRecordError if it is damaged or exceeds max_size."""
     if codec == NONE:
         out = bytes(data)
@@ -229,19 +229,19 @@ def _check_zstd_frames(view: memoryview) -> None:
         raise CorruptRecordError("zstd payload is truncated")
 
 
-def _unzstd(view: memoryview, max_size: int | None) -> bytes:
+def _unzstd(view: memoryview, max_size: int | None) -> bytearray:
     # Producers stream-compress, so frames often lack a content size: decode in
     # bounded chunks rather than trusting (or needing) the header.
     _check_zstd_frames(view)
-    parts = []
-    total = 0
+    # Grown in place (realloc), not joined from chunks at the end: a payload near the limit
+    # then costs its size once, not twice.
+    out = bytearray()
     reader = zstandard.ZstdDecompressor().stream_reader(view, read_across_frames=True)
     with reader:
         while True:
-            budget = _budget(total, max_size)
+            budget = _budget(len(out), max_size)
             chunk = reader.read(_READ_CHUNK if budget < 0 else min(_READ_CHUNK, budget))
             if not chunk:
-                return b"".join(parts)
-            total += len(chunk)
-            _check_limit(total, max_size)
-            parts.append(chunk)
+                return out
+            out += chunk
+            _check_limit(len(out), max_size)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,6 +46,15 @@ _INLINE_MAX_BYTES = 256 << 10
 # Two workers: as many as there are cores to spare, and a bound on the memory that requests
 # being decompressed hold at once (each at most MAX_DECOMPRESSED_PER_REQUEST).
 _workers = ThreadPoolExecutor(max_workers=2, thread_name_prefix="produce-validation")
+_queued: set[Future[list[Validated | Exception]]] = set()
+
+
+def cancel_queued_validations() -> None:
+    """At shutdown: validations not started yet are dropped (their requests were never
+    answered, so nothing is lost), else the process would work through the backlog a flood
+    of heavy requests left before it could exit."""
+    for work in list(_queued):
+        work.cancel()
 
 
 @dataclass(slots=True)
@@ -91,12 +100,18 @@ def handle(services: Services, ctx: RequestContext, request: ProduceRequest) -> 
     response: asyncio.Future[Any] = loop.create_future()
 
     def validated(work: asyncio.Future[list[Validated | Exception]]) -> None:
+        if work.cancelled():
+            response.set_exception(CloseConnection("the broker is shutting down"))
+            return
         try:
             response.set_result(finish(work.result()))
         except Exception as e:  # CloseConnection for acks=0, or a bug: the dispatcher reports
             response.set_exception(e)
 
-    work = asyncio.wrap_future(_workers.submit(_validate_all, appends, now_ms), loop=loop)
+    queued = _workers.submit(_validate_all, appends, now_ms)
+    _queued.add(queued)
+    queued.add_done_callback(_queued.discard)
+    work = asyncio.wrap_future(queued, loop=loop)
     work.add_done_callback(validated)
     return response
 

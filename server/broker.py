@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 import anyio
 
+from apis import produce
 from apis.context import Services
 from apis.dispatch import Dispatcher
 from controller.embedded import EmbeddedController
@@ -307,6 +308,7 @@ class Broker:
     async def shutdown(self) -> None:
         logger.info("[KafkaServer id=%d] shutting down", self.broker_id)
         await self.socket_server.stop_accepting()
+        produce.cancel_queued_validations()
         self.groups.shutdown()  # parked joins and syncs answer NOT_COORDINATOR
         self.replicas.shutdown()  # parked fetches answer with what they have
         await asyncio.sleep(0)

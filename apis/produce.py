@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,6 +48,15 @@ _INLINE_MAX_BYTES = 256 << 10
 # Two workers: as many as there are cores to spare, and a bound on the memory that requests
 # being decompressed hold at once (each at most MAX_DECOMPRESSED_PER_REQUEST).
 _workers = ThreadPoolExecutor(max_workers=2, thread_name_prefix="produce-validation")
+_queued: set[Future[list[Validated | Exception]]] = set()
+
+
+def cancel_queued_validations() -> None:
+    """At shutdown: validations not started yet are dropped (their requests were never
+    answered, so nothing is lost), else the process would work through the backlog a flood
+    of heavy requests left before it could exit."""
+    for work in list(_queued):
+        work.cancel()
 
 
 @dataclass(slots=True)
@@ -110,6 +119,9 @@ def handle(services: Services, ctx: RequestContext, request: ProduceRequest) -> 
     response: asyncio.Future[Any] = loop.create_future()
 
     def validated(work: asyncio.Future[list[Validated | Exception]]) -> None:
+        if work.cancelled():
+            response.set_exception(CloseConnection("the broker is shutting down"))
+            return
         try:
             answer = finish(work.result())
         except Exception as e:  # CloseConnection for acks=0, or a bug: the dispatcher reports
@@ -120,7 +132,10 @@ def handle(services: Services, ctx: RequestContext, request: ProduceRequest) -> 
         else:
             response.set_result(answer)
 
-    work = asyncio.wrap_future(_workers.submit(_validate_all, appends, now_ms), loop=loop)
+    queued = _workers.submit(_validate_all, appends, now_ms)
+    _queued.add(queued)
+    queued.add_done_callback(_queued.discard)
+    work = asyncio.wrap_future(queued, loop=loop)
     work.add_done_callback(validated)
     return response
 
@@ -182,7 +197,11 @@ def _validate_all(appends: list[_Append], now_ms: int) -> list[Validated | Excep
         try:
             outcomes.append(validate(a.records, a.partition.log.config, now_ms, budget=budget))
         except STORAGE_ERRORS as e:
-            outcomes.append(e)
+            # Kept as a value, so without its traceback and context: their frames would hold
+            # this list (a cycle, freed only by the garbage collector) and the decompressed
+            # bytes of a refused bomb, up to the whole budget, for as long.
+            e.__context__ = None
+            outcomes.append(e.with_traceback(None))
     return outcomes
 
 

@@ -11,6 +11,7 @@ from collections.abc import Callable
 import anyio
 from kio.schema.errors import ErrorCode
 
+from apis import produce
 from apis.context import Services, nested
 from apis.dispatch import Dispatcher
 from controller.base import Controller
@@ -512,6 +513,7 @@ class Broker:
         if self.cluster is not None:
             await self.cluster.stop()
         await self.socket_server.stop_accepting()
+        produce.cancel_queued_validations()
         self.groups.shutdown()  # parked joins and syncs answer NOT_COORDINATOR
         self.replicas.shutdown()  # parked fetches answer with what they have
         await asyncio.sleep(0)

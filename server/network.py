@@ -236,8 +236,14 @@ class Connection(asyncio.BufferedProtocol):
         if self._sender is not None:  # it would wait for the closed socket forever
             self._sender.cancel()
         self.server.connection_closed(self)
-        self.server.pool.change(-self._pooled)
-        self._pooled = 0
+        # Bytes not yet handed over are dropped now. A request still being handled keeps
+        # its bytes counted until its handler is done with them: clients that send and
+        # hang up must not pile up work beyond queued.max.request.bytes.
+        self._buffer = bytearray()
+        self._frames.clear()
+        self._held = self._filled = 0
+        self._large = None
+        self._account()
         self.server.pool.forget(self)
 
     def pause_writing(self) -> None:
@@ -401,6 +407,7 @@ class Connection(asyncio.BufferedProtocol):
         finished by a task, so the handler never blocks on a slow client.
         """
         if self._closed or self.transport is None:
+            self._end_request()
             return
         queue: collections.deque[Part] = collections.deque(parts)
         queue.appendleft(size.to_bytes(4, "big"))
@@ -488,13 +495,19 @@ class Connection(asyncio.BufferedProtocol):
     def done(self) -> None:
         """The in-flight request is finished (answered, or needs no answer)."""
         self.last_active = time.monotonic()
-        self._in_flight = 0
+        self._end_request()
         self.next_request()
 
     def close(self) -> None:
+        """Close, ending the request in flight (closing is its answer, or its answer failed)."""
         self._closed = True
+        self._end_request()
         if self.transport is not None:
             self.transport.close()
+
+    def _end_request(self) -> None:
+        self._in_flight = 0
+        self._account()
 
 
 def _open_fd(region: FileRegion) -> int:

@@ -27,6 +27,7 @@ from kio.schema.errors import ErrorCode
 from apis.context import build, nested
 from compat_tests.broker import BrokerProcess
 from tests.kafka_wire import WireClient, request_frame
+from wire.compression import ZSTD
 from wire.records import build_batch, decode_records, split_batches
 from wire.schema import decode, request_type, response_type
 from wire.versions import API_VERSIONS, CREATE_TOPICS, DELETE_TOPICS, FETCH, METADATA, PRODUCE
@@ -521,3 +522,33 @@ def test_socket_buffer_sizes_are_applied(tmp_path: Path) -> None:
             ).stdout
         # Linux doubles what is asked; tb is the send buffer, rb the receive buffer.
         assert re.search(r"tb131072\b", out) and re.search(r"rb65536\b", out), out
+
+
+def test_requests_of_closed_connections_release_the_pool_when_done(tmp_path: Path) -> None:
+    """Clients that send a heavy produce and hang up at once: their requests stay counted in
+    queued.max.request.bytes until handled (so work cannot pile up past it), then release it,
+    so the pool is never left used up and later clients are served."""
+    bomb = build_batch([(b"k", bytes(100 << 20), [], 0)], compression=ZSTD)
+    cls = request_type(PRODUCE, 11)
+    request = cls(
+        acks=-1,
+        timeout=TIMEOUT,
+        topic_data=(
+            nested(cls, "TopicProduceData")(
+                name="hangup",
+                partition_data=(nested(cls, "PartitionProduceData")(index=0, records=bomb),),
+            ),
+        ),
+    )
+    frame = request_frame(PRODUCE, 11, 1, request)
+    with BrokerProcess(tmp_path, {"queued.max.request.bytes": str(256 << 10)}) as b:
+        with ClosingClient(b.port) as client:
+            create(client, "hangup")
+            create(client, "probe")
+        for _ in range(40):  # 40 x 16 KB: about 2.5 times the pool
+            with socket.create_connection(("127.0.0.1", b.port)) as sock:
+                sock.sendall(frame)
+        for _ in range(3):
+            answered_promptly(b.port)
+        with ClosingClient(b.port) as client:
+            assert produce(client, "hangup", batch(b"after")).base_offset == 0

@@ -290,3 +290,33 @@ def test_acks_0_compressed_batches_validated_in_a_thread(broker: BrokerProcess) 
     with pytest.raises(ConnectionError):
         c.read_frame()
     c.close()
+
+
+def _peak_rss_mib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) // 1024
+    raise AssertionError("no VmHWM")
+
+
+def test_refused_bombs_free_their_memory_at_once(tmp_path: Path) -> None:
+    """Forty 1 GiB zstd bombs, eight connections at a time, each refused after decompressing
+    up to the 64 MiB budget: what a refused bomb decompressed must go with its answer (it
+    was once kept alive by the refusal's traceback until the garbage collector ran, 64 MiB
+    each), so the broker's peak stays near two budgets, one per validation worker."""
+    zeros = build_batch([(b"k", bytes(100 << 20), [], NOW_MS)], compression=ZSTD)
+    with BrokerProcess(tmp_path) as b:
+        c = WireClient(b.port)
+        create(c, "bombs")
+        frame = request_frame(v.PRODUCE, 11, 1, produce_request(11, {"bombs": [(0, zeros)]}))
+        for _ in range(5):
+            clients = [WireClient(b.port) for _ in range(8)]
+            for other in clients:
+                other.send(frame)
+            for other in clients:
+                answer = other.read_response(v.PRODUCE, 11, 1).responses[0]
+                assert answer.partition_responses[0].error_code == ErrorCode.corrupt_message
+                other.close()
+        assert stored(c, "bombs") == []
+        c.close()
+        assert _peak_rss_mib(b.pid) < 400

@@ -72,7 +72,7 @@ def compress(codec: int, data: bytes | bytearray | memoryview) -> bytes:
 
 def decompress(
     codec: int, data: bytes | bytearray | memoryview, max_size: int | None = None
-) -> bytes:
+) -> bytes | bytearray:
     """Decompress a records section; CorruptRecordError if it is damaged or exceeds max_size."""
     if codec == NONE:
         out = bytes(data)
@@ -97,27 +97,29 @@ def _check_limit(size: int, max_size: int | None) -> None:
         raise CorruptRecordError(f"decompressed size exceeds the limit of {max_size} bytes")
 
 
-def _budget(total: int, max_size: int | None) -> int:
-    """Bytes to ask a streaming decoder for: one past the remaining budget reveals overflow."""
-    return -1 if max_size is None else max_size - total + 1
+def _grow(out: bytearray, chunk: bytes, max_size: int | None) -> None:
+    """Append one decoded chunk, within the limit. Every decoder grows one buffer in place
+    (realloc) a chunk at a time: output near the limit costs its size once, where joining
+    parts (or a codec's own output blocks) at the end would cost it twice."""
+    out += chunk
+    _check_limit(len(out), max_size)
 
 
-def _gunzip(data: bytes | bytearray | memoryview, max_size: int | None) -> bytes:
+def _gunzip(data: bytes | bytearray | memoryview, max_size: int | None) -> bytearray:
     # Java's GZIPInputStream reads concatenated members, so we do too.
-    parts = []
-    total = 0
+    out = bytearray()
     while True:
         member = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        # zlib's max_length of 0 means unlimited
-        chunk = member.decompress(data, max(_budget(total, max_size), 0))
-        total += len(chunk)
-        _check_limit(total, max_size)
-        if not member.eof:
-            raise CorruptRecordError("gzip payload is truncated")
-        parts.append(chunk)
+        rest = data
+        while not member.eof:
+            chunk = member.decompress(rest, _READ_CHUNK)
+            rest = member.unconsumed_tail
+            if not chunk and not rest and not member.eof:
+                raise CorruptRecordError("gzip payload is truncated")
+            _grow(out, chunk, max_size)
         data = member.unused_data
         if not data:
-            return b"".join(parts)
+            return out
 
 
 def _xerial_compress(data: bytes | bytearray | memoryview) -> bytes:
@@ -141,13 +143,12 @@ def _snappy_length(block: memoryview) -> int:
     raise CorruptRecordError("snappy block has a malformed length preamble")
 
 
-def _unsnappy(view: memoryview, max_size: int | None) -> bytes:
+def _unsnappy(view: memoryview, max_size: int | None) -> bytes | bytearray:
     # librdkafka may send a bare snappy block; the Java client sends xerial framing.
     if view[:8] != _XERIAL_MAGIC:
         _check_limit(_snappy_length(view), max_size)
         return snappy.uncompress(view)
-    parts = []
-    total = 0
+    out = bytearray()
     pos = 0
     end = len(view)
     while pos < end:
@@ -165,26 +166,23 @@ def _unsnappy(view: memoryview, max_size: int | None) -> bytes:
             raise CorruptRecordError("snappy block length out of range")
         block = view[pos : pos + length]
         pos += length
-        total += _snappy_length(block)
-        _check_limit(total, max_size)
-        parts.append(snappy.uncompress(block))
-    return b"".join(parts)
+        _check_limit(len(out) + _snappy_length(block), max_size)
+        out += snappy.uncompress(block)
+    return out
 
 
-def _unlz4(data: bytes | bytearray | memoryview, max_size: int | None) -> bytes:
-    parts = []
-    total = 0
+def _unlz4(data: bytes | bytearray | memoryview, max_size: int | None) -> bytearray:
+    out = bytearray()
     while True:
         frame = lz4.frame.LZ4FrameDecompressor()
-        chunk = frame.decompress(data, max_length=_budget(total, max_size))
-        total += len(chunk)
-        _check_limit(total, max_size)
+        _grow(out, frame.decompress(data, _READ_CHUNK), max_size)
+        while not frame.eof and not frame.needs_input:
+            _grow(out, frame.decompress(b"", _READ_CHUNK), max_size)
         if not frame.eof:
             raise CorruptRecordError("lz4 payload is truncated")
-        parts.append(chunk)
         data = frame.unused_data
         if not data:
-            return b"".join(parts)
+            return out
 
 
 def _check_zstd_frames(view: memoryview) -> None:
@@ -229,19 +227,13 @@ def _check_zstd_frames(view: memoryview) -> None:
         raise CorruptRecordError("zstd payload is truncated")
 
 
-def _unzstd(view: memoryview, max_size: int | None) -> bytes:
+def _unzstd(view: memoryview, max_size: int | None) -> bytearray:
     # Producers stream-compress, so frames often lack a content size: decode in
     # bounded chunks rather than trusting (or needing) the header.
     _check_zstd_frames(view)
-    parts = []
-    total = 0
+    out = bytearray()
     reader = zstandard.ZstdDecompressor().stream_reader(view, read_across_frames=True)
     with reader:
-        while True:
-            budget = _budget(total, max_size)
-            chunk = reader.read(_READ_CHUNK if budget < 0 else min(_READ_CHUNK, budget))
-            if not chunk:
-                return b"".join(parts)
-            total += len(chunk)
-            _check_limit(total, max_size)
-            parts.append(chunk)
+        while chunk := reader.read(_READ_CHUNK):
+            _grow(out, chunk, max_size)
+    return out

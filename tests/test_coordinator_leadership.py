@@ -32,7 +32,8 @@ from coordinator.group import GroupState
 from coordinator.records import OFFSETS_TOPIC, partition_for
 from log import LogManager
 from replica.manager import ReplicaManager
-from replica.partition import Partition
+from replica.partition import FollowerState, Partition
+from replica.state import LeaderAndIsrState
 
 NOW = 1_700_000_000_000
 
@@ -61,8 +62,7 @@ class Node:
     def follow(self, index: int, leader: int, epoch: int) -> None:
         """The coordinator resigns first, then the partition becomes a follower."""
         self.coordinator.on_resign(index)
-        info = PartitionInfo(index, leader, epoch, [0, 1], [leader])
-        self.replicas.become_leader(OFFSETS_TOPIC, info, {"cleanup.policy": "compact"})
+        become_follower(self.replicas, index, leader, epoch)
 
     def fetch_from(self, leader: Node, index: int) -> None:
         """Append what the leader has beyond this log's end, byte for byte."""
@@ -74,6 +74,23 @@ class Node:
                 log.log_end_offset, max_bytes=1 << 20, max_offset=end, min_one_batch=True
             )
             log.append_as_follower(os.pread(region.fd, region.size, region.position))
+
+
+def become_follower(replicas: ReplicaManager, index: int, leader: int, epoch: int) -> None:
+    """The controller's LeaderAndIsr making ``leader`` the partition's leader."""
+    state = LeaderAndIsrState(
+        OFFSETS_TOPIC,
+        None,
+        index,
+        leader,
+        epoch,
+        [leader],
+        0,
+        [0, 1],
+        configs={"cleanup.policy": "compact"},
+    )
+    errors = replicas.become_leader_or_follower(0, [state])
+    assert set(errors.values()) <= {ErrorCode.none}, errors
 
 
 COMMIT_TIMEOUT_MS = 200
@@ -293,7 +310,9 @@ def test_a_write_in_flight_when_resigning_fails_with_not_coordinator(
         assert (await pending) == {("t", 0): ErrorCode.not_coordinator}
         assert len(a.replicas.produce_purgatory) == 0
         # The follower catches up afterwards: nothing more happens here.
-        partition.follower_ends[1] = partition.log.log_end_offset
+        partition.followers.setdefault(
+            1, FollowerState()
+        ).log_end_offset = partition.log.log_end_offset
         partition.maybe_advance_high_watermark()
         a.replicas.produce_purgatory.check((OFFSETS_TOPIC, index))
         assert c.offsets.fetch_offsets(committing, None)[0] == ErrorCode.not_coordinator
@@ -322,8 +341,7 @@ def test_a_write_in_flight_when_the_partition_becomes_a_follower_first(
         a.partition(index).isr = [0, 1]
         pending = c.offsets.commit_offsets("g", -1, "", None, [("t", 0, 2, 4, None)])
         assert isinstance(pending, asyncio.Future) and not pending.done()
-        info = PartitionInfo(index, 1, 1, [0, 1], [1])
-        a.replicas.become_leader(OFFSETS_TOPIC, info, {"cleanup.policy": "compact"})
+        become_follower(a.replicas, index, 1, 1)
         assert (await pending) == {("t", 0): ErrorCode.not_coordinator}
         c.on_resign(index)
         assert c.offsets.fetch_offsets("g", None)[0] == ErrorCode.not_coordinator
@@ -348,7 +366,9 @@ def test_writes_apply_in_log_order_live_as_at_load(nodes: tuple[Node, Node]) -> 
         assert isinstance(committed, asyncio.Future)
         assert not committed.done() and not deleted.done()
         assert c.membership.describe("g")[0] == ErrorCode.group_id_not_found  # Dead
-        partition.follower_ends[1] = partition.log.log_end_offset
+        partition.followers.setdefault(
+            1, FollowerState()
+        ).log_end_offset = partition.log.log_end_offset
         partition.maybe_advance_high_watermark()
         a.replicas.produce_purgatory.check((OFFSETS_TOPIC, index))
         assert (await committed) == {("t", 1): ErrorCode.none}
@@ -380,12 +400,16 @@ def test_a_write_whose_answer_timed_out_is_applied_once_committed(
         assert isinstance(late, asyncio.Future)
         assert (await late) == {("t", 0): ErrorCode.request_timed_out}  # after 200 ms
         assert offsets_of(c, "g") == {}
-        partition.follower_ends[1] = partition.log.log_end_offset
+        partition.followers.setdefault(
+            1, FollowerState()
+        ).log_end_offset = partition.log.log_end_offset
         partition.maybe_advance_high_watermark()
         next_one = c.offsets.commit_offsets("g", -1, "", None, [("t", 1, 2, -1, None)])
         assert isinstance(next_one, asyncio.Future)
         assert offsets_of(c, "g") == {("t", 0): 1}
-        partition.follower_ends[1] = partition.log.log_end_offset
+        partition.followers.setdefault(
+            1, FollowerState()
+        ).log_end_offset = partition.log.log_end_offset
         partition.maybe_advance_high_watermark()
         a.replicas.produce_purgatory.check((OFFSETS_TOPIC, index))
         assert (await next_one) == {("t", 1): ErrorCode.none}
@@ -406,9 +430,7 @@ def test_session_of_a_loaded_member_runs_from_the_load(nodes: tuple[Node, Node])
         a.lead(index, 0)
         first = await join(a.coordinator, "g", session=50)
         joined = await join(a.coordinator, "g", first.member_id, session=50)
-        synced = await a.coordinator.membership.sync(
-            "g", 1, joined.member_id, None, None, None, {}
-        )
+        synced = await a.coordinator.membership.sync("g", 1, joined.member_id, None, None, None, {})
         assert synced.error == ErrorCode.none
         b.fetch_from(a, index)
         a.follow(index, 1, 1)

@@ -34,6 +34,10 @@ class NewTopic:
     configs: Mapping[str, str] = field(default_factory=dict)
     assignments: Mapping[int, Sequence[int]] | None = None
 
+    @property
+    def partition_count(self) -> int:
+        return self.num_partitions if self.assignments is None else len(self.assignments)
+
 
 @dataclass(frozen=True, slots=True)
 class NewPartitions:

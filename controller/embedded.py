@@ -40,6 +40,7 @@ from controller.topics import (
     check_replicas,
     check_topic_name,
     collision_error,
+    excessive_partitions,
 )
 from log.checkpoint import write_atomically
 from log.errors import KafkaStorageError
@@ -125,6 +126,9 @@ class EmbeddedController(Controller):
     async def create_topics(
         self, topics: Sequence[NewTopic], *, validate_only: bool = False
     ) -> list[TopicInfo | TopicError]:
+        error = excessive_partitions(t.partition_count for t in topics)
+        if error is not None:
+            return [error for _ in topics]
         return [_attempt(self._create_topic, new, validate_only) for new in topics]
 
     def _create_topic(self, new: NewTopic, validate_only: bool) -> TopicInfo:
@@ -217,6 +221,11 @@ class EmbeddedController(Controller):
     async def create_partitions(
         self, requests: Sequence[NewPartitions], *, validate_only: bool = False
     ) -> list[TopicInfo | TopicError]:
+        error = excessive_partitions(
+            r.count - len(self.cache.partition_indexes(r.topic)) for r in requests
+        )
+        if error is not None:
+            return [error for _ in requests]
         return [_attempt(self._create_partitions, new, validate_only) for new in requests]
 
     def _create_partitions(self, new: NewPartitions, validate_only: bool) -> TopicInfo:

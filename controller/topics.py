@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Container, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 
 from kio.schema.errors import ErrorCode
 
@@ -125,3 +125,18 @@ def check_configs(configs: Mapping[str, str]) -> None:
         validate_topic_configs(configs)
     except ValueError as e:
         raise TopicError(ErrorCode.invalid_config, str(e)) from None
+
+
+# Kafka's controller refuses a request that would create more partitions than this in all
+# (MAX_PARTITIONS_PER_BATCH), before building any: a count of 2^31-1 would otherwise
+# build that many partitions in memory before anything else could refuse it.
+MAX_PARTITIONS_PER_REQUEST = 10_000
+
+
+def excessive_partitions(counts: Iterable[int]) -> TopicError | None:
+    """The error for every topic of a request creating ``counts`` new partitions, if too many."""
+    if sum(max(count, 0) for count in counts) <= MAX_PARTITIONS_PER_REQUEST:
+        return None
+    return TopicError(
+        ErrorCode.policy_violation, "Excessively large number of partitions per request."
+    )

@@ -266,9 +266,7 @@ class AsyncZk:
         return await self._call(lambda: self._client.get_async(path, self._watcher(watch)))
 
     async def get_children(self, path: str, watch: Watch | None = None) -> list[str]:
-        return await self._call(
-            lambda: self._client.get_children_async(path, self._watcher(watch))
-        )
+        return await self._call(lambda: self._client.get_children_async(path, self._watcher(watch)))
 
     async def exists(self, path: str, watch: Watch | None = None) -> ZnodeStat | None:
         return await self._call(lambda: self._client.exists_async(path, self._watcher(watch)))
@@ -440,4 +438,3 @@ def _settle(future: asyncio.Future[Any], result: Any) -> None:
 
 def _hex(session_id: int | None) -> str:
     return "none" if session_id is None else f"0x{session_id:x}"
-

@@ -37,6 +37,7 @@ from controller.topics import (
     check_replicas,
     check_topic_name,
     collision_error,
+    excessive_partitions,
 )
 from controller.zk import SessionState
 from controller.zk_controller import ControllerError
@@ -201,6 +202,9 @@ class ZkBroker:
     async def create_topics(
         self, topics: Sequence[NewTopic], *, validate_only: bool = False
     ) -> list[TopicInfo | TopicError]:
+        error = excessive_partitions(t.partition_count for t in topics)
+        if error is not None:
+            return [error for _ in topics]
         return list(await asyncio.gather(*(self._create(t, validate_only) for t in topics)))
 
     async def _create(self, new: NewTopic, validate_only: bool) -> TopicInfo | TopicError:
@@ -212,9 +216,7 @@ class ZkBroker:
         if validate_only:
             return _topic_info(new.name, topic_id, assignment, new.configs)
         try:
-            await self.zk.create_topic(
-                TopicAssignment(new.name, topic_id, assignment), new.configs
-            )
+            await self.zk.create_topic(TopicAssignment(new.name, topic_id, assignment), new.configs)
         except TopicExistsError:
             return TopicError(ErrorCode.topic_already_exists, f"Topic '{new.name}' already exists.")
         logger.info(
@@ -270,6 +272,11 @@ class ZkBroker:
     async def create_partitions(
         self, requests: Sequence[NewPartitions], *, validate_only: bool = False
     ) -> list[TopicInfo | TopicError]:
+        error = excessive_partitions(
+            r.count - len(self.cache.partition_indexes(r.topic)) for r in requests
+        )
+        if error is not None:
+            return [error for _ in requests]
         return list(
             await asyncio.gather(*(self._add_partitions(r, validate_only) for r in requests))
         )

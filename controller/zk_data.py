@@ -488,7 +488,9 @@ class KafkaZk:
                 raise outcome
         gone = {t for t, outcome in zip(topics, made, strict=True) if outcome is not None}
         results: dict[TopicPartition, PartitionState | StateConflict] = {
-            tp: StateConflict(None) for tp in states if tp[0] in gone  # topic deleted
+            tp: StateConflict(None)
+            for tp in states
+            if tp[0] in gone  # topic deleted
         }
         live = {tp: state for tp, state in states.items() if tp[0] not in gone}
         return results | await self._write_states(live, controller_epoch_zk_version, create=True)

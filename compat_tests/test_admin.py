@@ -38,7 +38,11 @@ def test_confluent_create_partitions(
     ]
     reports = produce(broker, topic, sent)
     assert sorted((m.partition(), m.offset()) for m in reports) == [
-        (0, 0), (1, 0), (2, 0), (2, 1), (2, 2)
+        (0, 0),
+        (1, 0),
+        (2, 0),
+        (2, 1),
+        (2, 2),
     ]
     assert_round_trip(sent, consume(broker, topic, 3, len(sent)))
 

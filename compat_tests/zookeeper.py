@@ -9,14 +9,13 @@ from __future__ import annotations
 import os
 import signal
 import socket
-import subprocess
 import time
 from pathlib import Path
-from types import TracebackType
 
 from kazoo.client import KazooClient
 
 from compat_tests.broker import free_port
+from compat_tests.process import ServerProcess
 
 JAVA = os.environ.get("GREGOR_JAVA", "java")
 # zookeeper.jar's manifest names its dependencies; slf4j-simple sends its log to stderr.
@@ -26,16 +25,17 @@ MAIN_CLASS = "org.apache.zookeeper.server.ZooKeeperServerMain"
 # 18 s stays within 20 ticks of the maximum (60 s, set explicitly).
 TICK_MS = 500
 START_TIMEOUT_S = 60.0
-STOP_TIMEOUT_S = 20.0
-LOG_TAIL_LINES = 40
 
 
 class ZooKeeperError(RuntimeError):
     """ZooKeeper did not start or stop as expected; the message carries its log tail."""
 
 
-class ZooKeeperProcess:
+class ZooKeeperProcess(ServerProcess):
     """One standalone ZooKeeper; its port and data dir survive restart()."""
+
+    error = ZooKeeperError
+    log_tail_lines = 40
 
     def __init__(self, work_dir: Path) -> None:
         self.work_dir = Path(work_dir)
@@ -43,22 +43,13 @@ class ZooKeeperProcess:
         self.config_path = self.work_dir / "zoo.cfg"
         self.log_path = self.work_dir / "zookeeper.log"
         self.port = free_port()
-        self._proc: subprocess.Popen[bytes] | None = None
         self._paused = False
+        super().__init__()
 
     @property
     def connect(self) -> str:
         """The ``zookeeper.connect`` string (no chroot)."""
         return f"127.0.0.1:{self.port}"
-
-    @property
-    def pid(self) -> int:
-        assert self._proc is not None, "zookeeper not started"
-        return self._proc.pid
-
-    @property
-    def running(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
 
     def start(self) -> None:
         if self.running:
@@ -95,44 +86,15 @@ class ZooKeeperProcess:
             MAIN_CLASS,
             str(self.config_path),
         ]
-        with open(self.log_path, "ab") as log:
-            log.write(f"==== start: {' '.join(command)}\n".encode())
-            log.flush()
-            self._proc = subprocess.Popen(
-                command,
-                cwd=self.work_dir,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
         self._paused = False
-        try:
-            self._wait_ready()
-        except BaseException:
-            self.kill()
-            raise
+        self._launch(command, self.work_dir)
 
     def stop(self) -> None:
-        """SIGTERM and wait for the exit; escalates to SIGKILL and raises if it hangs."""
-        proc = self._proc
-        if proc is None or proc.poll() is not None:
-            return
-        self.resume()
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            raise ZooKeeperError(self._describe("did not exit within 20s of SIGTERM")) from None
+        self.resume()  # a stopped process would not see the SIGTERM
+        super().stop()
 
     def kill(self) -> None:
-        """SIGKILL: a crash."""
-        proc = self._proc
-        if proc is None or proc.poll() is not None:
-            return
-        proc.kill()
-        proc.wait()
+        super().kill()
         self._paused = False
 
     def pause(self) -> None:
@@ -149,11 +111,6 @@ class ZooKeeperProcess:
             os.kill(self.pid, signal.SIGCONT)
             self._paused = False
 
-    def restart(self) -> None:
-        """Stop (cleanly, if running) and start again on the same port and data dir."""
-        self.stop()
-        self.start()
-
     def expire_session(self, client_id: tuple[int, bytes]) -> None:
         """End a client's session from the server side, as ZooKeeper's own tests do: join it
         with its (session id, password), then close it. The client's ephemeral znodes go at
@@ -164,28 +121,6 @@ class ZooKeeperProcess:
             twin.stop()
         finally:
             twin.close()
-
-    def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except FileNotFoundError:
-            return "(no zookeeper log)"
-        return "\n".join(text.splitlines()[-lines:])
-
-    def __enter__(self) -> ZooKeeperProcess:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        try:
-            self.stop()
-        finally:
-            self.kill()
 
     def _describe(self, problem: str) -> str:
         return f"zookeeper on {self.connect} {problem}; log {self.log_path}:\n{self.log_tail()}"

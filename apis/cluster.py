@@ -1,13 +1,15 @@
-"""DescribeCluster and InitProducerId (idempotent producers without a transactional id)."""
+"""DescribeCluster and InitProducerId (idempotent producers, and transactional ones
+through the transaction coordinator)."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from apis.acl import CLUSTER_OPERATIONS, authorized_operations
 from apis.context import (
-    NO_AUTHORIZED_OPERATIONS,
     NO_THROTTLE,
     RequestContext,
     Services,
@@ -39,21 +41,16 @@ def handle_describe_cluster(services: Services, ctx: RequestContext, request: An
         cluster_id=services.metadata.cluster_id,
         controller_id=services.metadata.controller_id,
         brokers=tuple(brokers),
-        cluster_authorized_operations=NO_AUTHORIZED_OPERATIONS,
+        cluster_authorized_operations=authorized_operations(
+            request, "include_cluster_authorized_operations", CLUSTER_OPERATIONS
+        ),
     )
 
 
 def handle_init_producer_id(services: Services, ctx: RequestContext, request: Any) -> Any:
     cls = response_type(INIT_PRODUCER_ID, ctx.api_version)
     if request.transactional_id is not None:
-        # Transactions arrive with the transaction coordinator.
-        return build(
-            cls,
-            throttle_time=NO_THROTTLE,
-            error_code=ErrorCode.coordinator_not_available,
-            producer_id=-1,
-            producer_epoch=-1,
-        )
+        return later(_init_transactional(services, ctx, cls, request))
     return later(_allocate(services, cls))
 
 
@@ -64,4 +61,29 @@ async def _allocate(services: Services, cls: type) -> Any:
         error_code=ErrorCode.none,
         producer_id=await services.controller.allocate_producer_id(),
         producer_epoch=0,
+    )
+
+
+async def _init_transactional(
+    services: Services, ctx: RequestContext, cls: type, request: Any
+) -> Any:
+    """A transactional producer's id and epoch from the transaction coordinator; v3+ name
+    the producer they were (KIP-360) to bump its epoch instead of being fenced."""
+    assert services.transactions is not None
+    producer_id = getattr(request, "producer_id", -1)
+    expected = None if producer_id < 0 else (producer_id, request.producer_epoch)
+    result = await services.transactions.init_producer_id(
+        request.transactional_id,
+        request.transaction_timeout // timedelta(milliseconds=1),
+        expected,
+    )
+    error = result.error
+    if error == ErrorCode.producer_fenced and ctx.api_version < 4:
+        error = ErrorCode.invalid_producer_epoch  # PRODUCER_FENCED is KIP-588's (v4)
+    return build(
+        cls,
+        throttle_time=NO_THROTTLE,
+        error_code=error,
+        producer_id=result.producer_id,
+        producer_epoch=result.producer_epoch,
     )

@@ -9,15 +9,20 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import cache
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+from kio.schema.errors import ErrorCode
 
 if TYPE_CHECKING:
     from controller.base import Controller
     from controller.metadata import MetadataCache
     from controller.zk_broker import ZkBroker
     from coordinator.coordinator import GroupCoordinator
+    from coordinator.txn_coordinator import TransactionCoordinator
     from replica.manager import ReplicaManager
     from server.config import BrokerConfig
+    from server.metrics import BrokerMetrics
+    from server.quotas import ClientQuotas
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -33,6 +38,7 @@ class RawResponse:
 
     parts: list[Any]
     size: int
+    throttle_at: int = -1  # where the throttle time's int32 is in parts[0] (-1: nowhere)
 
 
 class CloseConnection(Exception):
@@ -47,7 +53,41 @@ class RequestContext:
     client_id: str | None
     listener: str
     peer: str
+    size: int = 0  # the request's bytes
     principal: str = "User:ANONYMOUS"
+    # The quota delay the handler found (ms): the dispatcher writes it into the response
+    # and mutes the connection for it.
+    throttle_ms: int = 0
+
+    @property
+    def user(self) -> str:
+        """The principal's name, as quotas match it (ANONYMOUS without authentication)."""
+        return self.principal.partition(":")[2]
+
+
+class TxnVerifier(Protocol):
+    """The transaction coordinator's check of KIP-890 part 1, for the partition side: is
+    each partition part of the transactional id's ongoing transaction at this producer id
+    and epoch? NONE lets a first transactional write to the partition in."""
+
+    async def verify(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: list[tuple[str, int]],
+    ) -> dict[tuple[str, int], ErrorCode]: ...
+
+    async def verify_offset_commit(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partition: tuple[str, int],
+    ) -> ErrorCode:
+        """The same for a TxnOffsetCommit's ``__consumer_offsets`` partition, answered as
+        a TxnOffsetCommit answers it."""
+        ...
 
 
 @dataclass(slots=True)
@@ -57,20 +97,30 @@ class Services:
     controller: Controller
     replicas: ReplicaManager
     now_ms: Callable[[], int]  # the broker's wall clock, in milliseconds
+    quotas: ClientQuotas
     groups: GroupCoordinator | None = None
     # In cluster mode, this broker's ZooKeeper side (controller/zk_broker.py), which the
     # controller's requests act through; None on an embedded node.
     cluster: ZkBroker | None = None
+    # The transaction coordinator (coordinator/txn_coordinator.py).
+    transactions: TransactionCoordinator | None = None
+    # The transaction coordinator's verifier of first transactional writes (Produce and
+    # TxnOffsetCommit); None until the coordinator is wired in (every such write is then
+    # INVALID_TXN_STATE).
+    txn: TxnVerifier | None = None
+    # What the Prometheus endpoint reports (server/metrics.py); None when it is off, and
+    # then nothing is recorded.
+    metrics: BrokerMetrics | None = None
 
 
 @cache
-def _field_names(cls: type) -> frozenset[str]:
+def field_names(cls: type) -> frozenset[str]:
     return frozenset(cls.__dataclass_fields__)
 
 
 def build(cls: type, **values: Any) -> Any:
     """Instantiate a kio entity, dropping fields this version of the schema lacks."""
-    names = _field_names(cls)
+    names = field_names(cls)
     return cls(**{k: v for k, v in values.items() if k in names})
 
 

@@ -8,16 +8,26 @@ None when no answer is due (acks=0).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
+import struct
+import time
 from collections.abc import Callable, Sequence
+from datetime import timedelta
 from typing import Any, Protocol
 
 from apis import (
+    alter_configs,
     alter_partition,
+    alter_replica_log_dirs,
     api_versions,
+    client_quotas,
     cluster,
     configs,
     controlled_shutdown,
+    delete_records,
+    describe_producers,
+    describe_topic_partitions,
     elections,
     fetch,
     groups,
@@ -31,9 +41,12 @@ from apis import (
     reassignments,
     stop_replica,
     topics,
+    transactions,
     update_metadata,
+    write_txn_markers,
 )
-from apis.context import CloseConnection, RawResponse, RequestContext, Services
+from apis.context import CloseConnection, RawResponse, RequestContext, Services, field_names
+from apis.timing import FOLLOWER_FETCH, LOCAL_DONE, SENT, THROTTLE_MS, RequestTiming
 from wire import versions
 from wire.fetch import decode_fetch_request
 from wire.headers import (
@@ -61,12 +74,18 @@ HANDLERS: dict[int, Handler] = {
     versions.INIT_PRODUCER_ID: cluster.handle_init_producer_id,
     versions.OFFSET_FOR_LEADER_EPOCH: offset_for_leader_epoch.handle,
     versions.DESCRIBE_CONFIGS: configs.handle,
+    versions.ALTER_CONFIGS: alter_configs.handle_alter,
+    versions.INCREMENTAL_ALTER_CONFIGS: alter_configs.handle_incremental,
     versions.DESCRIBE_CLUSTER: cluster.handle_describe_cluster,
     versions.CREATE_PARTITIONS: topics.handle_create_partitions,
     versions.DESCRIBE_LOG_DIRS: log_dirs.handle,
     versions.ELECT_LEADERS: elections.handle,
     versions.ALTER_PARTITION_REASSIGNMENTS: reassignments.handle_alter,
     versions.LIST_PARTITION_REASSIGNMENTS: reassignments.handle_list,
+    versions.DELETE_RECORDS: delete_records.handle,
+    versions.ALTER_REPLICA_LOG_DIRS: alter_replica_log_dirs.handle,
+    versions.DESCRIBE_PRODUCERS: describe_producers.handle,
+    versions.DESCRIBE_TOPIC_PARTITIONS: describe_topic_partitions.handle,
     versions.FIND_COORDINATOR: groups.handle_find_coordinator,
     versions.JOIN_GROUP: groups.handle_join,
     versions.SYNC_GROUP: groups.handle_sync,
@@ -75,14 +94,23 @@ HANDLERS: dict[int, Handler] = {
     versions.DESCRIBE_GROUPS: groups.handle_describe,
     versions.LIST_GROUPS: groups.handle_list,
     versions.DELETE_GROUPS: groups.handle_delete,
+    versions.ADD_PARTITIONS_TO_TXN: transactions.handle_add_partitions,
+    versions.ADD_OFFSETS_TO_TXN: transactions.handle_add_offsets,
+    versions.END_TXN: transactions.handle_end_txn,
+    versions.TXN_OFFSET_COMMIT: transactions.handle_txn_offset_commit,
+    versions.DESCRIBE_TRANSACTIONS: transactions.handle_describe,
+    versions.LIST_TRANSACTIONS: transactions.handle_list,
     versions.OFFSET_COMMIT: offsets.handle_commit,
     versions.OFFSET_FETCH: offsets.handle_fetch,
     versions.OFFSET_DELETE: offsets.handle_delete,
+    versions.DESCRIBE_CLIENT_QUOTAS: client_quotas.handle_describe,
+    versions.ALTER_CLIENT_QUOTAS: client_quotas.handle_alter,
     versions.LEADER_AND_ISR: leader_and_isr.handle,
     versions.STOP_REPLICA: stop_replica.handle,
     versions.UPDATE_METADATA: update_metadata.handle,
     versions.CONTROLLED_SHUTDOWN: controlled_shutdown.handle,
     versions.ALTER_PARTITION: alter_partition.handle,
+    versions.WRITE_TXN_MARKERS: write_txn_markers.handle,
 }
 assert HANDLERS.keys() == versions.SUPPORTED.keys()
 
@@ -95,14 +123,35 @@ FAST_DECODERS: dict[int, Callable[[int, bytes, int], Any]] = {
 
 
 class Channel(Protocol):
-    """The connection a request came in on, as the network layer provides it."""
+    """The connection a request came in on, as the network layer provides it. With
+    metrics on, ``received_ns`` is when the request was handed over, and the dispatcher
+    gives the connection the request's ``timing`` to finish once it ends."""
 
     peer: str
     listener: str
+    received_ns: int
+    timing: RequestTiming | None
 
     def send(self, parts: Sequence[Any], size: int) -> None: ...
     def done(self) -> None: ...
     def close(self) -> None: ...
+    def throttle(self, delay_ms: int) -> None: ...
+
+
+# Never throttled by client quotas: requests between brokers (Kafka's cluster actions).
+_INTER_BROKER = frozenset(
+    {
+        versions.LEADER_AND_ISR,
+        versions.STOP_REPLICA,
+        versions.UPDATE_METADATA,
+        versions.CONTROLLED_SHUTDOWN,
+        versions.ALTER_PARTITION,
+        versions.WRITE_TXN_MARKERS,
+    }
+)
+_I32 = struct.Struct(">i")
+# Request time is recorded as a percentage of one handler per second (Kafka's unit).
+_NANOS_TO_PERCENTAGE = 100 / 1e9
 
 
 class Dispatcher:
@@ -110,6 +159,8 @@ class Dispatcher:
         self.services = services
 
     def __call__(self, conn: Channel, frame: bytes | bytearray) -> None:
+        metrics = self.services.metrics
+        dequeued = time.perf_counter_ns() if metrics is not None else 0
         try:
             api_key, version, correlation_id = peek_api(frame)
         except MalformedHeaderError as e:
@@ -150,27 +201,50 @@ class Dispatcher:
             conn.close()
             return
         ctx = RequestContext(
-            api_key, version, correlation_id, header.client_id, conn.listener, conn.peer
+            api_key, version, correlation_id, header.client_id, conn.listener, conn.peer, len(frame)
         )
+        quotas = self.services.quotas
+        timed = quotas.request.enabled and _request_time_counts(api_key, body)
+        started = time.perf_counter_ns() if timed else 0
         try:
             result = HANDLERS[api_key](self.services, ctx, body)
         except CloseConnection as e:
             logger.info("Closing connection from %s: %s", conn.peer, e)
             conn.close()
             return
+        if timed:
+            delay = quotas.request.record(
+                ctx.user,
+                ctx.client_id,
+                (time.perf_counter_ns() - started) * _NANOS_TO_PERCENTAGE,
+                self.services.now_ms(),
+            )
+            ctx.throttle_ms = max(ctx.throttle_ms, delay)
+        timing = None
+        if metrics is not None:
+            follower = api_key == versions.FETCH and body.replica_id >= 0
+            kind = FOLLOWER_FETCH if follower else api_key
+            timing = conn.timing = [kind, version, conn.received_ns, dequeued, 0, 0, 0, 0, metrics]
         # ApiVersions responses always use header v0, whatever the request version.
         flexible_response = flexible and api_key != versions.API_VERSIONS
         if result is None:
-            conn.done()
+            self._no_answer(conn, ctx.throttle_ms, timing)
         elif isinstance(result, asyncio.Future):
+            if timing is not None:
+                timing[LOCAL_DONE] = time.perf_counter_ns()
             result.add_done_callback(
-                lambda f: self._complete(conn, correlation_id, flexible_response, f)
+                lambda f: self._complete(conn, ctx, flexible_response, f, timing)
             )
         else:
-            self._send(conn, correlation_id, flexible_response, result)
+            self._send(conn, correlation_id, flexible_response, result, ctx.throttle_ms, timing)
 
     def _complete(
-        self, conn: Channel, correlation_id: int, flexible: bool, future: asyncio.Future
+        self,
+        conn: Channel,
+        ctx: RequestContext,
+        flexible: bool,
+        future: asyncio.Future,
+        timing: RequestTiming | None = None,
     ) -> None:
         """Answer a handler's future as `handle` answers a plain result."""
         try:
@@ -183,15 +257,59 @@ class Dispatcher:
             conn.close()
             return
         if response is None:
-            conn.done()
+            self._no_answer(conn, ctx.throttle_ms, timing)
         else:
-            self._send(conn, correlation_id, flexible, response)
+            self._send(conn, ctx.correlation_id, flexible, response, ctx.throttle_ms, timing)
 
     @staticmethod
-    def _send(conn: Channel, correlation_id: int, flexible: bool, response: Any) -> None:
+    def _no_answer(conn: Channel, throttle_ms: int, timing: RequestTiming | None) -> None:
+        """A request that gets no answer (acks=0): the channel is muted all the same."""
+        if throttle_ms:
+            conn.throttle(throttle_ms)
+            if timing is not None:
+                timing[THROTTLE_MS] = throttle_ms
+        conn.done()
+
+    @staticmethod
+    def _send(
+        conn: Channel,
+        correlation_id: int,
+        flexible: bool,
+        response: Any,
+        throttle_ms: int = 0,
+        timing: RequestTiming | None = None,
+    ) -> None:
         head = encode_response_header(correlation_id, flexible)
+        if throttle_ms:
+            response = _with_throttle(response, throttle_ms)
+            conn.throttle(throttle_ms)  # before the send, which may hand the next request
         if isinstance(response, RawResponse):
-            conn.send([head, *response.parts], len(head) + response.size)
+            parts, size = [head, *response.parts], len(head) + response.size
         else:
             body = encode(response)
-            conn.send([head, body], len(head) + len(body))
+            parts, size = [head, body], len(head) + len(body)
+        if timing is not None:
+            timing[THROTTLE_MS] = throttle_ms
+            timing[SENT] = time.perf_counter_ns()
+        conn.send(parts, size)
+
+
+def _request_time_counts(api_key: int, body: Any) -> bool:
+    """Request time counts toward request_percentage unless it is replication traffic."""
+    if api_key == versions.FETCH:
+        return body.replica_id < 0
+    return api_key not in _INTER_BROKER
+
+
+def _with_throttle(response: Any, delay_ms: int) -> Any:
+    """The response with its throttle time set (responses without one are left alone)."""
+    if isinstance(response, RawResponse):
+        at = response.throttle_at
+        if at < 0:
+            return response
+        first = response.parts[0]
+        patched = bytes(first[:at]) + _I32.pack(delay_ms) + bytes(first[at + 4 :])
+        return RawResponse([patched, *response.parts[1:]], response.size, at)
+    if "throttle_time" not in field_names(type(response)):
+        return response
+    return dataclasses.replace(response, throttle_time=timedelta(milliseconds=delay_ms))

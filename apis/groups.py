@@ -11,8 +11,8 @@ from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
+from apis.acl import GROUP_OPERATIONS, authorized_operations
 from apis.context import (
-    NO_AUTHORIZED_OPERATIONS,
     NO_THROTTLE,
     RequestContext,
     Services,
@@ -26,6 +26,7 @@ from coordinator.coordinator import GroupCoordinator
 from coordinator.group import GroupState
 from coordinator.membership import JoinResult, SyncResult
 from coordinator.records import OFFSETS_TOPIC
+from coordinator.txn_records import TRANSACTION_STATE_TOPIC
 from wire.schema import response_type
 from wire.versions import (
     DELETE_GROUPS,
@@ -41,6 +42,7 @@ from wire.versions import (
 logger = logging.getLogger(__name__)
 
 GROUP_KEY = 0
+TRANSACTION_KEY = 1
 T = TypeVar("T")
 
 
@@ -99,16 +101,52 @@ async def create_offsets_topic(services: Services) -> None:
         raise outcome
 
 
+async def create_transaction_state_topic(services: Services) -> None:
+    """Create ``__transaction_state`` with its internal settings (Kafka's
+    ``transaction.state.log.*``), as Kafka does on first use; raises TopicError, but not
+    when another request created it meanwhile."""
+    config = services.config
+    replication = config["transaction.state.log.replication.factor"]
+    min_isr = config["transaction.state.log.min.isr"]
+    if services.cluster is None:
+        replication = min(replication, len(services.metadata.brokers))
+        min_isr = min(min_isr, replication)
+    (outcome,) = await services.controller.create_topics(
+        [
+            NewTopic(
+                TRANSACTION_STATE_TOPIC,
+                config["transaction.state.log.num.partitions"],
+                replication,
+                {
+                    "cleanup.policy": "compact",
+                    "compression.type": "uncompressed",
+                    "min.insync.replicas": str(min_isr),
+                    "segment.bytes": str(config["transaction.state.log.segment.bytes"]),
+                    "unclean.leader.election.enable": "false",
+                },
+            )
+        ]
+    )
+    if isinstance(outcome, TopicError) and outcome.code != ErrorCode.topic_already_exists:
+        raise outcome
+
+
 def _locate(
     services: Services, ctx: RequestContext, key: str, key_type: int
 ) -> tuple[ErrorCode, str | None, int, str, int]:
-    """(error, message, node id, host, port) of the coordinator of one key, once
-    ``__consumer_offsets`` exists."""
-    if key_type != GROUP_KEY:  # transaction coordinators arrive with transactions
-        return ErrorCode.coordinator_not_available, None, -1, "", -1
+    """(error, message, node id, host, port) of the coordinator of one key, once its
+    topic exists."""
+    if key_type not in (GROUP_KEY, TRANSACTION_KEY):
+        return ErrorCode.invalid_request, f"unknown key type {key_type}", -1, "", -1
     if not key:
         return ErrorCode.invalid_request, None, -1, "", -1
-    info = services.metadata.partition(OFFSETS_TOPIC, coordinator(services).partition_for(key))
+    if key_type == GROUP_KEY:
+        info = services.metadata.partition(OFFSETS_TOPIC, coordinator(services).partition_for(key))
+    else:
+        assert services.transactions is not None
+        info = services.metadata.partition(
+            TRANSACTION_STATE_TOPIC, services.transactions.partition_for(key)
+        )
     broker = None if info is None else services.metadata.brokers.get(info.leader)
     endpoint = None if broker is None else broker.endpoint(ctx.listener)
     if info is None or endpoint is None:
@@ -121,16 +159,22 @@ def handle_find_coordinator(services: Services, ctx: RequestContext, request: An
         key_type, keys = getattr(request, "key_type", GROUP_KEY), (request.key,)
     else:
         key_type, keys = request.key_type, request.coordinator_keys
-    if OFFSETS_TOPIC in services.metadata.topics or key_type != GROUP_KEY or not any(keys):
+    topic = {GROUP_KEY: OFFSETS_TOPIC, TRANSACTION_KEY: TRANSACTION_STATE_TOPIC}.get(key_type)
+    if topic is None or topic in services.metadata.topics or not any(keys):
         return _find_coordinator(services, ctx, request)
-    return later(_create_then_find(services, ctx, request))
+    return later(_create_then_find(services, ctx, request, key_type))
 
 
-async def _create_then_find(services: Services, ctx: RequestContext, request: Any) -> Any:
+async def _create_then_find(
+    services: Services, ctx: RequestContext, request: Any, key_type: int
+) -> Any:
     try:
-        await create_offsets_topic(services)
+        if key_type == GROUP_KEY:
+            await create_offsets_topic(services)
+        else:
+            await create_transaction_state_topic(services)
     except TopicError as e:
-        logger.warning("Could not create %s: %s", OFFSETS_TOPIC, e.message)
+        logger.warning("Could not create a coordinator topic: %s", e.message)
     return _find_coordinator(services, ctx, request)
 
 
@@ -268,6 +312,7 @@ def handle_describe(services: Services, ctx: RequestContext, request: Any) -> An
     cls = response_type(DESCRIBE_GROUPS, version)
     group_cls = nested(cls, "DescribedGroup")
     member_cls = nested(cls, "DescribedGroupMember")
+    operations = authorized_operations(request, "include_authorized_operations", GROUP_OPERATIONS)
     described = []
     for group_id in request.groups:
         error, group = coordinator(services).membership.describe(group_id)
@@ -278,7 +323,7 @@ def handle_describe(services: Services, ctx: RequestContext, request: Any) -> An
             "protocol_data": "",
             "members": (),
             "error_message": None,
-            "authorized_operations": NO_AUTHORIZED_OPERATIONS,
+            "authorized_operations": operations,
         }
         if error == ErrorCode.group_id_not_found and version < 6:
             error, fields["group_state"] = ErrorCode.none, GroupState.DEAD.value

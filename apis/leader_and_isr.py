@@ -10,6 +10,7 @@ from kio.schema.errors import ErrorCode
 from apis.context import RequestContext, Services, later
 from apis.inter_broker import cluster_member, stale_epoch
 from coordinator.records import OFFSETS_TOPIC
+from coordinator.txn_records import TRANSACTION_STATE_TOPIC
 from replica.state import LeaderAndIsrState
 from wire.interbroker import (
     LeaderAndIsrPartitionError,
@@ -61,6 +62,19 @@ async def _apply(services: Services, member: Any, request: Any) -> LeaderAndIsrR
                     groups.on_become_leader(s.partition)
                 else:
                     groups.on_resign(s.partition)
+    transactions = services.transactions
+    if transactions is not None:
+        # The transaction coordinator follows __transaction_state's, the leader epoch
+        # being its coordinator epoch.
+        for s in states:
+            if (
+                s.topic == TRANSACTION_STATE_TOPIC
+                and errors.get((s.topic, s.partition)) == ErrorCode.none
+            ):
+                if s.leader == member.broker_id:
+                    transactions.on_become_leader(s.partition, s.leader_epoch)
+                else:
+                    transactions.on_resign(s.partition)
     return _response(request, lambda tp: errors.get(tp, ErrorCode.none), ErrorCode.none)
 
 

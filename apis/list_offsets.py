@@ -1,4 +1,10 @@
-"""ListOffsets: earliest, latest, max-timestamp and by-timestamp lookups."""
+"""ListOffsets: earliest, latest, max-timestamp and by-timestamp lookups, none past what the
+request's isolation level may fetch (read_committed: the last stable offset).
+
+Without tiered storage the local log is the whole log: earliest-local (-4, v8+) is the
+log start offset, and latest-tiered (-5, v9+, KIP-1005) is no offset (-1), as Kafka answers
+for a topic without remote storage. v10's timeout only bounds remote reads (KIP-1075).
+"""
 
 from __future__ import annotations
 
@@ -15,12 +21,14 @@ LATEST = -1
 EARLIEST = -2
 MAX_TIMESTAMP = -3
 EARLIEST_LOCAL = -4
+LATEST_TIERED = -5
 
 
 def handle(services: Services, ctx: RequestContext, request: Any) -> Any:
     cls = response_type(LIST_OFFSETS, ctx.api_version)
     topic_cls = nested(cls, "ListOffsetsTopicResponse")
     partition_cls = nested(cls, "ListOffsetsPartitionResponse")
+    read_committed = getattr(request, "isolation_level", 0) == 1
     topics = []
     for topic in request.topics:
         partitions = []
@@ -31,6 +39,7 @@ def handle(services: Services, ctx: RequestContext, request: Any) -> Any:
                 p.partition_index,
                 p.timestamp,
                 getattr(p, "current_leader_epoch", -1),
+                read_committed,
             )
             partitions.append(build(partition_cls, partition_index=p.partition_index, **fields))
         topics.append(topic_cls(name=topic.name, partitions=tuple(partitions)))
@@ -38,7 +47,12 @@ def handle(services: Services, ctx: RequestContext, request: Any) -> Any:
 
 
 def _lookup(
-    services: Services, topic: str, index: int, timestamp: int, leader_epoch: int
+    services: Services,
+    topic: str,
+    index: int,
+    timestamp: int,
+    leader_epoch: int,
+    read_committed: bool,
 ) -> dict[str, Any]:
     fields: dict[str, Any] = {
         "error_code": ErrorCode.none,
@@ -61,18 +75,22 @@ def _lookup(
         return fields
     log = partition.log
     fields["leader_epoch"] = partition.leader_epoch
+    # What a consumer of this isolation level may fetch (Kafka's lastFetchableOffset).
+    fetchable = partition.last_stable_offset() if read_committed else partition.high_watermark
     try:
         if timestamp == LATEST:
-            fields["offset"] = partition.high_watermark
+            fields["offset"] = fetchable
         elif timestamp in (EARLIEST, EARLIEST_LOCAL):
             fields["offset"] = log.log_start_offset
         elif timestamp == MAX_TIMESTAMP:
             found_ts, found_offset = log.max_timestamp()
-            if 0 <= found_offset < partition.high_watermark:
+            if 0 <= found_offset < fetchable:
                 fields["timestamp"], fields["offset"] = found_ts, found_offset
+        elif timestamp == LATEST_TIERED:
+            fields["leader_epoch"] = -1
         elif timestamp >= 0:
             found = log.offset_for_timestamp(timestamp)
-            if found is not None and found[0] < partition.high_watermark:
+            if found is not None and found[0] < fetchable:
                 fields["offset"], fields["timestamp"] = found
         else:
             fields["error_code"] = ErrorCode.invalid_request

@@ -10,6 +10,8 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from apis.context import NO_THROTTLE, RequestContext, Services, build, nested
+from log.log import Log
+from log.segment import LOG_SUFFIX
 from wire.schema import response_type
 from wire.versions import DESCRIBE_LOG_DIRS
 
@@ -40,6 +42,9 @@ def handle(services: Services, ctx: RequestContext, request: Any) -> Any:
                     is_future_key=False,
                 )
             )
+        moving = logs.future_of(topic, index)
+        if moving is not None and (wanted is None or (topic, index) in wanted):
+            hosted[moving[0]][topic].append(_future(partition_cls, index, log, moving[1]))
     results = []
     for log_dir in logs.log_dirs:
         path = str(log_dir.absolute())
@@ -75,6 +80,23 @@ def handle(services: Services, ctx: RequestContext, request: Any) -> Any:
                 usable_bytes=volume.f_bavail * volume.f_frsize,
             )
         )
-    return build(
-        cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, results=tuple(results)
+    return build(cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, results=tuple(results))
+
+
+def _future(partition_cls: type, index: int, log: Log, future: Path) -> Any:
+    """A replica being moved here (AlterReplicaLogDirs): its future log's size, and how far
+    its copied segments are behind the current log's end."""
+    size = 0
+    copied = set()
+    try:
+        for entry in os.scandir(future):
+            size += entry.stat().st_size
+            if entry.name.endswith(LOG_SUFFIX):
+                copied.add(int(entry.name[: -len(LOG_SUFFIX)]))
+    except OSError:
+        pass
+    end = next((s.base_offset for s in log.segments if s.base_offset not in copied), None)
+    lag = 0 if end is None else log.log_end_offset - end
+    return partition_cls(
+        partition_index=index, partition_size=size, offset_lag=lag, is_future_key=True
     )

@@ -7,8 +7,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from apis.acl import CLUSTER_OPERATIONS, TOPIC_OPERATIONS, authorized_operations
 from apis.context import (
-    NO_AUTHORIZED_OPERATIONS,
     NO_THROTTLE,
     CloseConnection,
     RequestContext,
@@ -119,6 +119,9 @@ def _respond(
     topic_cls = nested(cls, "MetadataResponseTopic")
     partition_cls = nested(cls, "MetadataResponsePartition")
     cache = services.metadata
+    topic_operations = authorized_operations(
+        request, "include_topic_authorized_operations", TOPIC_OPERATIONS
+    )
     brokers = []
     for broker in cache.brokers.values():
         endpoint = broker.endpoint(ctx.listener)
@@ -189,7 +192,7 @@ def _respond(
             topic_id=topic.topic_id,
             is_internal=topic.internal,
             partitions=partitions,
-            topic_authorized_operations=NO_AUTHORIZED_OPERATIONS,
+            topic_authorized_operations=topic_operations,
         )
 
     def error_entry(code: ErrorCode, name: str | None, topic_id: Any = None) -> Any:
@@ -200,7 +203,7 @@ def _respond(
             topic_id=topic_id,
             is_internal=False,
             partitions=(),
-            topic_authorized_operations=NO_AUTHORIZED_OPERATIONS,
+            topic_authorized_operations=topic_operations,
         )
 
     wanted = request.topics
@@ -234,5 +237,7 @@ def _respond(
         cluster_id=cache.cluster_id,
         controller_id=cache.controller_id,
         topics=tuple(topics),
-        cluster_authorized_operations=NO_AUTHORIZED_OPERATIONS,
+        cluster_authorized_operations=authorized_operations(
+            request, "include_cluster_authorized_operations", CLUSTER_OPERATIONS
+        ),
     )

@@ -61,16 +61,30 @@ def handle_commit(services: Services, ctx: RequestContext, request: OffsetCommit
 
 
 def _fetch_group(
-    services: Services, group_id: str, topics: Any, partition_cls: type, topic_cls: type
+    services: Services,
+    group_id: str,
+    topics: Any,
+    partition_cls: type,
+    topic_cls: type,
+    require_stable: bool,
 ) -> tuple[ErrorCode, tuple[Any, ...]]:
     wanted = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
-    error, offsets = coordinator(services).offsets.fetch_offsets(group_id, wanted)
+    offsets_api = coordinator(services).offsets
+    error, offsets = offsets_api.fetch_offsets(group_id, wanted)
     if error != ErrorCode.none:
         # Per-partition errors as well, for the clients that only look there.
         offsets = dict.fromkeys(wanted or [])
+    # KIP-447: a partition whose offsets a transaction still holds is not stable yet.
+    unstable = offsets_api.unstable_offsets(group_id) if require_stable and not error else set()
     by_topic: dict[str, list[Any]] = defaultdict(list)
     for (topic, partition), value in offsets.items():
-        by_topic[topic].append(_partition_entry(partition_cls, partition, value, error))
+        if (topic, partition) in unstable:
+            entry = _partition_entry(
+                partition_cls, partition, None, ErrorCode.unstable_offset_commit
+            )
+        else:
+            entry = _partition_entry(partition_cls, partition, value, error)
+        by_topic[topic].append(entry)
     return error, tuple(topic_cls(name=t, partitions=tuple(ps)) for t, ps in by_topic.items())
 
 
@@ -104,6 +118,7 @@ def handle_fetch(services: Services, ctx: RequestContext, request: Any) -> Any:
             request.topics,
             nested(cls, "OffsetFetchResponsePartition"),
             nested(cls, "OffsetFetchResponseTopic"),
+            version >= 7 and request.require_stable,
         )
         return build(cls, throttle_time=NO_THROTTLE, topics=topics, error_code=error)
     group_cls = nested(cls, "OffsetFetchResponseGroup")
@@ -115,6 +130,7 @@ def handle_fetch(services: Services, ctx: RequestContext, request: Any) -> Any:
             group.topics,
             nested(cls, "OffsetFetchResponsePartitions"),
             nested(cls, "OffsetFetchResponseTopics"),
+            request.require_stable,
         )
         groups.append(group_cls(group_id=group.group_id, topics=topics, error_code=error))
     return build(cls, throttle_time=NO_THROTTLE, groups=tuple(groups))

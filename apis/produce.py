@@ -19,26 +19,29 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from apis.context import CloseConnection, RawResponse, RequestContext, Services
+from apis.context import CloseConnection, RawResponse, RequestContext, Services, later
 from apis.errors import STORAGE_ERRORS, error_code, not_hosted
+from apis.leader_hints import leader_hint
 from controller.topics import INTERNAL_TOPICS
 from log.validator import (
     CODEC_BY_NAME,
     Budget,
-    RecordKeyError,
-    RecordTimestampError,
+    RecordErrors,
     Validated,
     validate,
 )
 from replica.delayed_produce import ReplicationWait
 from replica.partition import Partition
 from wire.compression import NONE
+from wire.leader_hints import NodeEndpoint
 from wire.produce import (
     PartitionData,
     PartitionResult,
     ProduceRequest,
+    TopicData,
     check_records,
     encode_produce_response,
+    throttle_position,
 )
 
 logger = logging.getLogger(__name__)
@@ -67,29 +70,107 @@ class _Append:
     result: PartitionResult
     heavy: bool
     transactional: bool
+    producer_id: int
+    producer_epoch: int
+    # KIP-890: the guard of this partition's verification, which a marker voids.
+    guard: object | None = None
 
 
 def handle(services: Services, ctx: RequestContext, request: ProduceRequest) -> Any:
     """Return the response, a future of it, or None for acks=0 (which is never answered)."""
     acks = request.acks
     now_ms = services.now_ms()
-    results: list[tuple[str, list[PartitionResult]]] = []
+    results: list[tuple[TopicData, list[PartitionResult]]] = []
     appends: list[_Append] = []
     for topic in request.topics:
         partitions = []
+        if topic.topic_id is not None:  # v13+ (KIP-516)
+            topic.name = services.metadata.topic_name(topic.topic_id) or ""
         for data in topic.partitions:
             result = PartitionResult(data.index)
-            append = _admit(services, ctx.api_version, topic.name, data, acks, result)
+            if not topic.name and topic.topic_id is not None:
+                result.error_code = ErrorCode.unknown_topic_id
+                append = None
+            else:
+                append = _admit(services, ctx.api_version, topic.name, data, acks, result)
             if append is not None:
                 appends.append(append)
             partitions.append(result)
-        results.append((topic.name, partitions))
+        results.append((topic, partitions))
     if request.transactional_id is None and any(a.transactional for a in appends):
         # Kafka answers the whole request so: transactional records need a transactional id.
         for _, partitions in results:
             for result in partitions:
                 result.error_code = ErrorCode.transactional_id_authorization_failed
-        return _respond(ctx.api_version, acks, results)
+        return _respond(services, ctx, acks, results)
+    # KIP-890 part 1: a producer's first transactional write to a partition goes in only
+    # if the coordinator says the partition is in its ongoing transaction.
+    unverified = [
+        a
+        for a in appends
+        if a.transactional and not a.partition.log.producer_state.has_ongoing_txn(a.producer_id)
+    ]
+    if not unverified:
+        return _write(services, ctx, request, results, appends, now_ms)
+    if services.txn is None or request.transactional_id is None:
+        for a in unverified:
+            a.result.error_code = ErrorCode.invalid_txn_state
+        verified = [a for a in appends if a not in unverified]
+        return _write(services, ctx, request, results, verified, now_ms)
+    return later(_verify(services, ctx, request, results, appends, unverified, now_ms))
+
+
+async def _verify(
+    services: Services,
+    ctx: RequestContext,
+    request: ProduceRequest,
+    results: list[tuple[TopicData, list[PartitionResult]]],
+    appends: list[_Append],
+    unverified: list[_Append],
+    now_ms: int,
+) -> Any:
+    """Ask the coordinator about the partitions of ``unverified``, then write what passed."""
+    assert services.txn is not None and request.transactional_id is not None
+    first = unverified[0]
+    for a in unverified:
+        a.guard = a.partition.log.producer_state.begin_verification(a.producer_id)
+    try:
+        errors = await services.txn.verify(
+            request.transactional_id,
+            first.producer_id,
+            first.producer_epoch,
+            [(a.topic, a.result.index) for a in unverified],
+        )
+    except Exception:
+        # The coordinator could not be asked: a retriable error, as Kafka answers then.
+        logger.exception("Verifying the transaction of %r failed", request.transactional_id)
+        errors = {}
+        default = ErrorCode.not_enough_replicas
+    else:
+        default = ErrorCode.invalid_txn_state
+    refused = []
+    for a in unverified:
+        code = errors.get((a.topic, a.result.index), default)
+        if code != ErrorCode.none:
+            a.result.error_code = code
+            refused.append(a)
+            a.partition.log.producer_state.end_verification(a.producer_id, a.guard)
+    answer = _write(
+        services, ctx, request, results, [a for a in appends if a not in refused], now_ms
+    )
+    return await answer if isinstance(answer, asyncio.Future) else answer
+
+
+def _write(
+    services: Services,
+    ctx: RequestContext,
+    request: ProduceRequest,
+    results: list[tuple[TopicData, list[PartitionResult]]],
+    appends: list[_Append],
+    now_ms: int,
+) -> Any:
+    """Validate and append ``appends``; the response, or a future of it."""
+    acks = request.acks
 
     def finish(outcomes: list[Validated | Exception]) -> Any:
         waits: list[tuple[PartitionResult, ReplicationWait]] = []
@@ -102,12 +183,12 @@ def handle(services: Services, ctx: RequestContext, request: ProduceRequest) -> 
                 else:
                     waits.append((append.result, wait))
         if not waits:
-            return _respond(ctx.api_version, acks, results)
+            return _respond(services, ctx, acks, results)
 
         def replicated() -> Any:
             for result, wait in waits:
                 result.error_code = wait.error
-            return _respond(ctx.api_version, acks, results)
+            return _respond(services, ctx, acks, results)
 
         return services.replicas.wait_for_replication(
             [wait for _, wait in waits], request.timeout_ms, replicated
@@ -185,7 +266,16 @@ def _admit(
         or recompressed != header.compression
         or header.size > _INLINE_MAX_BYTES
     )
-    return _Append(topic, partition, data.records, result, heavy, header.is_transactional)
+    return _Append(
+        topic,
+        partition,
+        data.records,
+        result,
+        heavy,
+        header.is_transactional,
+        header.producer_id,
+        header.producer_epoch,
+    )
 
 
 def _validate_all(appends: list[_Append], now_ms: int) -> list[Validated | Exception]:
@@ -218,6 +308,12 @@ def _append(
     if services.replicas.get(a.topic, result.index) is not partition or not partition.is_leader:
         result.error_code = ErrorCode.not_leader_or_follower
         return None
+    if a.guard is not None and not partition.log.producer_state.end_verification(
+        a.producer_id, a.guard
+    ):
+        # The transaction ended (a marker came) while the coordinator was asked.
+        result.error_code = ErrorCode.invalid_txn_state
+        return None
     min_isr = partition.log.config.min_insync_replicas
     if acks == -1 and len(partition.isr) < min_isr:
         result.error_code = ErrorCode.not_enough_replicas
@@ -234,6 +330,12 @@ def _append(
     result.base_offset = appended.first_offset
     result.log_start_offset = appended.log_start_offset
     result.log_append_time = appended.log_append_time
+    metrics = services.metrics
+    if metrics is not None:
+        # The bytes as the client sent them (Kafka's BytesInPerSec); a retry's records
+        # were counted when they were first appended.
+        records = 0 if appended.duplicate else appended.record_count
+        metrics.produced(a.topic, a.records.nbytes, records)
     return appended.last_offset + 1
 
 
@@ -241,16 +343,44 @@ def _fail(result: PartitionResult, e: Exception, topic: str, index: int) -> None
     code = error_code(e)
     result.error_code = code
     result.error_message = str(e)
-    if isinstance(e, RecordKeyError | RecordTimestampError):
-        result.record_errors = [(e.batch_index, str(e))]
+    if isinstance(e, RecordErrors):
+        result.record_errors = e.record_errors
     logger.debug("Produce to %s-%d failed: %s (%s)", topic, index, code.name, e)
 
 
-def _respond(version: int, acks: int, results: list[tuple[str, list[PartitionResult]]]) -> Any:
+def _respond(
+    services: Services,
+    ctx: RequestContext,
+    acks: int,
+    results: list[tuple[TopicData, list[PartitionResult]]],
+) -> Any:
+    quota = services.quotas.produce
+    if quota.enabled:  # the request's bytes count once it is done, as in Kafka
+        delay = quota.record(ctx.user, ctx.client_id, ctx.size, services.now_ms())
+        ctx.throttle_ms = max(ctx.throttle_ms, delay)
     if acks == 0:
         if any(p.error_code for _, partitions in results for p in partitions):
             # The client expects no answer; closing is the only way to tell it.
             raise CloseConnection("a produce request with acks=0 failed")
         return None
-    body = encode_produce_response(version, results)
-    return RawResponse([body], len(body))
+    version = ctx.api_version
+    endpoints = _leader_hints(services, ctx.listener, results) if version >= 10 else None
+    body = encode_produce_response(version, results, node_endpoints=endpoints)
+    return RawResponse([body], len(body), throttle_position(version, len(body), endpoints))
+
+
+def _leader_hints(
+    services: Services, listener: str, results: list[tuple[TopicData, list[PartitionResult]]]
+) -> list[NodeEndpoint]:
+    """KIP-951 (v10+): partitions answered NOT_LEADER_OR_FOLLOWER name their current
+    leader, when it is a live broker; returns those leaders' endpoints."""
+    leaders: dict[int, NodeEndpoint] = {}
+    for topic, partitions in results:
+        for result in partitions:
+            if result.error_code == ErrorCode.not_leader_or_follower:
+                hint = leader_hint(services, listener, topic.name, result.index)
+                if hint is not None:
+                    leader, endpoint = hint
+                    result.current_leader = leader
+                    leaders[leader[0]] = endpoint
+    return list(leaders.values())

@@ -66,9 +66,7 @@ async def _list(services: Services, ctx: RequestContext, request: Any) -> Any:
     try:
         ongoing = await services.controller.list_partition_reassignments(partitions)
     except TopicError as e:  # a cluster broker that is not the controller
-        return cls(
-            throttle_time=NO_THROTTLE, error_code=e.code, error_message=e.message, topics=()
-        )
+        return cls(throttle_time=NO_THROTTLE, error_code=e.code, error_message=e.message, topics=())
     by_topic: dict[str, list[Any]] = defaultdict(list)
     for (topic, index), reassignment in ongoing.items():
         by_topic[topic].append(

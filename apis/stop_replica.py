@@ -10,6 +10,7 @@ from kio.schema.errors import ErrorCode
 from apis.context import RequestContext, Services
 from apis.inter_broker import cluster_member, stale_epoch
 from coordinator.records import OFFSETS_TOPIC
+from coordinator.txn_records import TRANSACTION_STATE_TOPIC
 from replica.state import StopReplicaState
 from wire.interbroker import StopReplicaPartitionError, StopReplicaResponse
 
@@ -29,7 +30,18 @@ def handle(services: Services, ctx: RequestContext, request: Any) -> StopReplica
         for s in states:
             if s.topic == OFFSETS_TOPIC:
                 groups.on_resign(s.partition)
+    transactions = services.transactions
+    if transactions is not None:
+        for s in states:
+            if s.topic == TRANSACTION_STATE_TOPIC:
+                transactions.on_resign(s.partition)
     errors = services.replicas.stop_replicas(request.controller_epoch, states)
+    metrics = services.metrics
+    if metrics is not None:
+        # As Kafka: a topic's series go once no partition of it is left here.
+        hosted = {p.topic for p in services.replicas}
+        for topic in {s.topic for s in states if s.delete} - hosted:
+            metrics.forget_topic(topic)
     return _response(request, lambda tp: errors.get(tp, ErrorCode.none), ErrorCode.none)
 
 

@@ -164,9 +164,7 @@ async def _delete(services: Services, ctx: RequestContext, request: Any) -> Any:
             entries.append((name, topic_id, None))
         except TopicError as e:
             entries.append((name, topic_id, e))
-    answers = iter(
-        await services.controller.delete_topics([n for n, _, e in entries if e is None])
-    )
+    answers = iter(await services.controller.delete_topics([n for n, _, e in entries if e is None]))
     results = []
     for name, topic_id, error in entries:
         outcome = next(answers) if error is None else error

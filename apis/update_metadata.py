@@ -3,6 +3,8 @@ states, which every broker answers Metadata, FindCoordinator and DescribeCluster
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Mapping
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -13,17 +15,40 @@ from controller.metadata import apply_update_metadata
 from wire.interbroker import UpdateMetadataResponse
 
 
-def handle(services: Services, ctx: RequestContext, request: Any) -> UpdateMetadataResponse:
+def handle(
+    services: Services, ctx: RequestContext, request: Any
+) -> UpdateMetadataResponse | asyncio.Future:
     member = cluster_member(services, "UpdateMetadata")
     stale = stale_epoch(services, member, request)
     if stale is not None:
         return UpdateMetadataResponse(error_code=stale)
-    known = set(services.metadata.topics)
+    new = {s.topic_name for s in request.topic_states} - services.metadata.topics.keys()
+    if not new:
+        return _apply(services, member, request, {})
+    # UpdateMetadata carries no configs; a new topic becomes visible with its overrides
+    # (read from /config/topics, as Kafka's brokers read them for DescribeConfigs), so a
+    # client never sees it without them. Requests on this connection wait meanwhile.
+    return asyncio.ensure_future(_apply_with_configs(services, member, request, sorted(new)))
+
+
+async def _apply_with_configs(
+    services: Services, member: Any, request: Any, names: list[str]
+) -> UpdateMetadataResponse:
+    return _apply(services, member, request, await member.topic_configs(names))
+
+
+def _apply(
+    services: Services, member: Any, request: Any, configs: Mapping[str, dict[str, str]]
+) -> UpdateMetadataResponse:
     deleted = apply_update_metadata(services.metadata, request)
+    for name, overrides in configs.items():
+        topic = services.metadata.topics.get(name)
+        if topic is not None:
+            topic.configs = overrides
     groups = services.groups
     if groups is not None:
         for topic in {t for t, _ in deleted}:
             if topic not in services.metadata.topics:
                 groups.on_topic_deleted(topic)
-    member.metadata_updated(set(services.metadata.topics) - known)
+    member.metadata_updated()
     return UpdateMetadataResponse(error_code=ErrorCode.none)

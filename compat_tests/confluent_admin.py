@@ -13,10 +13,15 @@ def admin(broker: BrokerProcess) -> AdminClient:
     return AdminClient({"bootstrap.servers": broker.bootstrap})
 
 
-def create_topic(broker: BrokerProcess, topic: str, partitions: int) -> None:
+def create_topic(
+    broker: BrokerProcess, topic: str, partitions: int, replication_factor: int | None = None
+) -> None:
+    """Create a topic, by default with a replica on every broker."""
     client = admin(broker)  # must outlive its futures
+    replicas = replication_factor or broker.replication_factor
     futures = client.create_topics(
-        [NewTopic(topic, num_partitions=partitions, replication_factor=1)], operation_timeout=30
+        [NewTopic(topic, num_partitions=partitions, replication_factor=replicas)],
+        operation_timeout=30,
     )
     futures[topic].result(timeout=60)
 

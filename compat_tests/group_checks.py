@@ -8,6 +8,8 @@ from collections.abc import Callable, Iterable, Sequence
 from kafka import KafkaAdminClient, TopicPartition
 from kafka.admin import NewTopic
 
+from compat_tests.broker import BrokerProcess
+
 SESSION_OVERRIDES = {
     # Clients may then use short session timeouts, so the expiry tests stay quick.
     "group.min.session.timeout.ms": "1000",
@@ -55,11 +57,12 @@ def end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
         c.close()
 
 
-def create_topic(bootstrap: str, name: str, partitions: int) -> str:
+def create_topic(broker: BrokerProcess, name: str, partitions: int) -> str:
     """Create the group tests' topic with kafka-python's admin client; return its name."""
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
     try:
-        admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])
+        topic = NewTopic(name, partitions, replication_factor=broker.replication_factor)
+        admin.create_topics([topic])
     finally:
         admin.close()
     return name

@@ -11,7 +11,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from compat_tests.broker import REPO_ROOT
+from compat_tests.broker import REPO_ROOT, BrokerProcess
 from compat_tests.records import Rec
 
 SOURCE = Path(__file__).resolve().parent / "java" / "GregorClient.java"
@@ -25,21 +25,27 @@ class JavaClientError(RuntimeError):
     pass
 
 
-def classpath() -> str:
-    """Compile the driver if its source changed; return the runtime classpath."""
-    jars = sorted(JAR_DIR.glob("*.jar"))
-    if not any(j.name.startswith("kafka-clients-") for j in jars):
+def jars_classpath(jar_dir: Path, required_prefix: str) -> str:
+    """The jars in ``jar_dir`` as a classpath; raise if the one named like
+    ``required_prefix`` is missing (scripts/setup-test-deps unpacks them)."""
+    jars = sorted(jar_dir.glob("*.jar"))
+    if not any(j.name.startswith(required_prefix) for j in jars):
         raise JavaClientError(
-            f"kafka-clients jar missing in {JAR_DIR}: run scripts/setup-test-deps"
+            f"{required_prefix} jar missing in {jar_dir}: run scripts/setup-test-deps"
         )
-    jar_cp = os.pathsep.join(str(j) for j in jars)
-    digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:16]
-    out = CLASS_CACHE / digest
-    if not (out / "GregorClient.class").exists():
+    return os.pathsep.join(str(j) for j in jars)
+
+
+def compiled(source: Path, jar_cp: str) -> Path:
+    """Compile ``source`` against ``jar_cp`` once per content into .cache/java/; return
+    the classes directory."""
+    digest = hashlib.sha256(source.read_bytes()).hexdigest()[:16]
+    out = CLASS_CACHE / f"{source.stem}-{digest}"
+    if not out.exists():
         CLASS_CACHE.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(dir=CLASS_CACHE))
         done = subprocess.run(
-            ["javac", "-nowarn", "-cp", jar_cp, "-d", str(staging), str(SOURCE)],
+            ["javac", "-nowarn", "-cp", jar_cp, "-d", str(staging), str(source)],
             capture_output=True,
             text=True,
         )
@@ -50,7 +56,32 @@ def classpath() -> str:
             staging.rename(out)
         except OSError:  # another process compiled it first
             shutil.rmtree(staging)
-    return f"{out}{os.pathsep}{jar_cp}"
+    return out
+
+
+def classpath() -> str:
+    """Compile the driver if its source changed; return the runtime classpath."""
+    jar_cp = jars_classpath(JAR_DIR, "kafka-clients-")
+    return f"{compiled(SOURCE, jar_cp)}{os.pathsep}{jar_cp}"
+
+
+def _command(
+    command: str,
+    bootstrap: str,
+    topic: str,
+    options: dict[str, str | list[str]] | None,
+    configs: dict[str, str] | None,
+    topic_configs: dict[str, str] | None,
+) -> list[str]:
+    args = [command, "--bootstrap", bootstrap, "--topic", topic]
+    for key, value in (options or {}).items():
+        for item in [value] if isinstance(value, str) else value:
+            args += [f"--{key}", item]
+    for key, value in (configs or {}).items():
+        args += ["--config", f"{key}={value}"]
+    for key, value in (topic_configs or {}).items():
+        args += ["--topic-config", f"{key}={value}"]
+    return ["java", *JVM_FLAGS, "-cp", classpath(), "GregorClient", *args]
 
 
 def run(
@@ -65,16 +96,8 @@ def run(
     timeout: float = 120,
 ) -> list[dict]:
     """Run one driver command; return its JSON output lines, raise on a non-zero exit."""
-    args = [command, "--bootstrap", bootstrap, "--topic", topic]
-    for key, value in (options or {}).items():
-        for item in [value] if isinstance(value, str) else value:
-            args += [f"--{key}", item]
-    for key, value in (configs or {}).items():
-        args += ["--config", f"{key}={value}"]
-    for key, value in (topic_configs or {}).items():
-        args += ["--topic-config", f"{key}={value}"]
     done = subprocess.run(
-        ["java", *JVM_FLAGS, "-cp", classpath(), "GregorClient", *args],
+        _command(command, bootstrap, topic, options, configs, topic_configs),
         input=stdin,
         capture_output=True,
         text=True,
@@ -85,6 +108,29 @@ def run(
         stderr_tail = "\n".join(done.stderr.splitlines()[-30:])
         raise JavaClientError(f"{command} failed: {lines[-5:]}\nstderr:\n{stderr_tail}")
     return lines
+
+
+def start(
+    command: str,
+    bootstrap: str,
+    topic: str,
+    *,
+    options: dict[str, str | list[str]] | None = None,
+    configs: dict[str, str] | None = None,
+) -> subprocess.Popen[str]:
+    """Start a driver command whose JSON lines are read as they come (stdout)."""
+    return subprocess.Popen(
+        _command(command, bootstrap, topic, options, configs, None),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+
+
+def create_topic(broker: BrokerProcess, topic: str, partitions: int) -> None:
+    """Create a topic through the Java Admin, replicated as the broker(s) under test allow."""
+    options = {"partitions": str(partitions), "replication-factor": str(broker.replication_factor)}
+    run("create-topic", broker.bootstrap, topic, options=options)
 
 
 def _b64(data: bytes | None) -> str | None:

@@ -1,6 +1,6 @@
 """Cluster administration through real admin clients: confluent-kafka's AdminClient and
 the Java Admin (kafka-clients 4.3) grow topics, describe log dirs, elect leaders and
-list or alter partition reassignments against a one-broker Gregor."""
+list or alter partition reassignments."""
 
 from __future__ import annotations
 
@@ -13,10 +13,12 @@ from confluent_kafka.admin import NewPartitions
 from compat_tests import java_client as java
 from compat_tests.broker import BrokerProcess
 from compat_tests.confluent_admin import admin, create_topic
+from compat_tests.matrix import compat
 from compat_tests.records import Rec, assert_round_trip
 from compat_tests.test_confluent import consume, produce
 
 
+@compat("confluent", "admin")
 def test_confluent_create_partitions(
     broker: BrokerProcess, new_topic: Callable[[str], str]
 ) -> None:
@@ -24,6 +26,7 @@ def test_confluent_create_partitions(
     create_topic(broker, topic, 1)
     client = admin(broker)
     client.create_partitions([NewPartitions(topic, 3)], operation_timeout=30)[topic].result(30)
+    broker.wait_for_topic(topic, 3)  # every broker, as the next request may go to any
     assert len(client.list_topics(topic, timeout=10).topics[topic].partitions) == 3
 
     # A count that is not an increase is refused as Kafka refuses it.
@@ -47,9 +50,10 @@ def test_confluent_create_partitions(
     assert_round_trip(sent, consume(broker, topic, 3, len(sent)))
 
 
+@compat("java", "admin")
 def test_java_create_partitions(broker: BrokerProcess, new_topic: Callable[[str], str]) -> None:
     topic = new_topic("java-grown")
-    java.run("create-topic", broker.bootstrap, topic, options={"partitions": "1"})
+    java.create_topic(broker, topic, 1)
     java.run("create-partitions", broker.bootstrap, topic, options={"count": "2"})
     sent = [Rec(partition=1, key=b"k", value=b"new", headers=(), timestamp=5_000)]
     (ack,) = java.run("produce", broker.bootstrap, topic, stdin=java.produce_input(sent))
@@ -60,27 +64,34 @@ def test_java_create_partitions(broker: BrokerProcess, new_topic: Callable[[str]
         java.run("create-partitions", broker.bootstrap, topic, options={"count": "1"})
 
 
+@compat("java", "admin")
 def test_java_describe_log_dirs(broker: BrokerProcess, new_topic: Callable[[str], str]) -> None:
     topic = new_topic("java-dirs")
-    java.run("create-topic", broker.bootstrap, topic, options={"partitions": "2"})
+    java.create_topic(broker, topic, 2)
     sent = [Rec(partition=0, key=None, value=b"x" * 100, headers=(), timestamp=1_000)]
+    # acks=all (the Java default): every replica holds the record when it is acknowledged.
     java.run("produce", broker.bootstrap, topic, stdin=java.produce_input(sent))
-    (described,) = java.run("describe-log-dirs", broker.bootstrap, topic)
-    assert described["log_dir"] == str(broker.data_dir.absolute())
-    assert described["error"] is None
-    assert described["total_bytes"] >= described["usable_bytes"] > 0
-    replicas = {r["partition"]: r for r in described["replicas"] if r["topic"] == topic}
-    assert replicas.keys() == {0, 1}
-    assert replicas[0]["size"] > 100 and replicas[1]["size"] == 0
-    assert all(r["offset_lag"] == 0 and not r["is_future"] for r in replicas.values())
+    described = java.run("describe-log-dirs", broker.bootstrap, topic)
+    # One log dir per broker, each holding a replica of both partitions.
+    assert {(d["broker"], d["log_dir"]) for d in described} == {
+        (i, str(path.absolute())) for i, path in broker.data_dirs.items()
+    }
+    for d in described:
+        assert d["error"] is None
+        assert d["total_bytes"] >= d["usable_bytes"] > 0
+        replicas = {r["partition"]: r for r in d["replicas"] if r["topic"] == topic}
+        assert replicas.keys() == {0, 1}
+        assert replicas[0]["size"] > 100 and replicas[1]["size"] == 0
+        assert all(r["offset_lag"] == 0 and not r["is_future"] for r in replicas.values())
 
 
+@compat("java", "admin")
 @pytest.mark.parametrize("election", ["PREFERRED", "UNCLEAN"])
 def test_java_elect_leaders(
     broker: BrokerProcess, new_topic: Callable[[str], str], election: str
 ) -> None:
     topic = new_topic("java-elect")
-    java.run("create-topic", broker.bootstrap, topic, options={"partitions": "2"})
+    java.create_topic(broker, topic, 2)
     lines = java.run(
         "elect-leaders",
         broker.bootstrap,
@@ -96,18 +107,22 @@ def test_java_elect_leaders(
     assert java.run("elect-leaders", broker.bootstrap, topic, options={"election": election}) == []
 
 
+@compat("java", "admin")
 def test_java_partition_reassignments(
     broker: BrokerProcess, new_topic: Callable[[str], str]
 ) -> None:
     topic = new_topic("java-move")
-    java.run("create-topic", broker.bootstrap, topic, options={"partitions": "1"})
+    java.create_topic(broker, topic, 1)
+    metadata = admin(broker).list_topics(topic, timeout=10)
+    current = [str(r) for r in metadata.topics[topic].partitions[0].replicas]
+    unknown = str(max(metadata.brokers) + 1)
 
     def alter(*replicas: str) -> str | None:
         options = {"partition": "0", "replica": list(replicas)}
         (line,) = java.run("alter-reassignment", broker.bootstrap, topic, options=options)
         return line["error"]
 
-    assert alter("0") is None  # the current replicas: complete at once
-    assert alter("0", "4") == "InvalidReplicaAssignmentException"
+    assert alter(*current) is None  # the current replicas: complete at once
+    assert alter(*current, unknown) == "InvalidReplicaAssignmentException"
     assert alter() == "NoReassignmentInProgressException"
     assert java.run("list-reassignments", broker.bootstrap, topic) == []

@@ -10,6 +10,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from compat_tests.broker import BrokerProcess
+from compat_tests.matrix import compat
 from compat_tests.records import (
     CODECS,
     Rec,
@@ -18,6 +19,8 @@ from compat_tests.records import (
     probe_times,
     sample_records,
 )
+
+pytestmark = compat("aiokafka", "produce-consume")
 
 PARTITIONS = 2
 PER_PARTITION = 30
@@ -89,12 +92,12 @@ async def consume_and_list(bootstrap: str, topic: str, sent: list[Rec]) -> None:
         await consumer.stop()
 
 
-async def scenario(bootstrap: str, topic: str, codec: str) -> None:
+async def scenario(bootstrap: str, topic: str, codec: str, replication_factor: int) -> None:
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
         await admin.create_topics(
-            [NewTopic(topic, num_partitions=PARTITIONS, replication_factor=1)]
+            [NewTopic(topic, num_partitions=PARTITIONS, replication_factor=replication_factor)]
         )
         # aiokafka refuses records with neither key nor value.
         sent = sample_records(PARTITIONS, PER_PARTITION, keyless_tombstones=False)
@@ -113,4 +116,5 @@ async def scenario(bootstrap: str, topic: str, codec: str) -> None:
 
 @pytest.mark.parametrize("codec", CODECS)
 def test_round_trip(broker: BrokerProcess, new_topic: Callable[[str], str], codec: str) -> None:
-    asyncio.run(scenario(broker.bootstrap, new_topic(f"aiokafka-{codec}"), codec))
+    topic = new_topic(f"aiokafka-{codec}")
+    asyncio.run(scenario(broker.bootstrap, topic, codec, broker.replication_factor))

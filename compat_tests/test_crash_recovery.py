@@ -22,6 +22,9 @@ from confluent_kafka import (
 
 from compat_tests.broker import BrokerProcess
 from compat_tests.confluent_admin import create_topic
+from compat_tests.matrix import compat
+
+pytestmark = compat("confluent", "produce-consume")
 
 TOTAL = 300
 KILL_AFTER_ACKS = 100

@@ -14,7 +14,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from compat_tests.broker import BrokerProcess
 from compat_tests.group_checks import SESSION_OVERRIDES, end_offsets, wait_until
+from compat_tests.matrix import compat
 
+pytestmark = compat("confluent", "groups")
 BROKER_OVERRIDES = SESSION_OVERRIDES
 PARTITIONS = 6
 TIMEOUT = 60
@@ -63,7 +65,7 @@ class Member:
 def topic(broker: BrokerProcess, new_topic: Callable[[str], str]) -> str:
     name = new_topic("confluent-group")
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-    admin.create_topics([NewTopic(name, PARTITIONS, 1)])[name].result(30)
+    admin.create_topics([NewTopic(name, PARTITIONS, broker.replication_factor)])[name].result(30)
     return name
 
 

@@ -20,6 +20,9 @@ from compat_tests.group_checks import (
     end_offsets,
     wait_until,
 )
+from compat_tests.matrix import compat
+
+pytestmark = compat("java", "groups")
 
 BROKER_OVERRIDES = SESSION_OVERRIDES
 PARTITIONS = 6
@@ -109,7 +112,7 @@ def members() -> Iterator[list[JavaMember]]:
 
 @pytest.fixture
 def topic(broker: BrokerProcess, new_topic: Callable[[str], str]) -> str:
-    return create_topic(broker.bootstrap, new_topic("java-group"), PARTITIONS)
+    return create_topic(broker, new_topic("java-group"), PARTITIONS)
 
 
 def start(

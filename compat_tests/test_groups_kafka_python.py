@@ -18,6 +18,9 @@ from compat_tests.group_checks import (
     end_offsets,
     wait_until,
 )
+from compat_tests.matrix import compat
+
+pytestmark = compat("kafka-python", "groups")
 
 BROKER_OVERRIDES = SESSION_OVERRIDES
 PARTITIONS = 6
@@ -46,7 +49,7 @@ def consumer(broker: BrokerProcess, topic: str, group: str, **configs: object) -
 
 @pytest.fixture
 def topic(broker: BrokerProcess, new_topic: Callable[[str], str]) -> str:
-    return create_topic(broker.bootstrap, new_topic("kafka-python-group"), PARTITIONS)
+    return create_topic(broker, new_topic("kafka-python-group"), PARTITIONS)
 
 
 @pytest.fixture

@@ -12,6 +12,9 @@ from kafka import KafkaAdminClient
 from compat_tests import confluent_admin
 from compat_tests.broker import BrokerProcess
 from compat_tests.group_checks import SESSION_OVERRIDES, committed, end_offsets, wait_until
+from compat_tests.matrix import compat
+
+pytestmark = compat("kcat", "groups")
 
 BROKER_OVERRIDES = SESSION_OVERRIDES
 PARTITIONS = 4

@@ -9,6 +9,7 @@ import pytest
 
 from compat_tests import java_client as java
 from compat_tests.broker import BrokerProcess
+from compat_tests.matrix import compat
 from compat_tests.records import (
     CODECS,
     Rec,
@@ -17,6 +18,8 @@ from compat_tests.records import (
     probe_times,
     sample_records,
 )
+
+pytestmark = compat("java", "produce-consume")
 
 PARTITIONS = 2
 BIG = 1024 * 1024
@@ -33,12 +36,7 @@ def list_offsets(
 @pytest.mark.parametrize("codec", CODECS)
 def test_round_trip(broker: BrokerProcess, new_topic: Callable[[str], str], codec: str) -> None:
     topic = new_topic(f"java-{codec}")
-    java.run(
-        "create-topic",
-        broker.bootstrap,
-        topic,
-        options={"partitions": str(PARTITIONS), "replication-factor": "1"},
-    )
+    java.create_topic(broker, topic, PARTITIONS)
     sent = sample_records(PARTITIONS, 30)
     acks = java.run(
         "produce",
@@ -75,7 +73,7 @@ def test_non_idempotent_acks(
 ) -> None:
     """acks=0 gets no produce response at all; acks=1 without a producer id."""
     topic = new_topic(f"java-acks{acks}")
-    java.run("create-topic", broker.bootstrap, topic, options={"partitions": "1"})
+    java.create_topic(broker, topic, 1)
     sent = sample_records(1, 20)
     java.run(
         "produce",
@@ -91,7 +89,7 @@ def test_non_idempotent_acks(
 def test_one_megabyte_records(broker: BrokerProcess, new_topic: Callable[[str], str]) -> None:
     """Records above the consumer's 1 MB max.partition.fetch.bytes still come back."""
     topic = new_topic("java-big")
-    java.run("create-topic", broker.bootstrap, topic, options={"partitions": "1"})
+    java.create_topic(broker, topic, 1)
     now = int(time.time() * 1000)
     sent = [Rec(0, f"k{i}".encode(), bytes([65 + i]) * (BIG + i), (), now + i) for i in range(3)]
     java.run(

@@ -10,6 +10,7 @@ from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 
 from compat_tests.broker import BrokerProcess
+from compat_tests.matrix import compat
 from compat_tests.records import (
     CODECS,
     Rec,
@@ -18,6 +19,8 @@ from compat_tests.records import (
     probe_times,
     sample_records,
 )
+
+pytestmark = compat("kafka-python", "produce-consume")
 
 PARTITIONS = 2
 PER_PARTITION = 30
@@ -48,7 +51,15 @@ def test_round_trip(broker: BrokerProcess, new_topic: Callable[[str], str], code
     topic = new_topic(f"kafka-python-{codec}")
     admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
     try:
-        admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS, replication_factor=1)])
+        admin.create_topics(
+            [
+                NewTopic(
+                    topic,
+                    num_partitions=PARTITIONS,
+                    replication_factor=broker.replication_factor,
+                )
+            ]
+        )
 
         # kafka-python rejects null header values and records with neither key nor value.
         sent = sample_records(

@@ -18,7 +18,10 @@ import pytest
 
 from compat_tests import confluent_admin
 from compat_tests.broker import BrokerProcess
+from compat_tests.matrix import compat
 from compat_tests.records import CODECS, Rec, assert_round_trip, offset_for_time
+
+pytestmark = compat("kcat", "produce-consume")
 
 PARTITIONS = 2
 PER_RUN = 10

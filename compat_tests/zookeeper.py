@@ -81,6 +81,9 @@ class ZooKeeperProcess(ServerProcess):
             "-Xmx256m",
             "-XX:+UseSerialGC",
             "-Dzookeeper.jmx.log4j.disable=true",
+            # Timestamps as the brokers' logs have them, to line events up across logs.
+            "-Dorg.slf4j.simpleLogger.showDateTime=true",
+            "-Dorg.slf4j.simpleLogger.dateTimeFormat=yyyy-MM-dd HH:mm:ss,SSS",
             "-cp",
             CLASSPATH,
             MAIN_CLASS,

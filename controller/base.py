@@ -15,7 +15,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from controller.configs import ConfigResource
 from controller.metadata import MetadataCache, TopicInfo
+from controller.quota_entities import QuotaConfigs, QuotaEntity
 from controller.topics import TopicError
 
 TopicPartition = tuple[str, int]
@@ -111,4 +113,26 @@ class Controller(Protocol):
         self, partitions: Sequence[TopicPartition] | None
     ) -> dict[TopicPartition, Reassignment]:
         """The ongoing reassignments among `partitions` (None: all of them)."""
+        ...
+
+    async def alter_configs(
+        self,
+        changes: Sequence[tuple[ConfigResource, Mapping[str, str]]],
+        *,
+        validate_only: bool = False,
+    ) -> list[TopicError | None]:
+        """Replace each resource's dynamic configs with the given ones (all of them),
+        persisted and applied by every broker; None is success. BROKER resources are
+        validated by the caller, as Kafka's receiving broker does."""
+        ...
+
+    async def client_quotas(self) -> QuotaConfigs:
+        """Every entity's client quotas, as stored."""
+        ...
+
+    async def alter_client_quotas(
+        self, changes: Mapping[QuotaEntity, Mapping[str, float | None]]
+    ) -> None:
+        """Set (a value) or remove (None) each entity's quotas, durably; every broker
+        enforces them soon after (this one before returning). Raises KafkaStorageError."""
         ...

@@ -95,6 +95,7 @@ class BrokerQueue:
         self._send = send
         self._backoff_s = backoff_s
         self._queue: asyncio.Queue[tuple[Any, int, OnResponse | None]] = asyncio.Queue()
+        self._closed = False
         self._task = asyncio.get_running_loop().create_task(
             self._run(), name=f"controller-channel-{broker_id}"
         )
@@ -107,11 +108,14 @@ class BrokerQueue:
         return self._queue.qsize()
 
     async def close(self) -> None:
+        # The flag too: a cancellation that lands as a send fails can be lost, and the
+        # retry loop would then keep the controller's event waiting here for ever.
+        self._closed = True
         self._task.cancel()
         await asyncio.gather(self._task, return_exceptions=True)
 
     async def _run(self) -> None:
-        while True:
+        while not self._closed:
             request, version, on_response = await self._queue.get()
             response = await self._send_until_answered(request, version)
             if on_response is not None and response is not None:
@@ -119,7 +123,7 @@ class BrokerQueue:
 
     async def _send_until_answered(self, request: Any, version: int) -> Any:
         failures = 0
-        while True:
+        while not self._closed:
             try:
                 return await self._send(self.broker_id, request, version)
             except (ConnectionError, TimeoutError, OSError) as e:
@@ -142,6 +146,7 @@ class BrokerQueue:
                     self.broker_id,
                 )
                 return None
+        return None
 
 
 class ControllerChannel:

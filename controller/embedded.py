@@ -31,7 +31,9 @@ from controller.base import (
     Reassignment,
     TopicPartition,
 )
+from controller.configs import ConfigResource, check_config_change
 from controller.metadata import BrokerInfo, MetadataCache, PartitionInfo, TopicInfo
+from controller.quota_entities import QuotaConfigs, QuotaEntity, entity_path, parse_entity_path
 from controller.topics import (
     INTERNAL_TOPICS,
     TopicError,
@@ -54,6 +56,8 @@ PRODUCER_ID_BLOCK = 1000
 # raises OSError, leaving nothing behind, if they cannot be created), to drop the logs of a
 # topic that could not be committed, to lead them, or to stop leading and delete them.
 TopicCallback = Callable[[TopicInfo], None]
+# Called after a resource's dynamic configs changed, to apply them.
+ConfigCallback = Callable[[ConfigResource], None]
 
 
 class EmbeddedController(Controller):
@@ -66,13 +70,17 @@ class EmbeddedController(Controller):
         on_abort: TopicCallback,
         on_lead: TopicCallback,
         on_delete: TopicCallback,
+        on_quotas: Callable[[QuotaConfigs], None],
+        on_configs: ConfigCallback = lambda _resource: None,
     ) -> None:
         self.path = state_dir / STATE_FILE
+        self._on_quotas = on_quotas
         self._broker = broker
         self._on_create = on_create
         self._on_abort = on_abort
         self._on_lead = on_lead
         self._on_delete = on_delete
+        self._on_configs = on_configs
         # A partial temp file is what a crash mid-save leaves; the file itself is intact.
         self.path.with_name(self.path.name + ".tmp").unlink(missing_ok=True)
         self.fresh = not self.path.exists()
@@ -81,6 +89,11 @@ class EmbeddedController(Controller):
         self.cache.brokers[broker.node_id] = broker
         self._next_producer_id = state.get("producer_id_block_end", 0)
         self._producer_id_block_end = self._next_producer_id
+        self._quotas: QuotaConfigs = {
+            entity: {k: float(v) for k, v in values.items()}
+            for path, values in state.get("client_quotas", {}).items()
+            if (entity := parse_entity_path(path)) is not None
+        }
         for name, topic in state.get("topics", {}).items():
             self.cache.put_topic(
                 self._topic(
@@ -91,6 +104,10 @@ class EmbeddedController(Controller):
                     topic.get("leader_epoch", 0),
                 )
             )
+        for path, configs in state.get("configs", {}).items():
+            resource = ConfigResource.from_entity_path(path)
+            if resource is not None:
+                self.cache.set_dynamic_configs(resource, configs)
 
     @property
     def cluster_id(self) -> str:
@@ -103,6 +120,7 @@ class EmbeddedController(Controller):
             for partition in topic.partitions.values():
                 partition.leader_epoch += 1
         self._save()
+        self._on_quotas(self._quotas)
         for topic in self.cache.topics.values():
             self._on_lead(topic)
 
@@ -322,6 +340,57 @@ class EmbeddedController(Controller):
     ) -> dict[TopicPartition, Reassignment]:
         return {}
 
+    async def alter_configs(
+        self,
+        changes: Sequence[tuple[ConfigResource, Mapping[str, str]]],
+        *,
+        validate_only: bool = False,
+    ) -> list[TopicError | None]:
+        """The valid changes are committed together: one save of the file."""
+        results = [_attempt(check_config_change, r, c, self.cache.topics) for r, c in changes]
+        valid = [change for change, error in zip(changes, results, strict=True) if error is None]
+        if validate_only or not valid:
+            return results
+        previous = [(r, dict(self.cache.dynamic_configs(r))) for r, _ in valid]
+        for resource, configs in valid:
+            self.cache.set_dynamic_configs(resource, configs)
+        try:
+            self._save()
+        except OSError as e:
+            for resource, configs in previous:
+                self.cache.set_dynamic_configs(resource, configs)
+            logger.error("Could not save config changes: %s", e)
+            failed = TopicError(ErrorCode.kafka_storage_error, f"Could not save the configs: {e}")
+            return [failed if error is None else error for error in results]
+        for resource, configs in valid:
+            logger.info("Dynamic configs of %s are now %s", resource.entity_path, dict(configs))
+            self._on_configs(resource)
+        return results
+
+    async def client_quotas(self) -> QuotaConfigs:
+        return {entity: dict(values) for entity, values in self._quotas.items()}
+
+    async def alter_client_quotas(
+        self, changes: Mapping[QuotaEntity, Mapping[str, float | None]]
+    ) -> None:
+        """Set (a value) or remove (None) quotas of each entity; saved before they apply."""
+        before = {entity: dict(values) for entity, values in self._quotas.items()}
+        for entity, ops in changes.items():
+            values = self._quotas.setdefault(entity, {})
+            for key, value in ops.items():
+                if value is None:
+                    values.pop(key, None)
+                else:
+                    values[key] = value
+            if not values:
+                del self._quotas[entity]
+        try:
+            self._save()
+        except OSError as e:
+            self._quotas = before
+            raise KafkaStorageError(f"Could not save the client quotas: {e}") from None
+        self._on_quotas(self._quotas)
+
     def _save(self) -> None:
         """Rewrite the file atomically and durably (temp file, fsync, rename, directory
         fsync): the commit point of every change."""
@@ -339,6 +408,8 @@ class EmbeddedController(Controller):
                 }
                 for t in self.cache.topics.values()
             },
+            "configs": {r.entity_path: c for r, c in self.cache.configs.items()},
+            "client_quotas": {entity_path(e): values for e, values in self._quotas.items()},
         }
         write_atomically(self.path, json.dumps(state, indent=1, sort_keys=True).encode())
 

@@ -8,10 +8,11 @@ handlers.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Container
+from collections.abc import Container, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from controller.configs import BROKER, DEFAULT_BROKER, TOPIC, ConfigResource
 from controller.topics import INTERNAL_TOPICS, unify_collision_chars
 
 # The leader an UpdateMetadata names for a partition of a topic being deleted (Kafka's
@@ -58,6 +59,9 @@ class MetadataCache:
         self.topics: dict[str, TopicInfo] = {}
         self._ids: dict[uuid.UUID, str] = {}
         self._unified: dict[str, str] = {}  # name with '.' as '_' -> the topic holding it
+        # Dynamic configs of brokers (per id, and the cluster default) and groups; a topic's
+        # are its TopicInfo.configs.
+        self.configs: dict[ConfigResource, dict[str, str]] = {}
 
     def put_topic(self, topic: TopicInfo) -> None:
         self.topics[topic.name] = topic
@@ -76,6 +80,32 @@ class MetadataCache:
         would share metric names), as Kafka refuses to create such a pair."""
         other = self._unified.get(unify_collision_chars(name))
         return None if other == name else other
+
+    def dynamic_configs(self, resource: ConfigResource) -> dict[str, str]:
+        if resource.type == TOPIC:
+            topic = self.topics.get(resource.name)
+            return {} if topic is None else topic.configs
+        return self.configs.get(resource, {})
+
+    def set_dynamic_configs(self, resource: ConfigResource, configs: Mapping[str, str]) -> None:
+        """Replace a resource's dynamic configs (a topic's only if it exists)."""
+        if resource.type == TOPIC:
+            topic = self.topics.get(resource.name)
+            if topic is not None:
+                topic.configs = dict(configs)
+        elif configs:
+            self.configs[resource] = dict(configs)
+        else:
+            self.configs.pop(resource, None)
+
+    def broker_props(self, static: Mapping[str, str], broker_id: int) -> dict[str, str]:
+        """A broker's effective properties: its dynamic configs over the cluster defaults
+        over its server.properties (Kafka's KIP-226 precedence)."""
+        return {
+            **static,
+            **self.configs.get(ConfigResource(BROKER, DEFAULT_BROKER), {}),
+            **self.configs.get(ConfigResource(BROKER, str(broker_id)), {}),
+        }
 
     def topic_name(self, topic_id: uuid.UUID) -> str | None:
         return self._ids.get(topic_id)

@@ -199,6 +199,9 @@ class AsyncZk:
         )
         self._loop: asyncio.AbstractEventLoop | None = None
         self._listeners: list[StateListener] = []
+        # One wrapper per watch function: kazoo keeps a path's watchers in a set, so a watch
+        # set again before it fired is called once, not once per time it was set.
+        self._wrappers: dict[Watch, Watch] = {}
         self._state = SessionState.LOST
         self._closed = False
         self._client.add_listener(self._on_kazoo_state)
@@ -356,7 +359,10 @@ class AsyncZk:
     def _watcher(self, watch: Watch | None) -> Watch | None:
         if watch is None:
             return None
-        return lambda event: self._to_loop(watch, event)
+        wrapper = self._wrappers.get(watch)
+        if wrapper is None:
+            wrapper = self._wrappers[watch] = functools.partial(self._to_loop, watch)
+        return wrapper
 
     def _on_kazoo_state(self, state: str) -> None:
         # kazoo's connection thread: must not block.

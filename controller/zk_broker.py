@@ -28,7 +28,21 @@ from controller.base import (
     Reassignment,
     TopicPartition,
 )
+from controller.configs import (
+    BROKER,
+    DEFAULT_BROKER,
+    ConfigResource,
+    check_config_change,
+)
 from controller.metadata import MetadataCache, PartitionInfo, TopicInfo
+from controller.quota_entities import (
+    QuotaConfigs,
+    QuotaEntity,
+    entity_path,
+    parse_entity_path,
+    quotas_of,
+    with_quotas,
+)
 from controller.topics import (
     INTERNAL_TOPICS,
     TopicError,
@@ -39,7 +53,7 @@ from controller.topics import (
     collision_error,
     excessive_partitions,
 )
-from controller.zk import SessionState
+from controller.zk import SessionExpiredError, SessionState
 from controller.zk_controller import ControllerError
 from controller.zk_data import (
     BrokerRegistration,
@@ -52,6 +66,8 @@ from controller.zk_data import (
 
 logger = logging.getLogger(__name__)
 
+# How long a config change notification stays under /config/changes (Kafka's 15 minutes).
+CONFIG_CHANGE_EXPIRATION_MS = 15 * 60 * 1000
 # A write not fenced by the controller epoch (the check of /controller_epoch's version -1
 # matches any): a broker adding partitions writes the assignment as Kafka's admin does.
 ANY_VERSION = -1
@@ -92,6 +108,12 @@ class ZkBroker:
         self._pid_lock = asyncio.Lock()
         self._tasks: set[asyncio.Task[None]] = set()
         self._session_lost = False
+        # Called after a resource's dynamic configs changed (here or on another broker).
+        self.on_configs: Callable[[ConfigResource], None] = lambda _resource: None
+        # Called with every entity's client quotas, at start and after each quota change.
+        self.on_quotas: Callable[[QuotaConfigs], None] = lambda _quotas: None
+        self._last_config_change = -1
+        self._config_lock = asyncio.Lock()
 
     @property
     def cluster_id(self) -> str:
@@ -135,11 +157,19 @@ class ZkBroker:
                 self.broker_id,
             )
             self._spawn(self._register())
+            # The watch on /config/changes died with the session (re-arming it may have
+            # failed while the session was expired): follow again, quotas read afresh.
+            self._spawn(self._apply_config_changes(reread_quotas=True))
 
     def _spawn(self, work: Awaitable[None]) -> None:
         async def logged() -> None:
             try:
                 await work
+            except SessionExpiredError:  # the new session redoes it (_on_session_state)
+                logger.warning(
+                    "Broker %d: ZooKeeper session expired during its work; awaiting a new one",
+                    self.broker_id,
+                )
             except Exception:
                 logger.exception("ZooKeeper work of broker %d failed", self.broker_id)
 
@@ -155,22 +185,91 @@ class ZkBroker:
             task.cancel()
         await self.controller.stop()
 
+    # -- dynamic configs --------------------------------------------------------------------
+
+    async def load_configs(self) -> None:
+        """Read this broker's dynamic configs (its own and the cluster default), the group
+        configs and the client quotas, then follow /config/changes: every change made
+        through any broker is applied here too (Kafka's DynamicConfigManager)."""
+        async with self._config_lock:
+            changes = await self.zk.config_changes(watch=self._on_config_change)
+            self._last_config_change = changes[-1][0] if changes else -1
+            paths = [f"groups/{g}" for g in await self.zk.group_config_names()]
+            resources = [
+                ConfigResource(BROKER, DEFAULT_BROKER),
+                ConfigResource(BROKER, str(self.broker_id)),
+                *filter(None, map(ConfigResource.from_entity_path, paths)),
+            ]
+            for resource in resources:
+                configs = await self.zk.entity_configs(resource.entity_path)
+                self.cache.set_dynamic_configs(resource, configs)
+            self.on_quotas(await self.client_quotas())
+
+    def _on_config_change(self, _event: object) -> None:
+        self._spawn(self._apply_config_changes())
+
+    async def _apply_config_changes(self, *, reread_quotas: bool = False) -> None:
+        """Apply the notifications not seen yet: a config entity is read again; any quota
+        entity has every quota read again (they are few, and a full read needs no
+        bookkeeping)."""
+        async with self._config_lock:
+            changes = await self.zk.config_changes(watch=self._on_config_change)
+            for sequence, name in changes:
+                if sequence <= self._last_config_change:
+                    continue
+                self._last_config_change = sequence
+                path = await self.zk.config_change(name)
+                if path is not None and parse_entity_path(path) is not None:
+                    reread_quotas = True
+                    continue
+                resource = None if path is None else ConfigResource.from_entity_path(path)
+                if resource is None:
+                    continue
+                if resource.type == BROKER and resource.name not in (
+                    DEFAULT_BROKER,
+                    str(self.broker_id),
+                ):
+                    continue
+                self._set_configs(resource, await self.zk.entity_configs(path))
+            if reread_quotas:
+                self.on_quotas(await self.client_quotas())
+            await self.zk.purge_config_changes(
+                int(time.time() * 1000) - CONFIG_CHANGE_EXPIRATION_MS
+            )
+
+    def _set_configs(self, resource: ConfigResource, configs: Mapping[str, str]) -> None:
+        self.cache.set_dynamic_configs(resource, configs)
+        self.on_configs(resource)
+
+    async def alter_configs(
+        self,
+        changes: Sequence[tuple[ConfigResource, Mapping[str, str]]],
+        *,
+        validate_only: bool = False,
+    ) -> list[TopicError | None]:
+        """Each written to /config/<entity> with a change notification, as Kafka's
+        ZooKeeper-mode brokers did; applied here at once, on the others when they see the
+        notification."""
+        results: list[TopicError | None] = []
+        for resource, configs in changes:
+            try:
+                check_config_change(resource, configs, self.cache.topics)
+            except TopicError as e:
+                results.append(e)
+                continue
+            if not validate_only:
+                await self.zk.set_entity_configs(resource.entity_path, configs)
+                logger.info("Dynamic configs of %s are now %s", resource.entity_path, dict(configs))
+                self._set_configs(resource, configs)
+            results.append(None)
+        return results
+
     # -- the metadata cache, as the controller's UpdateMetadata feeds it -------------------
 
-    def metadata_updated(self, new_topics: set[str]) -> None:
-        """Called after each UpdateMetadata: wakes the calls waiting for an outcome, and
-        reads the config overrides of topics new to the cache (UpdateMetadata carries
-        none) for DescribeConfigs."""
+    def metadata_updated(self) -> None:
+        """Called after each UpdateMetadata: wakes the calls waiting for an outcome."""
         self._metadata_changed.set()
         self._metadata_changed = asyncio.Event()
-        if new_topics:
-            self._spawn(self._load_configs(sorted(new_topics)))
-
-    async def _load_configs(self, names: list[str]) -> None:
-        for name, configs in (await self.topic_configs(names)).items():
-            topic = self.cache.topics.get(name)
-            if topic is not None:
-                topic.configs = configs
 
     async def _await_metadata(self, holds: Callable[[], bool]) -> bool:
         deadline = time.monotonic() + self._topic_wait_s
@@ -352,6 +451,28 @@ class ZkBroker:
         for replicas in new.assignments:
             check_replicas(replicas, self.cache.brokers, len(existing[0]))
         return {current + i: list(r) for i, r in enumerate(new.assignments)}
+
+    async def client_quotas(self) -> QuotaConfigs:
+        """Every entity's quotas, from /config/clients and /config/users."""
+        found = await self.zk.quota_entity_configs()
+        return {
+            entity: quotas
+            for path, configs in found.items()
+            if (entity := parse_entity_path(path)) is not None and (quotas := quotas_of(configs))
+        }
+
+    async def alter_client_quotas(
+        self, changes: Mapping[QuotaEntity, Mapping[str, float | None]]
+    ) -> None:
+        """Each entity's znode rewritten (its other keys kept) with a change notification,
+        as Kafka's ZooKeeper-mode brokers did; enforced here before returning, on the
+        others when they see the notification."""
+        for entity, ops in changes.items():
+            path = entity_path(entity)
+            configs = with_quotas(await self.zk.entity_configs(path), ops)
+            await self.zk.set_entity_configs(path, configs)
+            logger.info("Client quotas of %s are now %s", path, quotas_of(configs))
+        self.on_quotas(await self.client_quotas())
 
     async def allocate_producer_id(self) -> int:
         """From blocks of 1000 claimed in /latest_producer_id_block."""

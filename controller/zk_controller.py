@@ -48,7 +48,7 @@ from controller.election import (
     elect_preferred,
     elect_reassigned,
 )
-from controller.zk import SessionState, TransactionFailed
+from controller.zk import SessionExpiredError, SessionState, TransactionFailed
 from controller.zk_data import (
     CONTROLLER_EPOCH_PATH,
     BrokerRegistration,
@@ -159,6 +159,18 @@ class ZkController:
                 await self._resign()
                 if future is not None and not future.done():
                     future.set_exception(_not_controller())
+            except SessionExpiredError:
+                # The session ended (ZooKeeper's watches fire on its loss, before kazoo has a
+                # new one): /controller went with it. The new session's CONNECTED campaigns
+                # again, re-arming the watches from scratch.
+                logger.warning(
+                    "Controller %d: ZooKeeper session expired during %s; awaiting a new session",
+                    self.broker_id,
+                    fn.__name__,
+                )
+                await self._resign()
+                if future is not None and not future.done():
+                    future.set_exception(_not_controller())
             except Exception as e:
                 if future is not None and not future.done():
                     future.set_exception(e)
@@ -202,7 +214,7 @@ class ZkController:
         self.epoch, self._epoch_version = elected.epoch, elected.zk_version
         try:
             await self._failover()
-        except ControllerMovedError:
+        except (ControllerMovedError, SessionExpiredError):
             raise
         except Exception:
             logger.exception("Controller %d: failover failed; resigning", self.broker_id)
@@ -332,9 +344,13 @@ class ZkController:
         for b in new:
             self._add_broker(current[b])
         if new:
-            # A joining broker learns everything: the whole metadata, and LeaderAndIsr for
-            # every replica it holds; then offline partitions may have a leader again.
-            batch.add_update_metadata(new, self._views())
+            # A joining broker learns everything: first the whole metadata (in a request of
+            # its own, so that it knows the leaders' endpoints before it follows them; every
+            # live broker gets it, learning of the newcomer), then LeaderAndIsr for every
+            # replica it holds; then offline partitions may have a leader again.
+            metadata = RequestBatch()
+            metadata.add_update_metadata(new, self._views())
+            self._flush(metadata)
             for tp in self._partitions_on(new):
                 if tp in self.states and tp[0] not in self.deleting:
                     batch.add_leader_and_isr(new & set(self.assignments[tp]), tp, self._view(tp))

@@ -14,6 +14,7 @@ import asyncio
 import base64
 import dataclasses
 import json
+import logging
 import time
 import uuid
 from collections.abc import Iterable, Mapping
@@ -32,6 +33,8 @@ from controller.zk import (
     ZnodeStat,
 )
 
+logger = logging.getLogger(__name__)
+
 TopicPartition = tuple[str, int]
 
 CLUSTER_ID_PATH = "/cluster/id"
@@ -40,6 +43,13 @@ TOPICS_PATH = "/brokers/topics"
 CONTROLLER_PATH = "/controller"
 CONTROLLER_EPOCH_PATH = "/controller_epoch"
 TOPIC_CONFIGS_PATH = "/config/topics"
+CONFIG_PATH = "/config"
+CONFIG_CHANGES_PATH = "/config/changes"
+CONFIG_CHANGE_PREFIX = "config_change_"
+BROKER_CONFIGS_PATH = "/config/brokers"
+GROUP_CONFIGS_PATH = "/config/groups"  # Gregor's: ZooKeeper-era Kafka had no group configs
+CLIENT_CONFIGS_PATH = "/config/clients"  # client quotas: clients/<c>
+USER_CONFIGS_PATH = "/config/users"  # users/<u>, users/<u>/clients/<c>
 DELETE_TOPICS_PATH = "/admin/delete_topics"
 PRODUCER_ID_BLOCK_PATH = "/latest_producer_id_block"
 # The persistent parents Kafka creates at startup, of the paths used here.
@@ -47,6 +57,11 @@ PERSISTENT_PATHS = (
     BROKER_IDS_PATH,
     TOPICS_PATH,
     TOPIC_CONFIGS_PATH,
+    CONFIG_CHANGES_PATH,
+    BROKER_CONFIGS_PATH,
+    GROUP_CONFIGS_PATH,
+    CLIENT_CONFIGS_PATH,
+    USER_CONFIGS_PATH,
     DELETE_TOPICS_PATH,
     PRODUCER_ID_BLOCK_PATH,
 )
@@ -449,12 +464,89 @@ class KafkaZk:
 
     async def topic_configs(self, name: str) -> dict[str, str]:
         """The topic's config overrides ({} when it has none)."""
+        return await self.entity_configs(f"topics/{name}")
+
+    # --- dynamic configs (Kafka's /config/<entity> znodes and change notifications) --------
+
+    async def entity_configs(self, entity_path: str) -> dict[str, str]:
+        """The configs of `topics/<t>`, `brokers/<id>`, `brokers/<default>`, `groups/<g>`
+        or a client quota entity ({} when none are set)."""
         try:
-            data, _ = await self.zk.get(topic_config_path(name))
+            data, _ = await self.zk.get(f"{CONFIG_PATH}/{entity_path}")
         except NoNodeError:
             return {}
-        config = json.loads(data).get("config") if data else None
-        return {k: str(v) for k, v in (config or {}).items()}
+        return _decode_config(entity_path, data)
+
+    async def quota_entity_configs(self) -> dict[str, dict[str, str]]:
+        """The configs of every client quota entity by entity path: `clients/<c>`,
+        `users/<u>` and `users/<u>/clients/<c>` (read whole: such entities are few)."""
+        users = await self.zk.get_children(USER_CONFIGS_PATH)
+        clients = await self.zk.get_children(CLIENT_CONFIGS_PATH)
+        user_clients = await self.zk.get_children_many(
+            [f"{USER_CONFIGS_PATH}/{u}/clients" for u in users]
+        )
+        paths = [f"users/{u}" for u in users] + [f"clients/{c}" for c in clients]
+        for user, names in zip(users, user_clients, strict=True):
+            paths += [f"users/{user}/clients/{c}" for c in names or ()]
+        found = await self.zk.get_many([f"{CONFIG_PATH}/{p}" for p in paths])
+        return {
+            path: _decode_config(path, node[0])
+            for path, node in zip(paths, found, strict=True)
+            if node is not None
+        }
+
+    async def set_entity_configs(self, entity_path: str, configs: Mapping[str, str]) -> None:
+        """Replace an entity's configs, then notify every broker under /config/changes
+        (a sequential `config_change_` znode naming the entity), as Kafka's AdminZkClient."""
+        path = f"{CONFIG_PATH}/{entity_path}"
+        data = _json({"version": 1, "config": dict(configs)})
+        try:
+            await self.zk.set(path, data)
+        except NoNodeError:
+            try:
+                await self.zk.create(path, data, makepath=True)
+            except NodeExistsError:
+                await self.zk.set(path, data)
+        await self.zk.create(
+            f"{CONFIG_CHANGES_PATH}/{CONFIG_CHANGE_PREFIX}",
+            _json({"version": 2, "entity_path": entity_path}),
+            sequence=True,
+        )
+
+    async def config_changes(self, watch: Watch | None = None) -> list[tuple[int, str]]:
+        """The pending change notifications as (sequence number, znode name), in order;
+        `watch` fires when one is added."""
+        names = await self.zk.get_children(CONFIG_CHANGES_PATH, watch)
+        found = [
+            (int(n[len(CONFIG_CHANGE_PREFIX) :]), n)
+            for n in names
+            if n.startswith(CONFIG_CHANGE_PREFIX) and n[len(CONFIG_CHANGE_PREFIX) :].isdigit()
+        ]
+        return sorted(found)
+
+    async def config_change(self, name: str) -> str | None:
+        """The entity path a change notification names (None if it is gone or unreadable)."""
+        try:
+            data, _ = await self.zk.get(f"{CONFIG_CHANGES_PATH}/{name}")
+            path = json.loads(data).get("entity_path")
+        except (NoNodeError, ValueError, AttributeError):
+            return None
+        return path if isinstance(path, str) else None
+
+    async def purge_config_changes(self, older_than_ms: int) -> None:
+        """Delete the change notifications created before `older_than_ms` (epoch ms): every
+        broker has long applied them (Kafka keeps them 15 minutes)."""
+        for _, name in await self.config_changes():
+            path = f"{CONFIG_CHANGES_PATH}/{name}"
+            stat = await self.zk.exists(path)
+            if stat is not None and stat.ctime < older_than_ms:
+                try:
+                    await self.zk.delete(path)
+                except NoNodeError:
+                    pass  # another broker purged it first
+
+    async def group_config_names(self) -> list[str]:
+        return sorted(await self.zk.get_children(GROUP_CONFIGS_PATH))
 
     # --- partition states ----------------------------------------------------------------
 
@@ -706,6 +798,16 @@ def _fenced(version: int | None) -> ControllerMovedError:
     return ControllerMovedError(
         f"{CONTROLLER_EPOCH_PATH} has moved{detail}: another controller was elected"
     )
+
+
+def _decode_config(entity_path: str, data: bytes) -> dict[str, str]:
+    """The "config" of a /config/<entity> znode; {} (and a warning) if it is unreadable."""
+    try:
+        config = json.loads(data).get("config") if data else None
+        return {str(k): str(v) for k, v in (config or {}).items()}
+    except (ValueError, AttributeError):
+        logger.warning("Ignoring the unreadable configs of %s: %r", entity_path, data[:200])
+        return {}
 
 
 def _controller_json(broker_id: int) -> bytes:

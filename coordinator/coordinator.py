@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from kio.schema.errors import ErrorCode
+
 from coordinator.membership import Membership
 from coordinator.offsets import Offsets
 from coordinator.runtime import CoordinatorRuntime
@@ -36,6 +38,11 @@ class GroupCoordinator:
     def partition_for(self, group_id: str) -> int:
         return self.runtime.partition_for(group_id)
 
+    def owner_error(self, group_id: str) -> ErrorCode | None:
+        """COORDINATOR_LOAD_IN_PROGRESS or NOT_COORDINATOR; None when this broker serves
+        the group."""
+        return self.runtime.owner_error(group_id)
+
     def loading(self) -> bool:
         return self.runtime.loading()
 
@@ -47,6 +54,13 @@ class GroupCoordinator:
         """Unload the partition's groups: parked joins and syncs and writes in flight answer
         NOT_COORDINATOR, their timers stop."""
         self.runtime.unload(index, self.membership.unload)
+
+    def on_txn_marker(
+        self, partition_index: int, producer_id: int, commit: bool, marker_offset: int
+    ) -> None:
+        """A COMMIT or ABORT marker was appended to the partition (WriteTxnMarkers): the
+        producer's pending transactional offsets apply, or drop, once it is committed."""
+        self.runtime.on_txn_marker(partition_index, producer_id, commit, marker_offset)
 
     def on_topic_deleted(self, topic: str) -> None:
         self.offsets.on_topic_deleted(topic)

@@ -1,12 +1,15 @@
-"""Read one ``__consumer_offsets`` partition's log back, a chunk at a time, handing each
-record to the runtime's replay: the coordinator yields to the event loop between chunks,
-so a large offsets log does not hold up other clients.
+"""Read one coordinator partition's log (``__consumer_offsets``, ``__transaction_state``)
+back, a chunk at a time, handing each record to the coordinator's replay: it yields to the
+event loop between chunks, so a large log does not hold up other clients. Records of
+transactional batches (TxnOffsetCommit) and the markers that end their transactions go to
+their own callbacks when given.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import struct
 from collections.abc import Callable
 
 from coordinator.records import RecordFormatError
@@ -18,6 +21,8 @@ logger = logging.getLogger(__name__)
 # Bytes replayed per step: some 200 offset commits, a few milliseconds of decoding (and
 # at least one whole batch).
 CHUNK_BYTES = 16 * 1024
+_CONTROL_KEY = struct.Struct(">hh")  # version, type (0 ABORT, 1 COMMIT)
+COMMIT_MARKER = 1
 
 
 class PartitionLoader:
@@ -28,9 +33,16 @@ class PartitionLoader:
         partition: Partition,
         replay: Callable[[bytes, bytes | None], None],
         chunk_bytes: int = CHUNK_BYTES,
+        *,
+        transactional: Callable[[int, bytes, bytes | None], None] | None = None,
+        marker: Callable[[int, bool, int], None] | None = None,
     ) -> None:
         self._partition = partition
         self._replay = replay
+        # (producer id, key, value) of a transactional batch's record; (producer id,
+        # commit, offset) of a marker.
+        self._transactional = transactional
+        self._marker = marker
         self._chunk_bytes = chunk_bytes
         self._offset = partition.log.log_start_offset
 
@@ -51,12 +63,21 @@ class PartitionLoader:
         headers = split_batches(data)
         for header in headers:
             if header.is_control:
+                if self._marker is not None and header.base_offset >= self._offset:
+                    for record in decode_records(data, header):
+                        if record.key is not None and len(record.key) >= _CONTROL_KEY.size:
+                            _, kind = _CONTROL_KEY.unpack_from(record.key)
+                            self._marker(header.producer_id, kind == COMMIT_MARKER, record.offset)
                 continue
+            transactional = self._transactional if header.is_transactional else None
             for record in decode_records(data, header):
                 if record.offset < self._offset or record.key is None:
                     continue
                 try:
-                    self._replay(record.key, record.value)
+                    if transactional is not None:
+                        transactional(header.producer_id, record.key, record.value)
+                    else:
+                        self._replay(record.key, record.value)
                 except RecordFormatError as e:
                     logger.warning(
                         "Skipping unreadable record at offset %d of %s-%d: %s",

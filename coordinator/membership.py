@@ -52,7 +52,6 @@ class SyncResult:
     assignment: bytes = b""
 
 
-
 class Membership:
     def __init__(
         self, settings: Settings, runtime: CoordinatorRuntime, now_ms: Callable[[], int]

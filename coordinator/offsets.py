@@ -13,6 +13,7 @@ from kio.schema.errors import ErrorCode
 
 from coordinator.group import Group, GroupState, TopicPartition
 from coordinator.membership import Membership
+from coordinator.partitions import Producer
 from coordinator.records import OffsetValue
 from coordinator.runtime import CoordinatorRuntime, log_failure
 from coordinator.settings import Settings
@@ -47,10 +48,13 @@ class Offsets:
         instance_id: str | None,
         offsets: list[CommitRequest],
         retention_ms: int = -1,
+        producer: Producer | None = None,
     ) -> CommitErrors | asyncio.Future[CommitErrors]:
         """The error per partition, at once when the write committed synchronously (as on
         one broker, the common case, so no future is made), else a future of it.
-        ``retention_ms`` is OffsetCommit v2-v4's retention time; -1 means the broker's."""
+        ``retention_ms`` is OffsetCommit v2-v4's retention time; -1 means the broker's.
+        With ``producer`` (TxnOffsetCommit) the offsets are the producer's transaction's,
+        visible once it commits."""
         error = self._commit_error(group_id, generation, member_id, instance_id)
         if error is not None:
             return {(o[0], o[1]): error for o in offsets}
@@ -78,7 +82,10 @@ class Offsets:
             if later:
                 later[0].set_result(results)
 
-        self._runtime.write_offsets(group_id, accepted, stored)
+        if producer is None:
+            self._runtime.write_offsets(group_id, accepted, stored)
+        else:
+            self._runtime.write_txn_offsets(group_id, producer, accepted, stored)
         if next(iter(accepted)) in results:  # stored already ran
             return results
         later.append(asyncio.get_running_loop().create_future())
@@ -124,6 +131,10 @@ class Offsets:
         if partitions is None:
             return ErrorCode.none, dict(offsets)
         return ErrorCode.none, {tp: offsets.get(tp) for tp in partitions}
+
+    def unstable_offsets(self, group_id: str) -> set[TopicPartition]:
+        """The group's partitions with transactional offsets not yet committed or aborted."""
+        return self._runtime.pending_txn_offsets(group_id)
 
     def delete_offsets(
         self, group_id: str, partitions: list[TopicPartition]

@@ -19,6 +19,7 @@ GROUP_KEY_VERSION = 2
 OFFSET_VALUE_VERSION = 3
 GROUP_VALUE_VERSION = 3
 
+_I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
@@ -87,7 +88,7 @@ def partition_for(group_id: str, partitions: int) -> int:
 
 
 # -- encoding ---------------------------------------------------------------------------
-def _string(value: str | None) -> bytes:
+def encode_string(value: str | None) -> bytes:
     if value is None:
         return _I16.pack(-1)
     raw = value.encode()
@@ -100,11 +101,16 @@ def _bytes(value: bytes) -> bytes:
 
 @lru_cache(maxsize=65536)  # the same few keys on every commit of a consumer
 def encode_offset_key(group: str, topic: str, partition: int) -> bytes:
-    return _I16.pack(OFFSET_KEY_VERSION) + _string(group) + _string(topic) + _I32.pack(partition)
+    return (
+        _I16.pack(OFFSET_KEY_VERSION)
+        + encode_string(group)
+        + encode_string(topic)
+        + _I32.pack(partition)
+    )
 
 
 def encode_group_key(group: str) -> bytes:
-    return _I16.pack(GROUP_KEY_VERSION) + _string(group)
+    return _I16.pack(GROUP_KEY_VERSION) + encode_string(group)
 
 
 def encode_offset_value(value: OffsetValue) -> bytes:
@@ -113,7 +119,7 @@ def encode_offset_value(value: OffsetValue) -> bytes:
     if value.expire_timestamp >= 0:
         return (
             _OFFSET_V1_HEAD.pack(1, value.offset)
-            + _string(value.metadata)
+            + encode_string(value.metadata)
             + _TWO_I64.pack(value.commit_timestamp, value.expire_timestamp)
         )
     metadata = value.metadata.encode()
@@ -126,17 +132,17 @@ def encode_offset_value(value: OffsetValue) -> bytes:
 
 def encode_group_value(value: GroupValue) -> bytes:
     out = bytearray(_I16.pack(GROUP_VALUE_VERSION))
-    out += _string(value.protocol_type)
+    out += encode_string(value.protocol_type)
     out += _I32.pack(value.generation)
-    out += _string(value.protocol)
-    out += _string(value.leader)
+    out += encode_string(value.protocol)
+    out += encode_string(value.leader)
     out += _I64.pack(value.state_timestamp)
     out += _I32.pack(len(value.members))
     for m in value.members:
-        out += _string(m.member_id)
-        out += _string(m.group_instance_id)
-        out += _string(m.client_id)
-        out += _string(m.client_host)
+        out += encode_string(m.member_id)
+        out += encode_string(m.group_instance_id)
+        out += encode_string(m.client_id)
+        out += encode_string(m.client_host)
         out += _I32.pack(m.rebalance_timeout_ms)
         out += _I32.pack(m.session_timeout_ms)
         out += _bytes(m.subscription)
@@ -145,7 +151,7 @@ def encode_group_value(value: GroupValue) -> bytes:
 
 
 # -- decoding ---------------------------------------------------------------------------
-class _Reader:
+class RecordReader:
     """Sequential reader over one key or value; ``flexible`` switches to compact forms."""
 
     __slots__ = ("data", "flexible", "pos")
@@ -162,6 +168,9 @@ class _Reader:
         (value,) = codec.unpack_from(self.data, self.pos)
         self.pos = end
         return value
+
+    def i8(self) -> int:
+        return self._fixed(_I8)
 
     def i16(self) -> int:
         return self._fixed(_I16)
@@ -207,14 +216,20 @@ class _Reader:
         return self.uvarint() - 1 if self.flexible else self.i32()
 
     def skip_tags(self) -> None:
+        self.tags()
+
+    def tags(self) -> dict[int, bytes]:
+        """The tagged fields of a flexible structure, raw, by tag (none when not flexible)."""
+        found: dict[int, bytes] = {}
         if self.flexible:
             for _ in range(self.uvarint()):
-                self.uvarint()
-                self._raw(self.uvarint())
+                tag = self.uvarint()
+                found[tag] = self._raw(self.uvarint()) or b""
+        return found
 
 
 def decode_key(key: bytes) -> OffsetKey | GroupKey:
-    r = _Reader(key)
+    r = RecordReader(key)
     version = r.i16()
     if version in (0, 1):
         group, topic = r.string(), r.string()
@@ -230,7 +245,7 @@ def decode_key(key: bytes) -> OffsetKey | GroupKey:
 
 
 def decode_offset_value(value: bytes) -> OffsetValue:
-    r = _Reader(value)
+    r = RecordReader(value)
     version = r.i16()
     if not 0 <= version <= 4:
         raise RecordFormatError(f"unknown offset commit value version {version}")
@@ -245,7 +260,7 @@ def decode_offset_value(value: bytes) -> OffsetValue:
 
 
 def decode_group_value(value: bytes) -> GroupValue:
-    r = _Reader(value)
+    r = RecordReader(value)
     version = r.i16()
     if not 0 <= version <= 4:
         raise RecordFormatError(f"unknown group metadata value version {version}")

@@ -14,17 +14,15 @@ makes too: the membership keeps the live group in memory, writes its image with
 
 from __future__ import annotations
 
-import asyncio
+import itertools
 import logging
-import time
-from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
 from coordinator.group import Group, GroupState, TopicPartition
 from coordinator.loader import PartitionLoader
+from coordinator.partitions import CoordinatorPartitions, Done, Producer, Records
 from coordinator.records import (
     OFFSETS_TOPIC,
     GroupKey,
@@ -41,25 +39,31 @@ from coordinator.records import (
     partition_for,
 )
 from coordinator.settings import Settings
-from log.errors import LogError
 from replica.manager import ReplicaManager
 from replica.purgatory import Purgatory
-from wire.records import build_batch
 
 logger = logging.getLogger(__name__)
 
-Records = list[tuple[bytes, bytes | None]]
-Done = Callable[[ErrorCode], None]
 GroupHook = Callable[[Group], None]
+# A partition's transactional offsets of one producer: (group, topic partition) -> when
+# the record was applied (a number that grows in log order) and its value, None once a
+# commit written after it superseded it.
+TxnOffsets = dict[tuple[str, TopicPartition], tuple[int, OffsetValue | None]]
 
 
 # -- replay: the one place records become state ---------------------------------------------
-def replay(groups: dict[str, Group], key: bytes, value: bytes | None) -> None:
+def replay(
+    groups: dict[str, Group],
+    key: bytes,
+    value: bytes | None,
+    txns: dict[int, TxnOffsets] | None = None,
+) -> None:
     """Apply one record read from the log (raises RecordFormatError if it won't parse)."""
     decoded = decode_key(key)
     if isinstance(decoded, OffsetKey):
         offset = None if value is None else decode_offset_value(value)
-        replay_offsets(groups, decoded.group, (((decoded.topic, decoded.partition), offset),))
+        tp = (decoded.topic, decoded.partition)
+        replay_offsets(groups, decoded.group, ((tp, offset),), txns)
     elif isinstance(decoded, GroupKey):
         replay_group(groups, decoded.group, None if value is None else decode_group_value(value))
 
@@ -68,9 +72,16 @@ def replay_offsets(
     groups: dict[str, Group],
     group_id: str,
     offsets: Iterable[tuple[TopicPartition, OffsetValue | None]],
+    txns: dict[int, TxnOffsets] | None = None,
+    *,
+    before: int | None = None,
 ) -> None:
     """Offset commits, and tombstones (None). A group that never had metadata is gone with
-    its last offset."""
+    its last offset. ``txns``: the partition's pending transactional offsets, which these
+    supersede (those applied before ``before``; all when None) or, deleted, lose."""
+    if txns:
+        offsets = list(offsets)
+        _supersede(txns, group_id, offsets, before)
     group = groups.get(group_id)
     if group is None:
         group = groups[group_id] = Group(group_id)
@@ -96,14 +107,35 @@ def replay_group(groups: dict[str, Group], group_id: str, value: GroupValue | No
         groups[group_id] = Group(group_id, offsets=group.offsets)
 
 
-@dataclass(eq=False, slots=True)
-class _Write:
-    """A write waiting for the high watermark: ``apply`` runs once it is committed, even if
-    ``done`` (its answer, called once) timed out meanwhile."""
+def _supersede(
+    txns: dict[int, TxnOffsets],
+    group_id: str,
+    offsets: list[tuple[TopicPartition, OffsetValue | None]],
+    before: int | None,
+) -> None:
+    """Kafka's rule: a transaction's offset, once committed, does not overwrite a commit
+    of the partition written after it; a deleted offset takes pending ones along."""
+    for tp, value in offsets:
+        key = (group_id, tp)
+        for pending in txns.values():
+            entry = pending.get(key)
+            if entry is None:
+                continue
+            if value is None:
+                del pending[key]
+            elif before is None or entry[0] < before:
+                pending[key] = (entry[0], None)
 
-    end: int
-    apply: Callable[[], None] | None
-    done: Done | None
+
+def complete_txn_offsets(
+    groups: dict[str, Group], txns: dict[int, TxnOffsets], producer_id: int, commit: bool
+) -> None:
+    """The producer's transaction ended: its offsets are committed, or dropped."""
+    pending = txns.pop(producer_id, None)
+    if pending and commit:
+        for (group_id, tp), (order, value) in sorted(pending.items(), key=lambda e: e[1][0]):
+            if value is not None:
+                replay_offsets(groups, group_id, ((tp, value),), txns, before=order)
 
 
 class CoordinatorRuntime:
@@ -115,14 +147,16 @@ class CoordinatorRuntime:
         now_ms: Callable[[], int],
     ) -> None:
         self.settings = settings
-        self._replicas = replicas
-        # Appends park here until committed; it is checked whenever a partition changes.
-        self._append_purgatory = append_purgatory
         self._now = now_ms
+        self.log = CoordinatorPartitions(
+            OFFSETS_TOPIC, replicas, append_purgatory, settings.commit_timeout_ms, now_ms
+        )
         self.groups: dict[str, Group] = {}
-        self._loading: dict[int, asyncio.Task[None]] = {}
-        # Partitions loaded and led, each with its writes waiting to be committed.
-        self._pending: dict[int, deque[_Write]] = {}
+        # Per partition, per producer id: offsets a transaction wrote (TxnOffsetCommit),
+        # visible once its COMMIT marker is committed, dropped by its ABORT.
+        self.txn_offsets: dict[int, dict[int, TxnOffsets]] = {}
+        # Numbers transactional offsets in the order they are applied (log order).
+        self._txn_order = itertools.count()
 
     # -- ownership --------------------------------------------------------------------------
     def partition_for(self, group_id: str) -> int:
@@ -131,92 +165,102 @@ class CoordinatorRuntime:
     def owner_error(self, group_id: str) -> ErrorCode | None:
         """COORDINATOR_LOAD_IN_PROGRESS while the group's partition is being loaded, and
         NOT_COORDINATOR unless this broker leads that partition."""
-        index = self.partition_for(group_id)
-        if index in self._pending:
-            return None
-        if index in self._loading:
-            return ErrorCode.coordinator_load_in_progress
-        return ErrorCode.not_coordinator
+        return self.log.owner_error(self.partition_for(group_id))
 
     def loading(self) -> bool:
-        return bool(self._loading)
+        return self.log.loading()
 
     def partitions(self) -> list[int]:
         """The partitions loaded or loading."""
-        return [*self._pending, *self._loading]
+        return self.log.partitions()
 
     def load(self, index: int, loaded: GroupHook) -> None:
         """Replay the partition's log into its groups; ``loaded`` is called for each once
         they are all in place."""
-        partition = self._replicas.get(OFFSETS_TOPIC, index)
-        if partition is None or index in self._pending or index in self._loading:
+        partition = self.log.get(index)
+        if partition is None:
             return
-        started = time.monotonic()
         groups: dict[str, Group] = {}
-        loader = PartitionLoader(partition, lambda key, value: replay(groups, key, value))
-        if loader.step():  # a small partition (the usual case) is ready at once
-            self._loaded(index, groups, loaded, started)
-            return
-        logger.info("Loading %s-%d in the background", OFFSETS_TOPIC, index)
-        self._loading[index] = asyncio.get_running_loop().create_task(
-            self._load(index, loader, groups, loaded, started)
+        txns: dict[int, TxnOffsets] = {}
+
+        def transactional(producer_id: int, key: bytes, value: bytes | None) -> None:
+            decoded = decode_key(key)
+            if isinstance(decoded, OffsetKey) and value is not None:
+                offsets = txns.setdefault(producer_id, {})
+                tp = (decoded.topic, decoded.partition)
+                offsets[decoded.group, tp] = (next(self._txn_order), decode_offset_value(value))
+
+        def marker(producer_id: int, commit: bool, _offset: int) -> None:
+            complete_txn_offsets(groups, txns, producer_id, commit)
+
+        loader = PartitionLoader(
+            partition,
+            lambda key, value: replay(groups, key, value, txns),
+            transactional=transactional,
+            marker=marker,
         )
 
-    async def _load(
-        self,
-        index: int,
-        loader: PartitionLoader,
-        groups: dict[str, Group],
-        loaded: GroupHook,
-        started: float,
-    ) -> None:
-        """Replay the rest of the partition, yielding to the event loop between chunks."""
-        try:
-            while True:
-                await asyncio.sleep(0)
-                if loader.step():
-                    break
-        except Exception as e:  # noqa: BLE001 - the partition must not stay "loading"
-            self._loading.pop(index, None)
-            logger.error(
-                "Loading %s-%d failed: %s: %s", OFFSETS_TOPIC, index, type(e).__name__, e
-            )
-            return
-        self._loading.pop(index, None)
-        self._loaded(index, groups, loaded, started)
+        def done() -> None:
+            self.groups.update(groups)
+            self.txn_offsets[index] = txns
+            for group in groups.values():
+                loaded(group)
+            if groups:
+                logger.info("Loaded %d group(s) from %s-%d", len(groups), OFFSETS_TOPIC, index)
 
-    def _loaded(
-        self, index: int, groups: dict[str, Group], loaded: GroupHook, started: float
-    ) -> None:
-        self.groups.update(groups)
-        self._pending[index] = deque()
-        for group in groups.values():
-            loaded(group)
-        if groups:
-            logger.info(
-                "Loaded %d group(s) from %s-%d in %.3fs",
-                len(groups),
-                OFFSETS_TOPIC,
-                index,
-                time.monotonic() - started,
-            )
+        self.log.load(index, loader, done)
 
     def unload(self, index: int, unloaded: GroupHook) -> None:
         """Forget the partition: stop its load, drop its groups (``unloaded`` is called for
         each first, so their parked requests are answered), and fail its writes in flight
         with NOT_COORDINATOR: what of them the log keeps comes back with the next load."""
-        task = self._loading.pop(index, None)
-        if task is not None:
-            task.cancel()
-        pending = self._pending.pop(index, None)
         for group_id in [g for g in self.groups if self.partition_for(g) == index]:
             unloaded(self.groups.pop(group_id))
-        if pending:
-            for write in pending:
-                _answer(write, ErrorCode.not_coordinator)
-            pending.clear()  # nothing of this leadership is applied any more
-            # Their parked appends see they are answered and leave the purgatory.
-            self._append_purgatory.check((OFFSETS_TOPIC, index))
+        self.txn_offsets.pop(index, None)
+        self.log.unload(index)
+
+    # -- transactional offsets --------------------------------------------------------------
+    def write_txn_offsets(
+        self,
+        group_id: str,
+        producer: Producer,
+        offsets: Mapping[TopicPartition, OffsetValue],
+        done: Done,
+    ) -> None:
+        """TxnOffsetCommit: a transactional batch of the producer; pending until its
+        transaction's marker."""
+        index = self.partition_for(group_id)
+        records: Records = [
+            (encode_offset_key(group_id, topic, partition), encode_offset_value(value))
+            for (topic, partition), value in offsets.items()
+        ]
+
+        def apply() -> None:
+            txns = self.txn_offsets.setdefault(index, {})
+            pending = txns.setdefault(producer.producer_id, {})
+            for tp, value in offsets.items():
+                pending[group_id, tp] = (next(self._txn_order), value)
+
+        self.log.append(index, records, done, apply, producer)
+
+    def on_txn_marker(self, index: int, producer_id: int, commit: bool, marker_offset: int) -> None:
+        """A COMMIT or ABORT marker was appended to the partition: the producer's pending
+        offsets become committed offsets (or are dropped) once the marker is committed."""
+
+        def apply() -> None:
+            txns = self.txn_offsets.get(index)
+            if txns is not None:
+                complete_txn_offsets(self.groups, txns, producer_id, commit)
+
+        self.log.apply_at(index, marker_offset + 1, apply)
+
+    def pending_txn_offsets(self, group_id: str) -> set[TopicPartition]:
+        """The group's partitions that an ongoing transaction holds offsets of (OffsetFetch's
+        require_stable answers UNSTABLE_OFFSET_COMMIT for them)."""
+        txns = self.txn_offsets.get(self.partition_for(group_id))
+        if not txns:
+            return set()
+        return {tp for pending in txns.values() for g, tp in pending if g == group_id}
 
     # -- writes -----------------------------------------------------------------------------
     def write_offsets(
@@ -231,7 +275,12 @@ class CoordinatorRuntime:
             for (topic, partition), value in offsets.items()
         ]
         items = offsets.items()
-        self._append(group_id, records, done, lambda: replay_offsets(self.groups, group_id, items))
+        index = self.partition_for(group_id)
+
+        def apply() -> None:
+            replay_offsets(self.groups, group_id, items, self.txn_offsets.get(index))
+
+        self._append(group_id, records, done, apply)
 
     def delete_group(self, group: Group, done: Done) -> None:
         """Tombstone the group and its offsets. It is Dead at once (no member can join it)
@@ -244,7 +293,8 @@ class CoordinatorRuntime:
         records.append((encode_group_key(group_id), None))
 
         def apply() -> None:
-            replay_offsets(self.groups, group_id, doomed.items())
+            txns = self.txn_offsets.get(self.partition_for(group_id))
+            replay_offsets(self.groups, group_id, doomed.items(), txns)
             replay_group(self.groups, group_id, None)
 
         if not self._append(group_id, records, done, apply):
@@ -260,62 +310,7 @@ class CoordinatorRuntime:
     def _append(
         self, group_id: str, records: Records, done: Done, apply: Callable[[], None] | None
     ) -> bool:
-        """Append to the group's partition; ``apply`` runs once the records are committed,
-        then ``done``. False if nothing was appended (``done`` has had the error)."""
-        index = self.partition_for(group_id)
-        pending = self._pending.get(index)
-        partition = self._replicas.get(OFFSETS_TOPIC, index)
-        if pending is None or partition is None or not partition.is_leader:
-            done(ErrorCode.not_coordinator)
-            return False
-        now = self._now()
-        batch = build_batch([(key, value, (), now) for key, value in records])
-        try:
-            appended = self._replicas.append(partition, batch, now, origin_client=False)
-        except LogError as e:
-            logger.warning("Writing to %s-%d failed: %s", OFFSETS_TOPIC, index, e)
-            done(_append_error(ErrorCode(e.error_code)))
-            return False
-        end = appended.last_offset + 1
-        if not pending and partition.high_watermark >= end:  # one broker: at once
-            if apply is not None:
-                apply()
-            done(ErrorCode.none)
-            return True
-        write = _Write(end, apply, done)
-        pending.append(write)
-
-        def try_complete(force: bool) -> bool | None:
-            # The partition became a follower before the coordinator was told: its high
-            # watermark commits nothing of this leadership; the unload will drop the writes.
-            leader = partition.is_leader
-            if leader:
-                _apply_committed(pending, partition.high_watermark)
-            if write.done is None:
-                return True
-            if not leader:
-                _answer(write, ErrorCode.not_coordinator)
-            elif force:
-                _answer(write, ErrorCode.request_timed_out)
-            else:
-                return None
-            return True
-
-        # Earlier writes whose answers timed out may be waiting in front of this one.
-        if try_complete(False) is None:
-            self._append_purgatory.park(
-                [(OFFSETS_TOPIC, index)], self.settings.commit_timeout_ms, try_complete
-            )
-        return True
-
-
-def _apply_committed(pending: deque[_Write], high_watermark: int) -> None:
-    """Apply and answer the writes the high watermark has passed, in log order."""
-    while pending and high_watermark >= pending[0].end:
-        committed = pending.popleft()
-        if committed.apply is not None:
-            committed.apply()
-        _answer(committed, ErrorCode.none)
+        return self.log.append(self.partition_for(group_id), records, done, apply)
 
 
 def log_failure(group_id: str) -> Done:
@@ -326,28 +321,3 @@ def log_failure(group_id: str) -> Done:
             logger.warning("Writing records of group %s failed: %s", group_id, error.name)
 
     return done
-
-
-def _answer(write: _Write, error: ErrorCode) -> None:
-    done, write.done = write.done, None
-    if done is not None:
-        done(error)
-
-
-def _append_error(code: ErrorCode) -> ErrorCode:
-    """Kafka's mapping of a failed __consumer_offsets append to what the client sees."""
-    if code in (
-        ErrorCode.unknown_topic_or_partition,
-        ErrorCode.not_enough_replicas,
-        ErrorCode.not_enough_replicas_after_append,
-    ):
-        return ErrorCode.coordinator_not_available
-    if code in (ErrorCode.not_leader_or_follower, ErrorCode.kafka_storage_error):
-        return ErrorCode.not_coordinator
-    if code in (
-        ErrorCode.message_too_large,
-        ErrorCode.record_list_too_large,
-        ErrorCode.invalid_fetch_size,
-    ):
-        return code
-    return ErrorCode.unknown_server_error

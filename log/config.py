@@ -14,15 +14,22 @@ _HOUR_MS = 3_600_000
 _MINUTE_MS = 60_000
 
 
+def _integer(text: str, kind: str) -> int:
+    try:
+        return int(text.strip())
+    except ValueError:
+        raise ValueError(f"Not a number of type {kind}") from None
+
+
 def _parse_long(text: str) -> int:
-    value = int(text.strip())
+    value = _integer(text, "LONG")
     if not -(1 << 63) <= value <= LONG_MAX:
         raise ValueError("out of range for a long")
     return value
 
 
 def _parse_int(text: str) -> int:
-    value = int(text.strip())
+    value = _integer(text, "INT")
     if not -(1 << 31) <= value <= INT_MAX:
         raise ValueError("out of range for an int")
     return value

@@ -15,6 +15,9 @@ __all__ = [
     "InvalidTimestampError",
     "KafkaStorageError",
     "UnexpectedAppendOffsetError",
+    "PolicyViolationError",
+    "InvalidTxnStateError",
+    "TransactionCoordinatorFencedError",
 ]
 
 
@@ -42,6 +45,20 @@ class OutOfOrderSequenceError(LogError):
 
 class InvalidProducerEpochError(LogError):
     error_code = 47
+
+
+class PolicyViolationError(LogError):
+    error_code = 44
+
+
+class InvalidTxnStateError(LogError):
+    error_code = 48
+
+
+class TransactionCoordinatorFencedError(LogError):
+    """A marker from a coordinator older than the one that wrote the producer's last."""
+
+    error_code = 52
 
 
 class KafkaStorageError(LogError):

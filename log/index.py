@@ -195,6 +195,14 @@ class OffsetIndex(_Index):
         n = self._last_index_where(lambda e: e[1] <= position_limit and e[0] < rel_limit)
         return self.entry(n)[1] if n >= 0 else -1
 
+    def upper_bound_offset(self, position: int) -> int | None:
+        """The offset of the first entry at or after ``position`` (Kafka's
+        fetchUpperBoundOffset), or None if there is none."""
+        n = self._last_index_where(lambda e: e[1] < position) + 1
+        if n >= self._entries:
+            return None
+        return self.base_offset + self.entry(n)[0]
+
     def truncate_to(self, offset: int) -> None:
         """Remove entries for batches whose last offset is >= `offset`."""
         rel = offset - self.base_offset

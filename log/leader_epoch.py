@@ -9,7 +9,7 @@ import bisect
 from collections.abc import Callable
 from pathlib import Path
 
-from log.checkpoint import DiskJob, write_atomically
+from log.checkpoint import DiskJob, add_atomic_write, write_atomically
 from log.errors import KafkaStorageError
 
 LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
@@ -26,6 +26,11 @@ class LeaderEpochCache:
         self._epochs: list[int] = []
         self._starts: list[int] = []
         self._dirty = False  # written but not yet fsynced
+        self._unwritten = False  # changed since the file was (queued to be) written
+        self._writing: DiskJob | None = None  # a job that writes the file has not finished
+        self._write_owed = False  # write() was called meanwhile
+        # Called when a change is left unwritten (the LogManager has its flusher write it).
+        self.on_change: Callable[[], None] = lambda: None
         self._read()
 
     def _read(self) -> None:
@@ -45,15 +50,50 @@ class LeaderEpochCache:
                 f"malformed leader epoch checkpoint {self.path}: {exc}"
             ) from None
 
-    def _write(self) -> None:
+    def _file_bytes(self) -> bytes:
         lines = ["0", str(len(self._epochs))]
         lines += [f"{e} {s}" for e, s in zip(self._epochs, self._starts, strict=True)]
+        return ("\n".join(lines) + "\n").encode()
+
+    def _changed(self) -> None:
+        self._unwritten = True
+        self.on_change()
+
+    def write(self) -> None:
+        """Make the file current now (not fsynced); if a job is writing it, right after."""
+        if self._writing is not None:
+            self._write_owed = True
+            return
+        if not self._unwritten:
+            return
         try:
-            write_atomically(self.path, ("\n".join(lines) + "\n").encode(), sync=False)
+            write_atomically(self.path, self._file_bytes(), sync=False)
         except OSError as exc:
             self._on_io_error(exc)
             raise KafkaStorageError(f"writing {self.path} failed: {exc}") from exc
+        self._unwritten = False
         self._dirty = True
+
+    def add_write(self, job: DiskJob) -> None:
+        """Queue the write of the cache as it is now on `job`, if it changed (a directory
+        renamed meanwhile, its log being deleted, needs none)."""
+        if not self._unwritten or self._writing is not None:
+            return
+        add_atomic_write(job, self.path, self._file_bytes(), sync=False, missing_ok=True)
+        self._unwritten = False
+        self._dirty = True
+        self._writing = job
+        job.cleanup(self._written)
+
+    def _written(self) -> None:
+        job, self._writing = self._writing, None
+        if job is not None and not job.succeeded:
+            self._unwritten = True
+        if self._write_owed:
+            self._write_owed = False
+            self.write()
+        elif self._unwritten:  # changed meanwhile
+            self.on_change()
 
     def entries(self) -> list[tuple[int, int]]:
         return list(zip(self._epochs, self._starts, strict=True))
@@ -74,7 +114,7 @@ class LeaderEpochCache:
             self._starts.pop()
         self._epochs.append(epoch)
         self._starts.append(start_offset)
-        self._write()
+        self._changed()
 
     def end_offset_for(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
         """(largest epoch <= `epoch`, end offset of that epoch), as OffsetsForLeaderEpoch
@@ -100,7 +140,7 @@ class LeaderEpochCache:
         keep = bisect.bisect_left(self._starts, end_offset)
         if keep < len(self._starts):
             del self._epochs[keep:], self._starts[keep:]
-            self._write()
+            self._changed()
 
     def truncate_from_start(self, start_offset: int) -> None:
         """Drop entries wholly below `start_offset`; the epoch covering it now starts there."""
@@ -111,16 +151,18 @@ class LeaderEpochCache:
         del self._epochs[:n], self._starts[:n]
         self._epochs.insert(0, epoch)
         self._starts.insert(0, start_offset)
-        self._write()
+        self._changed()
 
     def clear(self) -> None:
         if self._epochs:
             self._epochs.clear()
             self._starts.clear()
-            self._write()
+            self._changed()
 
     def start_fsync(self, job: DiskJob) -> None:
-        """Queue the fsync of the checkpoint file on `job`, if it changed since the last."""
+        """Queue the write and fsync of the checkpoint file on `job`, if it changed since the
+        last."""
+        self.add_write(job)
         if self._dirty:
             job.fsync_path(self.path)
             job.cleanup(lambda: self._still_dirty_unless(job.succeeded))

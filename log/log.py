@@ -1,5 +1,6 @@
 """One partition's log: an ordered list of segments with appends, zero-copy reads,
-roll, retention, truncation, recovery and the idempotent-producer state."""
+roll, retention, truncation, recovery, the producer state and its transactions (the last
+stable offset, the aborted-transaction indexes)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from functools import partial
 from pathlib import Path
 
 from log.checkpoint import DiskJob
+from log.cleaner import CLEANED_SUFFIX, crash_point
 from log.config import LogConfig
 from log.errors import (
     InvalidRecordError,
@@ -20,20 +22,35 @@ from log.errors import (
     UnexpectedAppendOffsetError,
 )
 from log.leader_epoch import LeaderEpochCache
-from log.producer_state import ProducerAppendInfo, ProducerStateManager
-from log.segment import DELETED_SUFFIX, LOG_SUFFIX, SEGMENT_SUFFIXES, LogSegment
+from log.producer_state import CompletedTxn, ProducerAppendInfo, ProducerStateManager
+from log.segment import (
+    DELETED_SUFFIX,
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    SEGMENT_SUFFIXES,
+    TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
+    LogSegment,
+    file_stem,
+)
+from log.txn_index import AbortedTxn, parse_marker
 from log.validator import Validated, validate
 from wire.records import (
+    BATCH_HEADER_SIZE,
     BatchHeader,
+    CorruptRecordError,
     assign_offsets,
     decode_records,
+    parse_header,
     split_batches,
     validate_batch,
 )
 
 INT_MAX = (1 << 31) - 1
-# Leftovers of an interrupted delete, compaction or swap, removed when a log is opened.
-_LEFTOVER_SUFFIXES = (DELETED_SUFFIX, ".cleaned", ".swap", ".tmp")
+SWAP_SUFFIX = ".swap"
+# Leftovers of an interrupted delete or compaction, removed when a log is opened; a `.log.swap`
+# (a cleaned segment whose swap had begun) is completed instead (Kafka's recovery rule).
+_LEFTOVER_SUFFIXES = (DELETED_SUFFIX, CLEANED_SUFFIX, SWAP_SUFFIX, ".tmp")
 _REPLAY_CHUNK = 1 << 16
 
 
@@ -160,8 +177,69 @@ class Log:
         self.segments = segments
         self._bases = [s.base_offset for s in segments]
 
+    def _complete_swaps(self) -> None:
+        """A `<base>.log.swap` replaces the segments it covers: it takes the name `.log`, the
+        segments above its base within its offsets go, and its indexes are rebuilt."""
+        for swap in sorted(self.directory.glob(f"*{LOG_SUFFIX}{SWAP_SUFFIX}")):
+            stem = swap.name.partition(".")[0]
+            base = int(stem)
+            end = _next_offset_of(swap, base)
+            for path in list(self.directory.iterdir()):
+                other, dot, suffix = path.name.partition(".")
+                if not (dot and other.isdigit() and len(other) == 20):
+                    continue
+                kind = "." + suffix.partition(".")[0]
+                if (
+                    other == stem
+                    and kind in SEGMENT_SUFFIXES
+                    and suffix not in ("log.swap", "txnindex.swap")
+                ) or (base < int(other) < end and "." + suffix in SEGMENT_SUFFIXES):
+                    path.unlink(missing_ok=True)
+            # Its aborted transactions, renamed before the `.log.swap`, so whole (the other
+            # indexes are rebuilt).
+            txn_swap = self.directory / f"{stem}{TXN_INDEX_SUFFIX}{SWAP_SUFFIX}"
+            if txn_swap.exists():
+                os.replace(txn_swap, self.directory / f"{stem}{TXN_INDEX_SUFFIX}")
+            os.replace(swap, self.directory / f"{stem}{LOG_SUFFIX}")
+
+    def replace_segments(self, old: list[LogSegment], now_ms: int) -> LogSegment:
+        """Swap the cleaner's `<base>.*.cleaned` files in for `old` (consecutive, inactive
+        segments of this log, the first one at `base`), as Kafka does: rename them `.swap`,
+        rename `old` to `.deleted` (their descriptors stay valid for reads in flight until
+        file.delete.delay.ms), then drop the `.swap` suffix. A crash at any point leaves a
+        log that _load completes or rolls back. Readers see the old list or the new one."""
+        base = old[0].base_offset
+        stem = str(self.directory / file_stem(base))
+        suffixes = [INDEX_SUFFIX, TIME_INDEX_SUFFIX, LOG_SUFFIX]  # the `.log` renamed last
+        if os.path.exists(stem + TXN_INDEX_SUFFIX + CLEANED_SUFFIX):
+            suffixes.insert(2, TXN_INDEX_SUFFIX)
+        try:
+            for suffix in suffixes:
+                os.rename(stem + suffix + CLEANED_SUFFIX, stem + suffix + SWAP_SUFFIX)
+            crash_point("swap")
+            for segment in old:
+                self._schedule_delete(segment, None)
+                crash_point("deleted")
+            for suffix in suffixes:
+                os.rename(stem + suffix + SWAP_SUFFIX, stem + suffix)
+            new = self._new_segment(base, now_ms, active=False)
+            if not new.load():
+                new.recover()
+        except OSError as exc:
+            raise self._storage_error(exc, "swapping in a cleaned segment") from exc
+        first = self.segments.index(old[0])
+        self._set_segments([*self.segments[:first], new, *self.segments[first + len(old) :]])
+        self._dir_dirty = True
+        return new
+
+    @property
+    def truncations(self) -> int:
+        """Counts truncations: a clean planned before one must not be swapped in after it."""
+        return self._truncations
+
     def _remove_leftovers(self) -> list[int]:
         """Delete interrupted-operation leftovers and orphan indexes; return segment bases."""
+        self._complete_swaps()
         bases = set()
         stems_with_log = {p.stem for p in self.directory.glob(f"*{LOG_SUFFIX}")}
         for path in self.directory.iterdir():
@@ -229,13 +307,23 @@ class Log:
         if start is None:
             start = self.log_start_offset
         for segment in self.segments[max(bisect.bisect_right(self._bases, start) - 1, 0) :]:
+            # The replay writes the aborted transactions it meets again (a recovered
+            # segment's index may have lost them or hold some past a torn tail).
+            segment.truncate_txn_index(start)
             _, position = segment.offset_index.lookup(start)
             for h in segment.iter_headers(position, _REPLAY_CHUNK):
                 if h.last_offset < start:
                     continue
                 epochs.assign(h.partition_leader_epoch, h.base_offset)
                 if h.producer_id >= 0:
-                    state.apply_batch(h)
+                    marker = None
+                    if h.is_control:
+                        batch = self._segment_batch(segment, h)
+                        h.position = 0
+                        marker = parse_marker(batch, h)
+                    completed = state.apply_batch(h, marker)
+                    if completed is not None:
+                        self._complete_txns([completed])
         state.map_end_offset = self.log_end_offset
         state.truncate_head(self.log_start_offset)
         epochs.truncate_from_start(self.log_start_offset)
@@ -280,8 +368,9 @@ class Log:
         infos: dict[int, ProducerAppendInfo] = {}
         next_offset = self.log_end_offset
         record_count = 0
+        client = validated.origin_client
         for h in headers:
-            if h.producer_id >= 0:
+            if client and h.producer_id >= 0 and not h.is_control:
                 duplicate = state.find_duplicate(
                     h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence
                 )
@@ -296,13 +385,14 @@ class Log:
                     )
             assign_offsets(data, h, next_offset, leader_epoch, append_time)
             if h.producer_id >= 0:
-                state.stage(infos, h, validate=True)
+                marker = parse_marker(data, h) if h.is_control else None
+                state.stage(infos, h, validate=True, marker=marker, client=client)
             next_offset = h.next_offset
             record_count += h.record_count
         first_offset = self.log_end_offset
         self._write(data, headers, now_ms)
         self.leader_epochs.assign(leader_epoch, first_offset)
-        state.commit(infos, self.log_end_offset)
+        self._complete_txns(state.commit(infos, self.log_end_offset))
         self._flush_if_too_many_messages()
         return AppendResult(
             first_offset,
@@ -333,9 +423,10 @@ class Log:
         for h in headers:
             self.leader_epochs.assign(h.partition_leader_epoch, h.base_offset)
             if h.producer_id >= 0:
-                state.stage(infos, h, validate=False)
+                marker = parse_marker(records, h) if h.is_control else None
+                state.stage(infos, h, validate=False, marker=marker)
         self._write(records, headers, None)
-        state.commit(infos, self.log_end_offset)
+        self._complete_txns(state.commit(infos, self.log_end_offset))
         self._flush_if_too_many_messages()
         return AppendResult(
             headers[0].base_offset,
@@ -344,6 +435,58 @@ class Log:
             self.log_start_offset,
             sum(h.record_count for h in headers),
         )
+
+    def _complete_txns(self, completed: list[CompletedTxn]) -> None:
+        """Index the aborted ones of transactions just ended (in the segment holding their
+        marker, with the LSO right after), then count them as ended (Kafka's order)."""
+        state = self.producer_state
+        for txn in completed:
+            if txn.aborted:
+                lso = state.last_stable_offset_after(txn)
+                segment = self.segments[bisect.bisect_right(self._bases, txn.last_offset) - 1]
+                entry = AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset, lso)
+                try:
+                    segment.add_aborted_txn(entry)
+                except OSError as exc:
+                    raise self._storage_error(exc, "indexing an aborted transaction") from exc
+            state.complete(txn)
+
+    # -- transactions ----------------------------------------------------------------------
+    def last_stable_offset(self, high_watermark: int) -> int:
+        """The offset below which every transaction is decided (and its marker below the
+        high watermark): read_committed consumers read up to here."""
+        first_unstable = self.producer_state.first_unstable_offset(high_watermark)
+        if first_unstable is None:
+            return high_watermark
+        return min(first_unstable, high_watermark)
+
+    def collect_aborted_transactions(self, start_offset: int, upper_bound: int) -> list[AbortedTxn]:
+        """The aborted transactions with data in [start_offset, upper_bound), from the txn
+        indexes of the segment holding ``start_offset`` onward (Kafka's
+        collectAbortedTransactions)."""
+        aborted: list[AbortedTxn] = []
+        first = max(bisect.bisect_right(self._bases, start_offset) - 1, 0)
+        for segment in self.segments[first:]:
+            found, complete = segment.txn_index.collect(start_offset, upper_bound)
+            aborted += found
+            if complete:
+                break
+        return aborted
+
+    def aborted_transactions(self, fetch_offset: int, region: ReadResult) -> list[tuple[int, int]]:
+        """The aborted transactions a read_committed fetch of ``region`` (read from
+        ``fetch_offset``) is answered with. The upper bound is Kafka's: the offset of the
+        first offset-index entry at or after the region's end, else the next segment's
+        base, else the log end."""
+        if not region.size:
+            return []
+        segment = region.segment
+        upper = segment.offset_index.upper_bound_offset(region.position + region.size)
+        if upper is None:
+            i = bisect.bisect_right(self._bases, segment.base_offset)
+            upper = self._bases[i] if i < len(self._bases) else self.log_end_offset
+        found = self.collect_aborted_transactions(fetch_offset, upper)
+        return [(txn.producer_id, txn.first_offset) for txn in found]
 
     def _write(
         self, data: bytes | bytearray | memoryview, headers: list[BatchHeader], now_ms: int | None
@@ -381,12 +524,17 @@ class Log:
             self._roll(first_offset, now_ms if now_ms is not None else segment.created_ms)
 
     def _roll_ms(self, segment: LogSegment) -> int:
-        """segment.ms less the segment's jitter. Kafka draws the jitter at random; hashing the
-        base offset spreads rolls across partitions the same way, deterministically."""
-        jitter = min(self.config.segment_jitter_ms, self.config.segment_ms)
+        """segment.ms (for a compacted log at most max.compaction.lag.ms, so records become
+        cleanable in time) less the segment's jitter. Kafka draws the jitter at random;
+        hashing the base offset spreads rolls across partitions the same way, deterministically."""
+        config = self.config
+        roll_ms = config.segment_ms
+        if config.compact:
+            roll_ms = min(roll_ms, config.max_compaction_lag_ms)
+        jitter = min(config.segment_jitter_ms, roll_ms)
         if jitter <= 0:
-            return self.config.segment_ms
-        return self.config.segment_ms - (segment.base_offset * 2654435761) % jitter
+            return roll_ms
+        return roll_ms - (segment.base_offset * 2654435761) % jitter
 
     def _replace_empty_active(self, base_offset: int) -> None:
         old = self.segments[-1]
@@ -407,6 +555,7 @@ class Log:
         """Close the active segment for appends and start a new one at `base_offset`; its
         fsync is owed to the next flush_if_due (a worker thread in the broker)."""
         self.active_segment.on_become_inactive()
+        self.leader_epochs.write()  # the replay at load may start at the snapshot
         try:
             new = self._new_segment(base_offset, now_ms, active=True)
             self.producer_state.map_end_offset = base_offset
@@ -417,6 +566,11 @@ class Log:
         self._dir_dirty = True
         self._unsynced_snapshots.append((base_offset, snapshot))
         self._roll_flush_offset = base_offset
+
+    def roll(self, now_ms: int) -> None:
+        """Start a new active segment now, unless the active one is empty."""
+        if self.active_segment.size:
+            self._roll(self.log_end_offset, now_ms)
 
     def maybe_roll(self, now_ms: int) -> None:
         """Time-based roll (segment.ms) of a non-empty active segment."""
@@ -504,6 +658,12 @@ class Log:
         """Remove everything from the batch containing `offset` onward (follower
         truncation). The log end may land below `offset` if it falls inside a batch."""
         if offset >= self.log_end_offset:
+            # Nothing to remove but leader epochs starting there, as Kafka does: a leader
+            # replaced before it appended anything in its epoch keeps that epoch's entry at
+            # its log end, which the new leader never had; with it, every fetch of this
+            # follower would diverge at that epoch again.
+            self.leader_epochs.truncate_from_end(offset)
+            self.leader_epochs.write()
             return
         if offset < self.segments[0].base_offset:
             self.truncate_fully_and_start_at(offset)
@@ -521,6 +681,7 @@ class Log:
         self._roll_flush_offset = min(self._roll_flush_offset, self.log_end_offset)
         self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
         self._rebuild_producer_state(self.log_end_offset)
+        self.leader_epochs.write()
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Drop every segment and restart the log empty at `offset`."""
@@ -536,6 +697,7 @@ class Log:
         self.producer_state.delete_snapshots_above(-1)
         self.producer_state.map_end_offset = offset
         self.leader_epochs.clear()
+        self.leader_epochs.write()
 
     def advance_log_start_offset(self, offset: int) -> None:
         """DeleteRecords: move the log start forward and delete the segments wholly below it."""
@@ -566,7 +728,7 @@ class Log:
         if retention_ms >= 0:
             deleted += self._delete_segments(
                 self._deletable(
-                    lambda seg, nxt: now_ms - _largest_timestamp(seg) > retention_ms, upper
+                    lambda seg, nxt: now_ms - largest_timestamp(seg) > retention_ms, upper
                 ),
                 now_ms,
             )
@@ -717,13 +879,14 @@ class Log:
             segment.index_interval_bytes = config.index_interval_bytes
 
     def close(self) -> None:
-        """Snapshot the producer state (fsynced), trim indexes, release every file. An offline
-        log only releases its descriptors: the next start recovers it."""
+        """Snapshot the producer state, trim the indexes, release every file; nothing is
+        fsynced: the caller makes the whole log durable (the LogManager syncs each directory's
+        filesystem once at shutdown). An offline log only releases its descriptors: the next
+        start recovers it."""
         if not self.offline:
+            self.leader_epochs.write()  # its lagging write, before the directory is synced
             self.producer_state.map_end_offset = self.log_end_offset
-            self.producer_state.take_snapshot(sync=True)
-            self.leader_epochs.start_fsync(job := DiskJob())
-            job.run_here()
+            self.producer_state.take_snapshot(sync=False)
             for segment in self.segments:
                 segment.close()
         for segment in self.segments + [p.segment for p in self.pending_deletes]:
@@ -738,9 +901,10 @@ class Log:
         os.rename(self.directory, directory)
         self.directory = directory
         self.producer_state.directory = directory
+        self.leader_epochs.path = directory / self.leader_epochs.path.name
         for segment in self.segments + [p.segment for p in self.pending_deletes]:
             segment.log_path = directory / segment.log_path.name
-            for index in (segment.offset_index, segment.time_index):
+            for index in (segment.offset_index, segment.time_index, segment.txn_index):
                 index.path = directory / index.path.name
 
     def release_files(self) -> None:
@@ -760,7 +924,25 @@ class Log:
             job.step(remove)
 
 
-def _largest_timestamp(segment: LogSegment) -> int:
+def _next_offset_of(path: Path, base: int) -> int:
+    """The offset after the last whole batch of a segment file (its base if it has none)."""
+    end, position = base, 0
+    with open(path, "rb") as f:
+        fd = f.fileno()
+        size = os.fstat(fd).st_size
+        while position + BATCH_HEADER_SIZE <= size:
+            try:
+                header = parse_header(os.pread(fd, BATCH_HEADER_SIZE, position))
+            except CorruptRecordError:
+                break
+            if position + header.size > size:
+                break
+            end = header.next_offset
+            position += header.size
+    return end
+
+
+def largest_timestamp(segment: LogSegment) -> int:
     if segment.max_timestamp >= 0:
         return segment.max_timestamp
     return os.stat(segment.log_path).st_mtime_ns // 1_000_000

@@ -1,5 +1,8 @@
-"""Idempotent-producer state of one partition: per producer id, its epoch and the metadata of
-the last five batches, used to drop duplicates and reject out-of-order or fenced writes.
+"""Idempotent and transactional producer state of one partition: per producer id, its epoch,
+the metadata of the last five batches (to drop duplicates and reject out-of-order or fenced
+writes) and the first offset of its open transaction; and the partition's transactions
+not yet stable (Kafka's ongoingTxns and unreplicatedTxns), which bound the last stable
+offset.
 
 Snapshots use Kafka's `<offset>.snapshot` format: version int16 (1), crc32c uint32 over the
 rest, then an int32-counted array of entries (producer id int64, epoch int16, last sequence
@@ -17,7 +20,13 @@ from pathlib import Path
 
 import crc32c
 
-from log.errors import InvalidProducerEpochError, OutOfOrderSequenceError
+from log.errors import (
+    InvalidProducerEpochError,
+    InvalidTxnStateError,
+    OutOfOrderSequenceError,
+    TransactionCoordinatorFencedError,
+)
+from log.txn_index import TxnMarker
 from wire.records import BatchHeader
 
 NUM_BATCHES_TO_RETAIN = 5
@@ -53,6 +62,16 @@ class BatchMetadata:
         return self.last_offset - self.offset_delta
 
 
+@dataclass(frozen=True, slots=True)
+class CompletedTxn:
+    """A transaction its marker (at ``last_offset``) ended."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    aborted: bool
+
+
 @dataclass(slots=True)
 class ProducerStateEntry:
     producer_id: int
@@ -62,7 +81,7 @@ class ProducerStateEntry:
     )
     last_timestamp: int = -1
     coordinator_epoch: int = -1
-    # Room for transactions: first offset of the ongoing transaction, -1 when none.
+    # First offset of the ongoing transaction, -1 when none.
     current_txn_first_offset: int = -1
 
     @property
@@ -103,14 +122,27 @@ class ProducerStateEntry:
         self.batches.append(BatchMetadata(last_seq, last_offset, offset_delta, timestamp))
         self.last_timestamp = timestamp
 
-    def apply(self, h: BatchHeader) -> None:
-        """Take one batch into the entry, unchecked: a data batch, or a transaction marker
-        that ends the ongoing transaction (the txn index is future work)."""
+    def apply(self, h: BatchHeader, marker: TxnMarker | None) -> CompletedTxn | None:
+        """Take one batch into the entry, unchecked: a data batch, which may open a
+        transaction, or a transaction marker (``marker``), which ends the open one (if any:
+        then it is returned)."""
         if h.is_control:
             self.set_epoch(h.producer_epoch)
+            if not h.record_count:
+                # The cleaner emptied it (it keeps the epoch): its transaction is gone from
+                # the log, so it ends nothing and names no coordinator (Kafka skips it too).
+                self.last_timestamp = h.max_timestamp
+                return None
+            first = self.current_txn_first_offset
+            completed = None
+            if first >= 0:
+                aborted = marker is None or not marker.commit
+                completed = CompletedTxn(self.producer_id, first, h.base_offset, aborted)
+            if marker is not None:
+                self.coordinator_epoch = marker.coordinator_epoch
             self.current_txn_first_offset = -1
             self.last_timestamp = h.max_timestamp
-            return
+            return completed
         self.add_batch(
             h.producer_epoch,
             h.last_sequence,
@@ -120,6 +152,7 @@ class ProducerStateEntry:
         )
         if h.is_transactional and self.current_txn_first_offset < 0:
             self.current_txn_first_offset = h.base_offset
+        return None
 
 
 def _in_sequence(last_seq: int, next_seq: int) -> bool:
@@ -127,14 +160,26 @@ def _in_sequence(last_seq: int, next_seq: int) -> bool:
 
 
 class ProducerAppendInfo:
-    """Staged changes for one producer within one append; committed only if the write happens."""
+    """Staged changes for one producer within one append; committed only if the write happens.
+    ``validate`` (appends as leader) applies Kafka's ProducerAppendInfo checks; replicated
+    appends and recovery take what the leader wrote."""
 
-    __slots__ = ("current", "updated", "validate")
+    __slots__ = ("current", "updated", "validate", "client", "started", "completed", "marked")
 
-    def __init__(self, current: ProducerStateEntry | None, producer_id: int, validate: bool):
+    def __init__(
+        self,
+        current: ProducerStateEntry | None,
+        producer_id: int,
+        validate: bool,
+        client: bool = True,
+    ):
         self.current = current
         self.updated = current.copy() if current else ProducerStateEntry(producer_id)
         self.validate = validate
+        self.client = client
+        self.started: list[int] = []  # first offsets of the transactions this append opens
+        self.completed: list[CompletedTxn] = []
+        self.marked = False  # a marker is among the batches
 
     def _check(self, epoch: int, first_seq: int) -> None:
         updated = self.updated
@@ -143,6 +188,8 @@ class ProducerAppendInfo:
                 f"producer {updated.producer_id} epoch {epoch} is older than the current "
                 f"epoch {updated.producer_epoch}"
             )
+        if not self.client:
+            return  # the coordinator's own batches: the epoch is checked, not the sequence
         current_epoch = self.current.producer_epoch if self.current else NO_PRODUCER_EPOCH
         if epoch != updated.producer_epoch:
             if first_seq != 0 and updated.producer_epoch != NO_PRODUCER_EPOCH:
@@ -164,17 +211,39 @@ class ProducerAppendInfo:
                 f"follow {last_seq}"
             )
 
-    def append(self, h: BatchHeader) -> None:
+    def _check_marker(self, h: BatchHeader, marker: TxnMarker | None) -> None:
+        updated = self.updated
+        if h.producer_epoch < updated.producer_epoch:
+            raise InvalidProducerEpochError(
+                f"marker epoch {h.producer_epoch} of producer {updated.producer_id} is older "
+                f"than the current epoch {updated.producer_epoch}"
+            )
+        if marker is not None and updated.coordinator_epoch > marker.coordinator_epoch:
+            raise TransactionCoordinatorFencedError(
+                f"marker of producer {updated.producer_id} from coordinator epoch "
+                f"{marker.coordinator_epoch}, older than {updated.coordinator_epoch}"
+            )
+
+    def append(self, h: BatchHeader, marker: TxnMarker | None = None) -> None:
+        """Stage one batch; ``marker`` is what a control batch says."""
+        updated = self.updated
         if self.validate:
             if h.is_control:
-                if h.producer_epoch < self.updated.producer_epoch:
-                    raise InvalidProducerEpochError(
-                        f"marker epoch {h.producer_epoch} is older than "
-                        f"{self.updated.producer_epoch}"
-                    )
+                self._check_marker(h, marker)
             else:
                 self._check(h.producer_epoch, h.base_sequence)
-        self.updated.apply(h)
+                if not h.is_transactional and updated.current_txn_first_offset >= 0:
+                    raise InvalidTxnStateError(
+                        f"non-transactional write of producer {updated.producer_id} while its "
+                        f"transaction from offset {updated.current_txn_first_offset} is open"
+                    )
+        opened = updated.current_txn_first_offset < 0
+        self.marked |= h.is_control
+        completed = updated.apply(h, marker)
+        if completed is not None:
+            self.completed.append(completed)
+        elif opened and updated.current_txn_first_offset >= 0:
+            self.started.append(updated.current_txn_first_offset)
 
 
 class ProducerStateManager:
@@ -184,6 +253,15 @@ class ProducerStateManager:
         self.directory = directory
         self.producers: dict[int, ProducerStateEntry] = {}
         self.map_end_offset = 0  # the log offset up to which the map reflects the log
+        # Open transactions, first offset -> producer id, in offset order (ongoingTxns).
+        self.ongoing: dict[int, int] = {}
+        # Ended transactions whose marker may not be replicated yet (unreplicatedTxns), by
+        # first offset: the LSO stays below them until the high watermark passes the marker.
+        self.unreplicated: dict[int, CompletedTxn] = {}
+        # KIP-890 verifications under way, by producer id (Kafka's VerificationGuard): a
+        # marker in between voids one, so a write verified before its transaction ended
+        # cannot open a transaction no coordinator knows of.
+        self.verifications: dict[int, object] = {}
 
     # -- appends ---------------------------------------------------------------------------
     def find_duplicate(
@@ -192,28 +270,95 @@ class ProducerStateManager:
         entry = self.producers.get(producer_id)
         return entry.find_duplicate(epoch, first_seq, last_seq) if entry else None
 
+    def has_ongoing_txn(self, producer_id: int) -> bool:
+        entry = self.producers.get(producer_id)
+        return entry is not None and entry.current_txn_first_offset >= 0
+
     def stage(
-        self, infos: dict[int, ProducerAppendInfo], h: BatchHeader, *, validate: bool
+        self,
+        infos: dict[int, ProducerAppendInfo],
+        h: BatchHeader,
+        *,
+        validate: bool,
+        marker: TxnMarker | None = None,
+        client: bool = True,
     ) -> None:
-        """Add a batch of producer ``h.producer_id`` to the changes staged in ``infos``."""
+        """Add a batch of producer ``h.producer_id`` to the changes staged in ``infos``;
+        ``client=False`` for the broker's own batches: their sequences are not checked."""
         info = infos.get(h.producer_id)
         if info is None:
             info = infos[h.producer_id] = ProducerAppendInfo(
-                self.producers.get(h.producer_id), h.producer_id, validate
+                self.producers.get(h.producer_id), h.producer_id, validate, client
             )
-        info.append(h)
+        info.append(h, marker)
 
-    def commit(self, infos: dict[int, ProducerAppendInfo], end_offset: int) -> None:
+    def commit(self, infos: dict[int, ProducerAppendInfo], end_offset: int) -> list[CompletedTxn]:
+        """Apply staged changes; return the transactions they end, in marker order, for
+        the log to index and then `complete`."""
+        started: list[tuple[int, int]] = []
+        completed: list[CompletedTxn] = []
         for producer_id, info in infos.items():
             self.producers[producer_id] = info.updated
+            started += ((first, producer_id) for first in info.started)
+            completed += info.completed
+            if info.marked:
+                self.verifications.pop(producer_id, None)
+        for first, producer_id in sorted(started):
+            self.ongoing[first] = producer_id
         self.map_end_offset = end_offset
+        completed.sort(key=lambda txn: txn.last_offset)
+        return completed
 
-    def apply_batch(self, h: BatchHeader) -> None:
-        """Replay one batch header without validation (log recovery)."""
+    def apply_batch(self, h: BatchHeader, marker: TxnMarker | None = None) -> CompletedTxn | None:
+        """Replay one batch header without validation (log recovery); returns the
+        transaction a marker ends, for the log to index and then `complete`."""
         entry = self.producers.get(h.producer_id)
         if entry is None:
             entry = self.producers[h.producer_id] = ProducerStateEntry(h.producer_id)
-        entry.apply(h)
+        opened = entry.current_txn_first_offset < 0
+        completed = entry.apply(h, marker)
+        if opened and entry.current_txn_first_offset >= 0:
+            self.ongoing[entry.current_txn_first_offset] = h.producer_id
+        return completed
+
+    # -- transactions ----------------------------------------------------------------------
+    def begin_verification(self, producer_id: int) -> object:
+        """A guard for a verification of ``producer_id``'s first transactional write."""
+        guard = self.verifications[producer_id] = object()
+        return guard
+
+    def end_verification(self, producer_id: int, guard: object | None) -> bool:
+        """Drop ``guard``; whether it still held: no marker of the producer came since it
+        was made (nor a newer guard)."""
+        if self.verifications.get(producer_id) is not guard:
+            return False
+        del self.verifications[producer_id]
+        return True
+
+    def last_stable_offset_after(self, txn: CompletedTxn) -> int:
+        """The LSO right after ``txn`` ends, for its txn index entry: the first offset of the
+        earliest other open transaction, else the offset after its marker (Kafka's
+        lastStableOffset(completedTxn))."""
+        for first, producer_id in self.ongoing.items():
+            if producer_id != txn.producer_id:
+                return first
+        return txn.last_offset + 1
+
+    def complete(self, txn: CompletedTxn) -> None:
+        self.ongoing.pop(txn.first_offset, None)
+        self.unreplicated[txn.first_offset] = txn
+
+    def first_unstable_offset(self, high_watermark: int) -> int | None:
+        """The first offset of the earliest transaction not yet decided, or decided by a
+        marker not yet below ``high_watermark``; None when every one is stable."""
+        unreplicated = self.unreplicated
+        if unreplicated:
+            for first in [f for f, t in unreplicated.items() if t.last_offset < high_watermark]:
+                del unreplicated[first]
+        candidates = [min(unreplicated)] if unreplicated else []
+        if self.ongoing:
+            candidates.append(next(iter(self.ongoing)))
+        return min(candidates) if candidates else None
 
     # -- housekeeping ----------------------------------------------------------------------
     def truncate_head(self, log_start_offset: int) -> None:
@@ -225,6 +370,8 @@ class ProducerStateManager:
         ]
         for pid in gone:
             del self.producers[pid]
+        for first in [f for f, t in self.unreplicated.items() if t.last_offset < log_start_offset]:
+            del self.unreplicated[first]
         self.delete_snapshots_below(log_start_offset)
 
     def remove_expired(self, now_ms: int, expiration_ms: int) -> None:
@@ -238,6 +385,9 @@ class ProducerStateManager:
 
     def clear(self) -> None:
         self.producers.clear()
+        self.verifications.clear()
+        self.ongoing.clear()
+        self.unreplicated.clear()
 
     # -- snapshots -------------------------------------------------------------------------
     def snapshot_path(self, offset: int) -> Path:
@@ -252,7 +402,7 @@ class ProducerStateManager:
         return sorted(offsets)
 
     def take_snapshot(self, *, sync: bool) -> Path:
-        """Write the map as `<map_end_offset>.snapshot`; fsync only when `sync` (close)."""
+        """Write the map as `<map_end_offset>.snapshot`; fsync it only when `sync`."""
         path = self.snapshot_path(self.map_end_offset)
         body = bytearray(_COUNT.pack(len(self.producers)))
         for e in self.producers.values():
@@ -324,11 +474,21 @@ class ProducerStateManager:
             except (CorruptSnapshotError, OSError):
                 path.unlink(missing_ok=True)
                 continue
-            self.producers = {e.producer_id: e for e in entries}
+            self._set_producers(entries)
             self.map_end_offset = offset
             return offset
-        self.producers = {}
+        self._set_producers([])
         return None
+
+    def _set_producers(self, entries: list[ProducerStateEntry]) -> None:
+        """The map from a snapshot: its open transactions are ongoing again."""
+        self.producers = {e.producer_id: e for e in entries}
+        self.ongoing = {
+            e.current_txn_first_offset: e.producer_id
+            for e in sorted(entries, key=lambda e: e.current_txn_first_offset)
+            if e.current_txn_first_offset >= 0
+        }
+        self.unreplicated = {}
 
     def delete_snapshots_above(self, offset: int) -> None:
         for snap in self.snapshot_offsets():

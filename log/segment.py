@@ -1,4 +1,4 @@
-"""One log segment: `<base>.log` plus its `.index` and `.timeindex`.
+"""One log segment: `<base>.log` plus its `.index`, `.timeindex` and `.txnindex`.
 
 Reads hand out (fd, position, size) of the `.log` so the network layer can sendfile() the
 bytes without them entering Python. The descriptor is opened on first use and closed again
@@ -19,6 +19,7 @@ from log.checkpoint import DiskJob
 from log.errors import KafkaStorageError
 from log.index import CorruptIndexError, OffsetIndex, TimeIndex
 from log.open_files import OPEN_SEGMENTS
+from log.txn_index import AbortedTxn, TransactionIndex
 from wire.records import (
     BATCH_HEADER_SIZE,
     BatchHeader,
@@ -59,10 +60,12 @@ class LogSegment:
         now_ms: int,
         active: bool,
         on_io_error: Callable[[OSError], None] = _ignore_io_error,
+        file_suffix: str = "",
     ) -> None:
-        stem = directory / file_stem(base_offset)
+        """`file_suffix` names a segment being built by the cleaner (`.cleaned`)."""
+        stem = str(directory / file_stem(base_offset))
         self.base_offset = base_offset
-        self.log_path = stem.with_suffix(LOG_SUFFIX)
+        self.log_path = Path(stem + LOG_SUFFIX + file_suffix)
         self._on_io_error = on_io_error
         self._fd = -1
         self.pins = 0  # fsyncs in flight on worker threads
@@ -76,11 +79,18 @@ class LogSegment:
             OPEN_SEGMENTS.touch(self)
         self.index_interval_bytes = index_interval_bytes
         self.offset_index = OffsetIndex(
-            stem.with_suffix(INDEX_SUFFIX), base_offset, max_index_bytes, self._indexes_loaded
+            Path(stem + INDEX_SUFFIX + file_suffix),
+            base_offset,
+            max_index_bytes,
+            self._indexes_loaded,
         )
         self.time_index = TimeIndex(
-            stem.with_suffix(TIME_INDEX_SUFFIX), base_offset, max_index_bytes, self._indexes_loaded
+            Path(stem + TIME_INDEX_SUFFIX + file_suffix),
+            base_offset,
+            max_index_bytes,
+            self._indexes_loaded,
         )
+        self.txn_index = TransactionIndex(Path(stem + TXN_INDEX_SUFFIX + file_suffix), base_offset)
         self.active = False
         self.bytes_since_last_index_entry = 0
         self.max_timestamp = -1
@@ -251,6 +261,15 @@ class LogSegment:
         self.next_offset = headers[-1].next_offset
         self.unflushed = True
 
+    def add_aborted_txn(self, txn: AbortedTxn) -> None:
+        self.txn_index.append(txn)
+        self.unflushed = True
+
+    def truncate_txn_index(self, offset: int) -> None:
+        """Drop the aborted transactions whose marker is at or after ``offset``."""
+        if self.txn_index.truncate_to(offset):
+            self.unflushed = True
+
     @property
     def indexes_full(self) -> bool:
         return self.offset_index.is_full or self.time_index.is_full
@@ -400,12 +419,16 @@ class LogSegment:
         for index in (self.offset_index, self.time_index):
             index.write_pending()
             job.fsync_path(index.path)
+        if self.txn_index.unflushed:
+            self.txn_index.unflushed = False
+            job.fsync_path(self.txn_index.path)
         self.unflushed = False
 
     def _unpin(self, job: DiskJob) -> None:
         self.pins -= 1
         if not job.succeeded:
             self.unflushed = True  # still owed
+            self.txn_index.unflushed = self.txn_index.path.exists()
         if self._gone or self.offline:
             self._release_fd()
 
@@ -426,12 +449,22 @@ class LogSegment:
     def rename_for_delete(self) -> None:
         """Rename every file to `*.deleted`; the fd stays valid for in-flight reads."""
         renamed = []
-        for path in (self.log_path, self.offset_index.path, self.time_index.path):
+        for path in self.paths:
             target = path.with_name(path.name + DELETED_SUFFIX)
             if path.exists():
                 os.rename(path, target)
             renamed.append(target)
-        self.log_path, self.offset_index.path, self.time_index.path = renamed
+        (
+            self.log_path,
+            self.offset_index.path,
+            self.time_index.path,
+            self.txn_index.path,
+        ) = renamed
+
+    @property
+    def paths(self) -> tuple[Path, Path, Path, Path]:
+        """The segment's files (the `.txnindex` may not exist)."""
+        return self.log_path, self.offset_index.path, self.time_index.path, self.txn_index.path
 
     def close_fd(self) -> None:
         """Release the descriptor for good (a pinned one when its fsync finishes)."""
@@ -441,7 +474,7 @@ class LogSegment:
     def delete_files(self, job: DiskJob | None = None) -> None:
         """Close, then unlink the files (on `job`, when given)."""
         self.close_fd()
-        for path in (self.log_path, self.offset_index.path, self.time_index.path):
+        for path in self.paths:
             unlink = partial(path.unlink, missing_ok=True)
             if job is None:
                 unlink()

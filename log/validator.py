@@ -15,12 +15,12 @@ from log.config import LogConfig
 from log.errors import (
     InvalidRecordError,
     InvalidTimestampError,
-    LogError,
     RecordTooLargeError,
 )
 from wire.compression import GZIP, LZ4, NONE, SNAPPY, ZSTD, CorruptRecordError
 from wire.records import (
     BatchHeader,
+    decode_section,
     rebuild_batch,
     records_section,
     set_max_timestamp,
@@ -35,27 +35,30 @@ CODEC_BY_NAME = {"uncompressed": NONE, "gzip": GZIP, "snappy": SNAPPY, "lz4": LZ
 # what a client's batch.size yields at any real compression ratio.
 MAX_DECOMPRESSED_PER_REQUEST = 64 << 20
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
-_FRAMING, _NO_KEY, _BAD_TIMESTAMP = 1, 2, 3
+_FRAMING, _NO_KEY = 1, 2  # the C walk's kinds of problem (3: a timestamp)
 
 
-class RecordKeyError(InvalidRecordError):
-    """A record without a key on a compacted topic; Produce v8+ names the record."""
+class RecordErrors:
+    """Records of a batch refused one by one (KIP-467): Produce v8+ names each, as
+    (batch index, message), so that clients fail exactly those records."""
 
-    def __init__(self, message: str, batch_index: int) -> None:
+    record_errors: list[tuple[int, str]]
+
+
+class RecordKeyError(InvalidRecordError, RecordErrors):
+    """Records without a key on a compacted topic."""
+
+    def __init__(self, message: str, record_errors: list[tuple[int, str]]) -> None:
         super().__init__(message)
-        self.batch_index = batch_index
+        self.record_errors = record_errors
 
 
-class RecordTimestampError(InvalidTimestampError):
-    """A record timestamp out of bounds; Produce v8+ names the record."""
+class RecordTimestampError(InvalidTimestampError, RecordErrors):
+    """Records with timestamps out of bounds (and maybe records without keys too)."""
 
-    def __init__(self, message: str, batch_index: int) -> None:
+    def __init__(self, message: str, record_errors: list[tuple[int, str]]) -> None:
         super().__init__(message)
-        self.batch_index = batch_index
-
-
-class InvalidTxnStateError(LogError):
-    error_code = 48
+        self.record_errors = record_errors
 
 
 @dataclass(slots=True)
@@ -69,6 +72,9 @@ class Budget:
 class Validated:
     data: bytearray | memoryview  # writable: offsets are patched in place
     headers: list[BatchHeader]
+    # False for batches the broker built itself (Kafka's append origin COORDINATOR): no
+    # duplicate or sequence checks, as their sequences are not the producer's.
+    origin_client: bool = True
 
 
 def validate(
@@ -82,8 +88,8 @@ def validate(
     """Check everything an append needs checked, before anything is written.
 
     Raises CorruptRecordError, InvalidRecordError, UnsupportedCompressionError, a LogError
-    (RECORD_TOO_LARGE, INVALID_TIMESTAMP, INVALID_TXN_STATE); RecordKeyError and
-    RecordTimestampError name the record. ``origin_client=False``
+    (RECORD_TOO_LARGE, INVALID_TIMESTAMP); RecordKeyError and
+    RecordTimestampError name every bad record. ``origin_client=False``
     marks batches the broker built itself: only the header checks apply."""
     # Broker-owned fields are patched in place: in the request's own buffer when it is
     # writable (a large frame, received in place), else in the one copy made here.
@@ -106,7 +112,7 @@ def validate(
         headers = split_batches(data)
         for h in headers:
             _check_size(h, config)
-    return Validated(data, headers)
+    return Validated(data, headers, origin_client)
 
 
 def _check_size(h: BatchHeader, config: LogConfig) -> None:
@@ -124,10 +130,6 @@ def _check_client_batch(
         raise InvalidRecordError("clients may not produce control batches")
     if h.producer_id >= 0 and h.base_sequence < 0:
         raise InvalidRecordError(f"invalid sequence number {h.base_sequence}")
-    if h.is_transactional:
-        # Kafka 3.6+ verifies that a transactional batch belongs to an ongoing transaction;
-        # Gregor has no transactions yet, so none ever does.
-        raise InvalidTxnStateError("the batch is not part of an ongoing transaction")
     section = _decompress(data, h, budget)
     if config.log_append_time:
         ts_min, ts_max = _INT64_MIN, _INT64_MAX
@@ -143,13 +145,52 @@ def _check_client_batch(
     kind, index, value, reason = outcome
     if kind == _FRAMING:
         raise InvalidRecordError(f"record {index} of the batch is invalid: {reason} ({value})")
-    if kind == _NO_KEY:
-        raise RecordKeyError(reason, index)
-    raise RecordTimestampError(
-        f"timestamp {value} of record {index} is out of range; it should be within "
-        f"[{ts_min}, {ts_max}]",
-        index,
+    # A bad batch: only now are its records walked one by one, to name every bad one.
+    _raise_record_errors(section, h, ts_min, ts_max, config.compact)
+    # Not reached unless the two walks disagree: then the C walk's record is named.
+    error = RecordKeyError if kind == _NO_KEY else RecordTimestampError
+    raise error(reason, [(index, reason)])
+
+
+def _raise_record_errors(
+    section: memoryview, h: BatchHeader, ts_min: int, ts_max: int, need_keys: bool
+) -> None:
+    """Kafka's LogValidator.validateRecord for each record: a missing key, else a timestamp
+    out of bounds; then the batch's error (INVALID_TIMESTAMP if any record's timestamp is
+    bad, else INVALID_RECORD) with every record error."""
+    errors: list[tuple[int, str]] = []
+    bad_timestamps = False
+    for index, record in enumerate(decode_section(section, h)):
+        if need_keys and record.key is None:
+            errors.append((index, "Compacted topic cannot accept message without key."))
+            continue
+        ts = _wrap64(record.timestamp)
+        if ts != -1 and not ts_min <= ts <= ts_max:
+            bad_timestamps = True
+            errors.append(
+                (
+                    index,
+                    f"Timestamp {ts} of message with offset {record.offset} is out of range. "
+                    f"The timestamp should be within [{ts_min}, {ts_max}]",
+                )
+            )
+    if not errors:
+        return
+    if bad_timestamps:
+        raise RecordTimestampError(
+            "One or more records have been rejected due to invalid timestamp", errors
+        )
+    shown = ", ".join(f"record {i}: {message}" for i, message in errors[:3])
+    raise RecordKeyError(
+        f"One or more records have been rejected due to {len(errors)} record errors in "
+        f"total, and only showing the first three errors at most: [{shown}]",
+        errors,
     )
+
+
+def _wrap64(value: int) -> int:
+    """A timestamp as Java's long addition yields it (and the C walker compares it)."""
+    return (value + 2**63) % 2**64 - 2**63
 
 
 def _decompress(data: bytearray | memoryview, h: BatchHeader, budget: Budget) -> memoryview:
@@ -159,8 +200,7 @@ def _decompress(data: bytearray | memoryview, h: BatchHeader, budget: Budget) ->
         section = records_section(data, h, max_decompressed=budget.remaining)
     except CorruptRecordError as e:
         raise CorruptRecordError(
-            f"{e}; a produce request may decompress to at most "
-            f"{MAX_DECOMPRESSED_PER_REQUEST} bytes"
+            f"{e}; a produce request may decompress to at most {MAX_DECOMPRESSED_PER_REQUEST} bytes"
         ) from None
     budget.remaining -= len(section)
     return section

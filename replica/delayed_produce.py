@@ -40,9 +40,7 @@ class ReplicationWait:
             self.error = ErrorCode.not_leader_or_follower
         elif partition.high_watermark >= self.required_offset:
             enough = len(partition.maximal_isr) >= partition.log.config.min_insync_replicas
-            self.error = (
-                ErrorCode.none if enough else ErrorCode.not_enough_replicas_after_append
-            )
+            self.error = ErrorCode.none if enough else ErrorCode.not_enough_replicas_after_append
         return self.error is not None
 
 

@@ -307,7 +307,7 @@ def truncate_on_divergence(partition: Partition, leader_epoch: int, leader_end: 
             leader_epoch,
             leader_end,
         )
-        partition.truncate_to(target)
+    partition.truncate_to(target)  # at the log end too: it drops epochs starting there
     return partition.log.log_end_offset
 
 

@@ -15,23 +15,28 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from controller.metadata import PartitionInfo
 from log.config import LogConfig
-from log.errors import KafkaStorageError
+from log.errors import KafkaStorageError, LogError
 from log.log import AppendResult
 from log.manager import LogManager
+from log.txn_index import build_marker_batch
 from log.validator import Validated
 from replica.delayed_produce import DelayedProduce, ReplicationWait
 from replica.fetch_session import FetchSessions
 from replica.fetcher import FetcherManager, Send
+from replica.log_mover import move_log
 from replica.partition import Partition
 from replica.purgatory import Purgatory
 from replica.state import (
     CommittedIsr,
+    IsrProposal,
     LeaderAndIsrState,
     ReplicationConfig,
     StopReplicaState,
@@ -40,13 +45,25 @@ from replica.state import (
 logger = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
-# (topic, topic id, partition, leader epoch, new ISR, partition epoch) -> the committed
-# state, or the error the controller answered.
-AlterPartition = Callable[
-    [str, Any, int, int, list[int], int], Awaitable["CommittedIsr | ErrorCode"]
-]
+# ISR changes of many partitions, sent in one AlterPartition -> per proposal, the committed
+# state or the error the controller answered. Raises if the controller did not answer.
+AlterPartition = Callable[[list[IsrProposal]], Awaitable[list["CommittedIsr | ErrorCode"]]]
 # How long a refused ISR change stays pending before it may be proposed again.
 ALTER_RETRY_BACKOFF_MS = 500
+
+
+@dataclass(slots=True)
+class MarkerAppend:
+    """One transaction marker for one partition (WriteTxnMarkers); ``error`` and ``offset``
+    (the marker's) are set by ``append_markers``."""
+
+    partition: Partition
+    producer_id: int
+    producer_epoch: int
+    commit: bool
+    coordinator_epoch: int
+    error: ErrorCode | None = None
+    offset: int = -1
 
 
 class ReplicaManager:
@@ -70,14 +87,17 @@ class ReplicaManager:
         self.fetch_purgatory: Purgatory[Any] = Purgatory("Fetch")
         self.fetch_sessions = FetchSessions()
         self.produce_purgatory: Purgatory[Any] = Purgatory("Produce")
+        self.delete_records_purgatory: Purgatory[Any] = Purgatory("DeleteRecords")
         self._partitions: dict[TopicPartition, Partition] = {}
         self._checkpointed_hw: dict[TopicPartition, int] = logs.read_high_watermarks()
         self.controller_epoch = 0
         self._alter_partition = alter_partition
+        # ISR changes not sent yet, by partition; one AlterPartition is in flight at a time
+        # (Kafka's AlterPartitionManager), carrying every change proposed meanwhile.
+        self._proposed: dict[TopicPartition, tuple[Partition, IsrProposal]] = {}
+        self._altering = False
         self._tasks: set[asyncio.Task[None]] = set()
-        self.fetchers = (
-            FetcherManager(self, send, self.config) if send is not None else None
-        )
+        self.fetchers = FetcherManager(self, send, self.config) if send is not None else None
 
     def get(self, topic: str, index: int) -> Partition | None:
         return self._partitions.get((topic, index))
@@ -107,9 +127,7 @@ class ReplicaManager:
         partition = self._partitions.get(tp)
         if partition is None:
             hw = min(self._checkpointed_hw.get(tp, 0), log.log_end_offset)
-            partition = Partition(
-                topic, index, log, -1, -1, [], [], self.broker_id, hw, topic_id
-            )
+            partition = Partition(topic, index, log, -1, -1, [], [], self.broker_id, hw, topic_id)
             self._partitions[tp] = partition
         elif topic_id is not None:
             partition.topic_id = topic_id
@@ -174,6 +192,12 @@ class ReplicaManager:
         if self.fetchers is not None:
             for leader, partitions in follow.items():
                 self.fetchers.add(leader, partitions)
+        repeated = sum(e == ErrorCode.stale_controller_epoch for e in errors.values())
+        if repeated:
+            logger.info(
+                "Ignored the LeaderAndIsr of %d partition(s): their leader epoch is not newer",
+                repeated,
+            )
         return errors
 
     def _check_leader_and_isr(
@@ -192,7 +216,7 @@ class ReplicaManager:
             ):
                 return ErrorCode.inconsistent_topic_id
             if s.leader_epoch <= current.leader_epoch:
-                logger.info(
+                logger.debug(  # counted in one line per request: a new controller repeats all
                     "Ignoring LeaderAndIsr for %s-%d: its leader epoch %d is not newer than "
                     "the current %d",
                     *tp,
@@ -235,6 +259,20 @@ class ReplicaManager:
             if partition.topic == topic:
                 partition.log.update_config(config)
 
+    def set_broker_props(
+        self, broker_props: Mapping[str, str], configs_of: Callable[[str], Mapping[str, str]]
+    ) -> None:
+        """New broker-level defaults (dynamic broker configs): every log takes its topic's
+        config (`configs_of(topic)`: its overrides) resolved over them, at once."""
+        self._broker_props = broker_props
+        configs: dict[str, LogConfig] = {}
+        for partition in self._partitions.values():
+            config = configs.get(partition.topic)
+            if config is None:
+                config = configs[partition.topic] = self.log_config(configs_of(partition.topic))
+            if partition.log.config != config:
+                partition.log.update_config(config)
+
     def remove(self, topic: str, index: int, *, delete: bool) -> None:
         tp = (topic, index)
         if self.fetchers is not None:
@@ -245,6 +283,19 @@ class ReplicaManager:
         if delete and self.logs.get(topic, index) is not None:
             self.logs.delete(topic, index)
         self._on_data(tp)
+
+    def move_to_log_dir(self, partition: Partition, log_dir: Path) -> None:
+        """AlterReplicaLogDirs: move the partition's log to ``log_dir`` in the background
+        (a move elsewhere under way is cancelled; to its current directory: none)."""
+        topic, index = partition.topic, partition.index
+        moving = self.logs.future_of(topic, index)
+        if moving is not None and moving[0] == log_dir:
+            return
+        self.logs.abandon_future(topic, index)
+        if self.logs.log_dir_of(topic, index) == log_dir:
+            return
+        future = self.logs.start_future(topic, index, log_dir)
+        self._spawn(move_log(self.logs, partition, future, self.is_current))
 
     # -- appends ---------------------------------------------------------------------------
     def append(
@@ -268,6 +319,42 @@ class ReplicaManager:
         self._on_data((partition.topic, partition.index))
         return result
 
+    async def append_markers(self, markers: list[MarkerAppend], timeout_ms: int) -> None:
+        """WriteTxnMarkers' work: append each marker as a control batch to its partition as
+        leader (the broker's own batch: no client checks), then wait until the ISR has them
+        all (acks=all, up to ``timeout_ms``). Each marker's ``error`` says how it ended."""
+        now_ms = self._now_ms()
+        waits: list[tuple[MarkerAppend, ReplicationWait]] = []
+        for marker in markers:
+            partition = marker.partition
+            if not self.is_current(partition) or not partition.is_leader:
+                marker.error = ErrorCode.not_leader_or_follower
+                continue
+            if len(partition.isr) < partition.log.config.min_insync_replicas:
+                marker.error = ErrorCode.not_enough_replicas
+                continue
+            batch = build_marker_batch(
+                marker.producer_id,
+                marker.producer_epoch,
+                marker.commit,
+                marker.coordinator_epoch,
+                now_ms,
+            )
+            try:
+                appended = self.append(partition, batch, now_ms, origin_client=False)
+            except LogError as e:
+                marker.error = ErrorCode(e.error_code)
+                continue
+            marker.offset = appended.first_offset
+            waits.append((marker, ReplicationWait(partition, appended.last_offset + 1)))
+        if waits:
+            # (The purgatory takes None for "not complete": the answer is True.)
+            answer = self.wait_for_replication([w for _, w in waits], timeout_ms, lambda: True)
+            if isinstance(answer, asyncio.Future):
+                await answer
+        for marker, wait in waits:
+            marker.error = wait.error if wait.error is not None else ErrorCode.request_timed_out
+
     def wait_for_replication(
         self, waits: list[ReplicationWait], timeout_ms: int, respond: Callable[[], Any]
     ) -> Any:
@@ -283,12 +370,17 @@ class ReplicaManager:
         return self._partitions.get((partition.topic, partition.index)) is partition
 
     # -- leader: follower fetches and the ISR ------------------------------------------------
-    def update_follower_fetch(self, partition: Partition, replica: int, fetch_offset: int) -> None:
+    def update_follower_fetch(
+        self, partition: Partition, replica: int, fetch_offset: int, log_start_offset: int = -1
+    ) -> None:
         """A follower fetched ``partition`` from ``fetch_offset``: its log end. The high
         watermark may advance (answering parked produces and fetches of this partition)
-        and the follower may rejoin the ISR."""
-        if partition.update_follower(replica, fetch_offset, self._now_ms()):
-            self._on_data((partition.topic, partition.index))
+        and the follower may rejoin the ISR; parked DeleteRecords see its log start."""
+        tp = (partition.topic, partition.index)
+        if partition.update_follower(replica, fetch_offset, self._now_ms(), log_start_offset):
+            self._on_data(tp)
+        else:
+            self.delete_records_purgatory.check(tp)
         if self._alter_partition is not None and replica not in partition.isr:
             expanded = partition.isr_to_expand()
             if expanded is not None:
@@ -298,6 +390,7 @@ class ReplicaManager:
         """Drop followers that have not caught up for replica.lag.time.max.ms."""
         if self._alter_partition is None:
             return
+        self._settle_quiet_followers()
         now = self._now_ms()
         for partition in list(self._partitions.values()):
             if partition.is_leader:
@@ -322,44 +415,69 @@ class ReplicaManager:
 
     def _propose_isr(self, partition: Partition, new_isr: list[int]) -> None:
         partition.pending_isr = new_isr
-        self._spawn(self._alter_isr(partition, new_isr))
+        proposal = IsrProposal(
+            partition.topic,
+            partition.topic_id,
+            partition.index,
+            partition.leader_epoch,
+            new_isr,
+            partition.partition_epoch,
+        )
+        self._proposed[(partition.topic, partition.index)] = (partition, proposal)
+        if not self._altering:
+            self._altering = True
+            self._spawn(self._alter_isrs())
 
-    async def _alter_isr(self, partition: Partition, new_isr: list[int]) -> None:
+    async def _alter_isrs(self) -> None:
+        """Send the proposed ISR changes, all pending ones in each AlterPartition, until
+        none is left."""
         assert self._alter_partition is not None
-        epoch = partition.leader_epoch
         try:
-            result: CommittedIsr | ErrorCode = await self._alter_partition(
-                partition.topic,
-                partition.topic_id,
-                partition.index,
-                epoch,
-                new_isr,
-                partition.partition_epoch,
-            )
-        except Exception as e:  # the controller unreachable: proposed again later
-            logger.warning(
-                "AlterPartition of %s-%d failed: %s", partition.topic, partition.index, e
-            )
-            result = ErrorCode.request_timed_out
-        if isinstance(result, ErrorCode):
-            logger.info(
-                "AlterPartition of %s-%d to ISR %s refused: %s",
-                partition.topic,
-                partition.index,
-                new_isr,
-                result.name,
-            )
-            await asyncio.sleep(ALTER_RETRY_BACKOFF_MS / 1000)
+            while self._proposed:
+                await asyncio.sleep(0)  # the changes proposed in this pass go together
+                batch = list(self._proposed.values())
+                self._proposed.clear()
+                proposals = [proposal for _, proposal in batch]
+                try:
+                    results = await self._alter_partition(proposals)
+                except Exception as e:  # the controller unreachable: proposed again later
+                    logger.warning("AlterPartition of %d partition(s) failed: %s", len(batch), e)
+                    results = [ErrorCode.request_timed_out] * len(batch)
+                refused = []
+                for (partition, proposal), result in zip(batch, results, strict=True):
+                    if isinstance(result, ErrorCode):
+                        logger.info(
+                            "AlterPartition of %s-%d to ISR %s refused: %s",
+                            partition.topic,
+                            partition.index,
+                            proposal.new_isr,
+                            result.name,
+                        )
+                        refused.append((partition, proposal))
+                    else:
+                        self._isr_answered(partition, proposal, result)
+                if refused:
+                    await asyncio.sleep(ALTER_RETRY_BACKOFF_MS / 1000)
+                    for partition, proposal in refused:
+                        self._isr_answered(partition, proposal, None)
+        finally:
+            self._altering = False
+
+    def _isr_answered(
+        self, partition: Partition, proposal: IsrProposal, result: CommittedIsr | None
+    ) -> None:
+        """Apply the controller's answer to a proposal (None: refused; it may be proposed
+        again), unless a LeaderAndIsr or a newer proposal came meanwhile."""
         if (
             not self.is_current(partition)
-            or partition.leader_epoch != epoch
-            or partition.pending_isr is not new_isr
+            or partition.leader_epoch != proposal.leader_epoch
+            or partition.pending_isr is not proposal.new_isr
         ):
             return  # a LeaderAndIsr came meanwhile and decided
         partition.pending_isr = None
         if (
-            isinstance(result, CommittedIsr)
-            and result.leader_epoch == epoch
+            result is not None
+            and result.leader_epoch == proposal.leader_epoch
             and result.partition_epoch >= partition.partition_epoch
         ):
             partition.isr = list(result.isr)
@@ -383,10 +501,50 @@ class ReplicaManager:
     def on_follower_data(self, partition: Partition) -> None:
         self._on_data((partition.topic, partition.index))
 
+    def on_log_start_moved(self, partition: Partition) -> None:
+        """DeleteRecords moved a led partition's log start: followers are told it."""
+        self._on_data((partition.topic, partition.index))
+
+    def now_ms(self) -> int:
+        return self._now_ms()
+
     def _on_data(self, tp: TopicPartition) -> None:
         """A partition's data, high watermark or leadership changed."""
+        for session, was_quiet in self.fetch_sessions.touch(tp):
+            if was_quiet:  # its fetches skipped it: it was caught up at the session's last
+                self._caught_up(tp, session.replica_id, session.last_fetch_ms)
+            self.fetch_purgatory.check(session)
         self.fetch_purgatory.check(tp)
         self.produce_purgatory.check(tp)
+        self.delete_records_purgatory.check(tp)
+
+    def caught_up_ms(self, partition: Partition, replica: int) -> int:
+        """When a follower last caught up with a led partition (-1: not a follower of it),
+        counting the fetches of its session that skipped the partition as quiet."""
+        state = partition.followers.get(replica)
+        if state is None:
+            return -1
+        at_ms = state.last_caught_up_ms
+        for session in self.fetch_sessions.holding((partition.topic, partition.index)):
+            cached = session.partitions[(partition.topic, partition.index)]
+            if session.replica_id == replica and cached.quiet:
+                at_ms = max(at_ms, session.last_fetch_ms)
+        return at_ms
+
+    def _settle_quiet_followers(self) -> None:
+        """Before the ISR is checked: a follower's session fetches skip its quiet
+        partitions (it had the whole log then), so they count as caught up as of its last
+        fetch."""
+        for session in self.fetch_sessions.followers():
+            for tp, cached in session.partitions.items():
+                if cached.quiet:
+                    self._caught_up(tp, session.replica_id, session.last_fetch_ms)
+
+    def _caught_up(self, tp: TopicPartition, replica: int, at_ms: int) -> None:
+        partition = self._partitions.get(tp)
+        state = None if partition is None else partition.followers.get(replica)
+        if state is not None and at_ms > state.last_caught_up_ms:
+            state.last_caught_up_ms = at_ms
 
     def shutdown(self) -> None:
         """Stop the fetchers and ISR work; answer every parked request with what it has."""
@@ -396,6 +554,7 @@ class ReplicaManager:
             task.cancel()
         self.fetch_purgatory.expire_all()
         self.produce_purgatory.expire_all()
+        self.delete_records_purgatory.expire_all()
 
     def high_watermarks(self) -> dict[TopicPartition, int]:
         return {tp: p.high_watermark for tp, p in self._partitions.items()}

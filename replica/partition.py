@@ -11,18 +11,20 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from kio.schema.errors import ErrorCode
 
+from log.errors import OffsetOutOfRangeError, PolicyViolationError
 from log.log import AppendResult, Log, ReadResult
 from log.validator import Validated
 
 
-@dataclass(frozen=True, slots=True)
-class LogPosition:
+class LogPosition(NamedTuple):
     """Where an offset lies in the log: the segment holding it and the byte position of
     its batch there (Kafka's LogOffsetMetadata). Bytes between two positions in one
-    segment are a subtraction; parked fetches count what became available that way."""
+    segment are a subtraction; parked fetches count what became available that way. (A
+    tuple: a follower's fetch makes one per partition it fetches.)"""
 
     offset: int
     segment_base: int
@@ -37,6 +39,7 @@ class FollowerState:
     last_caught_up_ms: int = 0
     last_fetch_leader_end: int = -1  # the leader's log end at its previous fetch
     last_fetch_ms: int = 0
+    log_start_offset: int = -1  # as its last fetch said; DeleteRecords waits for it
 
     def update(self, fetch_offset: int, leader_end: int, now_ms: int) -> None:
         """A fetch at ``fetch_offset``: caught up if it reached the leader's log end now, or
@@ -87,7 +90,11 @@ class Partition:
 
     # -- leadership ------------------------------------------------------------------------
     def make_leader(
-        self, leader_epoch: int, isr: list[int], replicas: list[int], partition_epoch: int,
+        self,
+        leader_epoch: int,
+        isr: list[int],
+        replicas: list[int],
+        partition_epoch: int,
         now_ms: int,
     ) -> bool:
         """Become (or stay) leader; return whether this is a new leader epoch."""
@@ -113,7 +120,11 @@ class Partition:
         return new_epoch
 
     def make_follower(
-        self, leader: int, leader_epoch: int, isr: list[int], replicas: list[int],
+        self,
+        leader: int,
+        leader_epoch: int,
+        isr: list[int],
+        replicas: list[int],
         partition_epoch: int,
     ) -> None:
         """Follow ``leader``: its fetcher truncates this log where it diverged."""
@@ -135,18 +146,19 @@ class Partition:
         return result
 
     def append_validated(self, validated: Validated, now_ms: int) -> AppendResult:
-        result = self.log.append_validated(
-            validated, leader_epoch=self.leader_epoch, now_ms=now_ms
-        )
+        result = self.log.append_validated(validated, leader_epoch=self.leader_epoch, now_ms=now_ms)
         self.maybe_advance_high_watermark()
         return result
 
-    def update_follower(self, replica: int, fetch_offset: int, now_ms: int) -> bool:
+    def update_follower(
+        self, replica: int, fetch_offset: int, now_ms: int, log_start_offset: int = -1
+    ) -> bool:
         """A follower fetched at ``fetch_offset``; return whether the high watermark moved."""
         state = self.followers.get(replica)
         if state is None:
             return False
         moved = fetch_offset != state.log_end_offset
+        state.log_start_offset = log_start_offset
         state.update(fetch_offset, self.log.log_end_offset, now_ms)
         return moved and self.maybe_advance_high_watermark()
 
@@ -162,6 +174,37 @@ class Partition:
             self.high_watermark = end
             return True
         return False
+
+    def delete_records(self, offset: int) -> int:
+        """DeleteRecords as leader: move the log start to ``offset`` (-1: the high
+        watermark), which may not pass the high watermark (Kafka's deleteRecordsOnLeader).
+        Returns the offset every replica's log start must reach."""
+        if not self.log.config.delete_enabled:
+            raise PolicyViolationError(
+                f"records of {self.topic}-{self.index} cannot be deleted: cleanup.policy "
+                "does not include delete"
+            )
+        if offset == -1:
+            offset = self.high_watermark
+        if not 0 <= offset <= self.high_watermark:
+            raise OffsetOutOfRangeError(
+                f"cannot delete records of {self.topic}-{self.index} below {offset}: the "
+                f"high watermark is {self.high_watermark}"
+            )
+        self.log.advance_log_start_offset(offset)
+        return offset
+
+    def low_watermark(self) -> int:
+        """The smallest log start offset among this leader and its in-sync followers (-1
+        for one that has not fetched yet): what DeleteRecords answers and waits for. Kafka
+        counts every replica on a live broker; a follower out of the ISR is not waited for
+        here, as one that died leaves the ISR."""
+        low = self.log.log_start_offset
+        for replica in self.isr:
+            if replica != self.broker_id:
+                state = self.followers.get(replica)
+                low = min(low, state.log_start_offset if state is not None else -1)
+        return low
 
     def follower_in_sync(self, replica: int) -> bool:
         """Kafka's test for adding a follower back: it has the high watermark and everything
@@ -219,6 +262,11 @@ class Partition:
         self.high_watermark = offset
         self._hw_position = None
 
+    def replace_log(self, log: Log) -> None:
+        """The same log, moved to another log directory: same offsets and positions."""
+        self.log = log
+        self._hw_position = None
+
     # -- reads -------------------------------------------------------------------------------
     def log_end_position(self) -> LogPosition:
         active = self.log.active_segment
@@ -230,6 +278,13 @@ class Partition:
         if cached is None or cached.offset != self.high_watermark:
             cached = self._hw_position = self.position_of(self.high_watermark)
         return cached
+
+    def last_stable_position(self) -> LogPosition:
+        """Where the last stable offset lies (the high watermark's, cached, when equal)."""
+        lso = self.last_stable_offset()
+        if lso == self.high_watermark:
+            return self.high_watermark_position()
+        return self.position_of(lso)
 
     def position_of(self, offset: int) -> LogPosition:
         """The position of the batch holding ``offset``, clamped to the log's bounds."""
@@ -244,16 +299,28 @@ class Partition:
         )
         return LogPosition(offset, region.segment_base, region.position)
 
+    def last_stable_offset(self) -> int:
+        return self.log.last_stable_offset(self.high_watermark)
+
     def read(
-        self, offset: int, max_bytes: int, min_one_batch: bool, *, follower: bool = False
+        self,
+        offset: int,
+        max_bytes: int,
+        min_one_batch: bool,
+        *,
+        follower: bool = False,
+        read_committed: bool = False,
     ) -> ReadResult:
-        """Committed data only (nothing at or above the high watermark), or for a follower
-        everything up to the log end."""
+        """Committed data only (nothing at or above the high watermark; read_committed:
+        the last stable offset), or for a follower everything up to the log end."""
+        if follower:
+            max_offset = self.log.log_end_offset
+        elif read_committed:
+            max_offset = self.last_stable_offset()
+        else:
+            max_offset = self.high_watermark
         return self.log.read(
-            offset,
-            max_bytes=max_bytes,
-            max_offset=self.log.log_end_offset if follower else self.high_watermark,
-            min_one_batch=min_one_batch,
+            offset, max_bytes=max_bytes, max_offset=max_offset, min_one_batch=min_one_batch
         )
 
 

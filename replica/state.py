@@ -36,6 +36,18 @@ class StopReplicaState:
 
 
 @dataclass(frozen=True, slots=True)
+class IsrProposal:
+    """One partition's ISR change, as a leader proposes it in AlterPartition."""
+
+    topic: str
+    topic_id: uuid.UUID | None
+    partition: int
+    leader_epoch: int
+    new_isr: list[int]
+    partition_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
 class CommittedIsr:
     """The partition state the controller committed for an AlterPartition."""
 

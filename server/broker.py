@@ -7,14 +7,19 @@ import logging
 import socket
 import time
 from collections.abc import Callable
+from typing import Any
 
 import anyio
+from kio.schema.add_partitions_to_txn.v4.request import AddPartitionsToTxnRequest
 from kio.schema.errors import ErrorCode
+from kio.schema.write_txn_markers.v1.request import WriteTxnMarkersRequest
 
 from apis import produce
 from apis.context import Services, nested
 from apis.dispatch import Dispatcher
+from apis.write_txn_markers import write_txn_markers
 from controller.base import Controller
+from controller.configs import BROKER, TOPIC, ConfigResource
 from controller.embedded import EmbeddedController
 from controller.metadata import BrokerInfo, MetadataCache, TopicInfo
 from controller.zk import AsyncZk
@@ -23,14 +28,23 @@ from controller.zk_controller import ControllerConfig, ZkController
 from controller.zk_data import BrokerIdInUseError, BrokerRegistration, KafkaZk
 from coordinator.coordinator import GroupCoordinator, Settings
 from coordinator.records import OFFSETS_TOPIC
+from coordinator.txn_coordinator import TransactionCoordinator, TxnSettings
+from coordinator.txn_markers import TxnMarkerChannel
+from coordinator.txn_records import TRANSACTION_STATE_TOPIC
+from coordinator.txn_verifier import CoordinatorVerifier
 from log.checkpoint import DiskJob, write_atomically
+from log.cleaner_manager import CleanerConfig, LogCleaner
 from log.errors import KafkaStorageError
 from log.manager import DiskJobs, LogManager
 from replica.manager import ReplicaManager
-from replica.state import CommittedIsr
+from replica.state import CommittedIsr, IsrProposal
 from server.broker_client import InterBrokerClient
 from server.config import LONG_MAX, BrokerConfig, ConfigError, parse_listener, read_properties
+from server.metrics import BrokerMetrics
+from server.metrics_exporter import BrokerCollector, MetricsEndpoint, on_loop
+from server.metrics_state import BrokerState, read_state
 from server.network import Connection, Limits, SocketServer
+from server.quotas import ClientQuotas
 from wire.interbroker import ControlledShutdownRequest
 from wire.schema import request_type
 from wire.versions import ALTER_PARTITION
@@ -42,6 +56,8 @@ SHUTDOWN_GRACE_S = 10.0
 DEFAULT_FLUSH_CHECK_MS = 1000
 META_PROPERTIES = "meta.properties"
 CONTROLLED_SHUTDOWN_VERSION = 3
+# How often the rates of quota groups idle for an hour are dropped.
+QUOTA_EXPIRY_CHECK_MS = 60_000
 
 
 def now_ms() -> int:
@@ -84,12 +100,56 @@ class Broker:
             )
         else:
             self.replicas = ReplicaManager(self.broker_id, self.logs, config.raw)
+        self.cleaner = LogCleaner(
+            self.logs,
+            CleanerConfig(
+                enable=config["log.cleaner.enable"],
+                threads=config["log.cleaner.threads"],
+                dedupe_buffer_size=config["log.cleaner.dedupe.buffer.size"],
+                io_buffer_load_factor=config["log.cleaner.io.buffer.load.factor"],
+                io_max_bytes_per_second=config["log.cleaner.io.max.bytes.per.second"],
+                backoff_ms=config["log.cleaner.backoff.ms"],
+            ),
+            self.replicas.high_watermarks,
+        )
         self.groups = GroupCoordinator(
             Settings.from_config(config),
             self.replicas,
             self.replicas.produce_purgatory,
             now_ms=now_ms,
         )
+        # Markers to other brokers, and the partitions' verification with other brokers'
+        # transaction coordinators, go on connections of their own (cluster mode): a
+        # verification does not queue behind markers waiting for their ISR.
+        self.txn_client: InterBrokerClient | None = None
+        self.verify_client: InterBrokerClient | None = None
+        if config.cluster_mode:
+            self.txn_client = InterBrokerClient(
+                f"broker-{self.broker_id}-txn-markers",
+                self._endpoint_of,
+                config["request.timeout.ms"],
+            )
+            self.verify_client = InterBrokerClient(
+                f"broker-{self.broker_id}-txn-verify",
+                self._endpoint_of,
+                config["request.timeout.ms"],
+            )
+        self.transactions = TransactionCoordinator(
+            TxnSettings.from_config(config),
+            self.replicas,
+            self.replicas.produce_purgatory,
+            now_ms,
+            self._allocate_producer_id,
+            TxnMarkerChannel(self._send_markers, self._leader_of),
+        )
+        self.txn_verifier = CoordinatorVerifier(
+            self.transactions,
+            self.broker_id,
+            lambda index: self._leader_of(TRANSACTION_STATE_TOPIC, index),
+            None if self.verify_client is None else self._send_verify,
+        )
+        self.services: Services | None = None
+        self.quotas = ClientQuotas(config["quota.window.num"], config["quota.window.size.seconds"])
         self.dispatcher: Dispatcher | None = None
         self.socket_server = SocketServer(
             self._dispatch,
@@ -108,6 +168,9 @@ class Broker:
         self.controller: Controller | None = None
         self.embedded: EmbeddedController | None = None
         self.bound_ports: dict[str, int] = {}
+        # Recorded only when the Prometheus endpoint is on (metrics.prometheus.port).
+        self.metrics = BrokerMetrics() if config["metrics.prometheus.port"] >= 0 else None
+        self.metrics_endpoint: MetricsEndpoint | None = None
 
     def _dispatch(self, conn: Connection, frame: bytes | bytearray) -> None:
         assert self.dispatcher is not None
@@ -124,6 +187,7 @@ class Broker:
         else:
             self._start_embedded(endpoints)
         assert self.cache is not None
+        self._start_metrics()
         logger.info(
             "[KafkaServer id=%d] started (cluster id %s, %d partition(s)) in %.2fs; "
             "listening on %s",
@@ -142,9 +206,12 @@ class Broker:
             on_abort=self._discard_logs,
             on_lead=self._lead,
             on_delete=self._forget,
+            on_configs=self._apply_configs,
+            on_quotas=self.quotas.apply,
         )
         self.controller = self.embedded = controller
         self.cache = controller.cache
+        self._apply_broker_configs()
         self._check_meta_properties(
             controller.cluster_id,
             f" (the metadata file {controller.path} is missing)" if controller.fresh else "",
@@ -197,6 +264,10 @@ class Broker:
             topic_wait_ms=config["request.timeout.ms"],
         )
         self.controller = self.cluster
+        self.cluster.on_configs = self._apply_configs
+        self.cluster.on_quotas = self.quotas.apply
+        await self.cluster.load_configs()
+        self._apply_broker_configs()
         self._write_meta_properties(cluster_id)
         self._serve(self.cluster)
         self.replicas.start()
@@ -213,11 +284,71 @@ class Broker:
             self.controller,
             self.replicas,
             now_ms,
+            self.quotas,
             self.groups,
             cluster=cluster,
+            transactions=self.transactions,
+            txn=self.txn_verifier,
+            metrics=self.metrics,
         )
+        self.services = services
         self.dispatcher = Dispatcher(services)
         self.socket_server.start_handlers()
+
+    def _start_metrics(self) -> None:
+        if self.metrics is None:
+            return
+        host, port = self.config["metrics.prometheus.host"], self.config["metrics.prometheus.port"]
+        collector = BrokerCollector(
+            self.metrics, on_loop(asyncio.get_running_loop(), self._metrics_state)
+        )
+        endpoint = MetricsEndpoint(host, port, collector)
+        try:
+            bound = endpoint.start()
+        except OSError as e:
+            raise ConfigError(
+                f"Cannot serve metrics on {host or '0.0.0.0'}:{port} (metrics.prometheus.host, "
+                f"metrics.prometheus.port): {e}"
+            ) from None
+        self.metrics_endpoint = endpoint
+        logger.info("Serving Prometheus metrics on http://%s:%d/metrics", endpoint.host, bound)
+
+    def _metrics_state(self) -> BrokerState:
+        """The broker state a scrape reports, the batch of request times counted first; on
+        the event loop thread."""
+        assert self.cache is not None and self.metrics is not None
+        self.metrics.flush()
+        active = self.embedded is not None or (
+            self.zk_controller is not None and self.zk_controller.active
+        )
+        return read_state(
+            self.replicas, self.cache, self.groups.runtime.groups, active, self.logs.is_offline
+        )
+
+    async def _allocate_producer_id(self) -> int:
+        assert self.controller is not None
+        return await self.controller.allocate_producer_id()
+
+    async def _send_markers(self, node_id: int, request: WriteTxnMarkersRequest) -> Any:
+        """WriteTxnMarkers v1: in-process for this broker's partitions, else to the
+        partition's leader."""
+        if node_id == self.broker_id:
+            assert self.services is not None
+            return await write_txn_markers(self.services, request)
+        if self.txn_client is None:
+            raise ConnectionError(f"node {node_id} is not this broker and there is no cluster")
+        return await self.txn_client.send(node_id, request, 1)
+
+    async def _send_verify(self, node_id: int, request: AddPartitionsToTxnRequest) -> Any:
+        """AddPartitionsToTxn v4 verify_only to the transactional id's coordinator."""
+        assert self.verify_client is not None
+        return await self.verify_client.send(node_id, request, 4)
+
+    def _leader_of(self, topic: str, index: int) -> int | None:
+        """The partition's leader for its markers: -1 while it has none, None once it is
+        gone."""
+        info = None if self.cache is None else self.cache.partition(topic, index)
+        return None if info is None else info.leader
 
     def _endpoint_of(self, node_id: int) -> tuple[str, int] | None:
         """A broker's inter-broker endpoint, as the metadata cache knows it."""
@@ -232,46 +363,56 @@ class Broker:
         return None if endpoint is None else (endpoint.host, endpoint.port)
 
     async def _alter_partition(
-        self,
-        topic: str,
-        topic_id: object,
-        partition: int,
-        leader_epoch: int,
-        new_isr: list[int],
-        partition_epoch: int,
-    ) -> CommittedIsr | ErrorCode:
-        """Ask the controller to commit a new ISR (AlterPartition v2)."""
+        self, proposals: list[IsrProposal]
+    ) -> list[CommittedIsr | ErrorCode]:
+        """Ask the controller to commit new ISRs, all in one AlterPartition v2."""
         assert self.cache is not None and self.cluster is not None
         assert self.controller_client is not None
         controller = self.cache.controller_id
         if controller < 0:
-            return ErrorCode.not_controller
+            return [ErrorCode.not_controller] * len(proposals)
         cls = request_type(ALTER_PARTITION, 2)
+        by_topic: dict[object, list[IsrProposal]] = {}
+        for proposal in proposals:
+            by_topic.setdefault(proposal.topic_id, []).append(proposal)
         request = cls(
             broker_id=self.broker_id,
             broker_epoch=self.cluster.broker_epoch,
-            topics=(
+            topics=tuple(
                 nested(cls, "TopicData")(
                     topic_id=topic_id,
-                    partitions=(
+                    partitions=tuple(
                         nested(cls, "PartitionData")(
-                            partition_index=partition,
-                            leader_epoch=leader_epoch,
-                            new_isr=tuple(new_isr),
+                            partition_index=p.partition,
+                            leader_epoch=p.leader_epoch,
+                            new_isr=tuple(p.new_isr),
                             leader_recovery_state=0,
-                            partition_epoch=partition_epoch,
-                        ),
+                            partition_epoch=p.partition_epoch,
+                        )
+                        for p in group
                     ),
-                ),
+                )
+                for topic_id, group in by_topic.items()
             ),
         )
         response = await self.controller_client.send(controller, request, 2)
         if response.error_code != ErrorCode.none:
-            return response.error_code
-        answered = response.topics[0].partitions[0]
-        if answered.error_code != ErrorCode.none:
-            return answered.error_code
-        return CommittedIsr(answered.leader_epoch, list(answered.isr), answered.partition_epoch)
+            return [response.error_code] * len(proposals)
+        answered = {
+            (topic.topic_id, p.partition_index): p
+            for topic in response.topics
+            for p in topic.partitions
+        }
+        results: list[CommittedIsr | ErrorCode] = []
+        for proposal in proposals:
+            p = answered.get((proposal.topic_id, proposal.partition))
+            if p is None:
+                results.append(ErrorCode.unknown_server_error)
+            elif p.error_code != ErrorCode.none:
+                results.append(p.error_code)
+            else:
+                results.append(CommittedIsr(p.leader_epoch, list(p.isr), p.partition_epoch))
+        return results
 
     async def _controlled_shutdown(self) -> None:
         """Ask the controller to move this broker's leaderships away (Kafka's
@@ -384,11 +525,37 @@ class Broker:
             self.replicas.become_leader(topic.name, info, topic.configs)
             if topic.name == OFFSETS_TOPIC:
                 self.groups.on_become_leader(info.index)
+            elif topic.name == TRANSACTION_STATE_TOPIC:
+                self.transactions.on_become_leader(info.index, info.leader_epoch)
+
+    def _apply_configs(self, resource: ConfigResource) -> None:
+        """A resource's dynamic configs changed: its logs take them at once. Group configs
+        are only stored: they govern the consumer protocol (KIP-848), which Gregor's classic
+        coordinator does not serve."""
+        assert self.cache is not None
+        if resource.type == TOPIC:
+            topic = self.cache.topics.get(resource.name)
+            if topic is not None:
+                self.replicas.update_config(topic.name, topic.configs)
+        elif resource.type == BROKER:
+            self._apply_broker_configs()
+
+    def _apply_broker_configs(self) -> None:
+        assert self.cache is not None
+        topics = self.cache.topics
+        self.replicas.set_broker_props(
+            self.cache.broker_props(self.config.raw, self.broker_id),
+            lambda name: topics[name].configs if name in topics else {},
+        )
 
     def _forget(self, topic: TopicInfo) -> None:
+        if self.metrics is not None:
+            self.metrics.forget_topic(topic.name)
         for index in topic.partitions:
             if topic.name == OFFSETS_TOPIC:
                 self.groups.on_resign(index)
+            elif topic.name == TRANSACTION_STATE_TOPIC:
+                self.transactions.on_resign(index)
             self.replicas.remove(topic.name, index, delete=True)
         self.groups.on_topic_deleted(topic.name)
 
@@ -437,7 +604,7 @@ class Broker:
 
     async def run_background(self) -> None:
         """Periodic work (retention, flushes, checkpoints, idle connections, offset
-        expiry); runs until cancelled."""
+        expiry, the log cleaner); runs until cancelled."""
         config = self.config
         flush_ms = config["log.flush.scheduler.interval.ms"]
         async with anyio.create_task_group() as tg:
@@ -461,6 +628,12 @@ class Broker:
                 config["offsets.retention.check.interval.ms"],
                 self.groups.expire_offsets,
             )
+            tg.start_soon(self._every, QUOTA_EXPIRY_CHECK_MS, self.quotas.expire)
+            txn = self.transactions.settings
+            tg.start_soon(self._every, txn.abort_interval_ms, self.transactions.abort_timed_out)
+            tg.start_soon(self._every, txn.remove_interval_ms, self.transactions.expire_ids)
+            if self.cleaner.config.enable:
+                tg.start_soon(self.cleaner.run, now_ms)
 
     async def _flusher(self, interval_ms: int) -> None:
         """Owed fsyncs (rolled segments, flush.ms, flush.messages) and file deletions: queued
@@ -507,6 +680,8 @@ class Broker:
 
     async def shutdown(self) -> None:
         logger.info("[KafkaServer id=%d] shutting down", self.broker_id)
+        if self.metrics_endpoint is not None:
+            await anyio.to_thread.run_sync(self.metrics_endpoint.stop)
         if self.cluster is not None and self.config["controlled.shutdown.enable"]:
             # While still serving: the controller moves leaderships away through us.
             await self._controlled_shutdown()
@@ -515,11 +690,18 @@ class Broker:
         await self.socket_server.stop_accepting()
         produce.cancel_queued_validations()
         self.groups.shutdown()  # parked joins and syncs answer NOT_COORDINATOR
+        self.transactions.shutdown()
         self.replicas.shutdown()  # parked fetches answer with what they have
         await asyncio.sleep(0)
         await self.socket_server.drain(SHUTDOWN_GRACE_S)
         self.logs.shutdown(self.replicas.high_watermarks())
-        for client in (self.fetch_client, self.controller_client, self.channel_client):
+        for client in (
+            self.fetch_client,
+            self.controller_client,
+            self.channel_client,
+            self.txn_client,
+            self.verify_client,
+        ):
             if client is not None:
                 await client.close()
         if self.zk is not None:

@@ -133,8 +133,10 @@ class InterBrokerClient:
         if request.__version__ != api_version:
             name = type(request).__name__
             raise ValueError(f"{name} is v{request.__version__}, not v{api_version}")
-        body = encode(request)
         connection = await self._connection(node_id)
+        # Encoded once connected: a controller retrying a request of 10,000 partitions to a
+        # broker that is restarting would otherwise encode it again every back-off.
+        body = encode(request)
         api_key = request.__api_key__
         flexible = request.__flexible__
         correlation = connection.next_correlation

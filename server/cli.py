@@ -1,32 +1,32 @@
-"""The ``gregor`` command line, in the habits of Kafka's scripts.
+"""The ``gregor`` command line, in the habits of Kafka's scripts and kcat.
 
 ``gregor serve [server.properties] [--override key=value ...]`` starts a broker like
-``kafka-server-start.sh``; SIGTERM or SIGINT shut it down cleanly.
+``kafka-server-start.sh``; SIGTERM or SIGINT shut it down cleanly. The tools talk to any
+Kafka-compatible broker over the wire (``--bootstrap-server``): ``topics``, ``groups``,
+``configs``, ``quotas``, ``produce``, ``consume`` and ``perf``; ``dump-log`` reads segment
+files directly. Their options are in ``server/cli_args.py``; each tool's module is imported
+only when it runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
+import importlib
 import logging
+import os
 import signal
 import sys
 from functools import partial
-from pathlib import Path
 
 import anyio
 
 from log.errors import KafkaStorageError
+from server.cli_args import parser
 from server.config import BrokerConfig, ConfigError, read_properties
 from server.polling import new_event_loop
 
 logger = logging.getLogger("gregor")
-
-
-def _parse_override(text: str) -> tuple[str, str]:
-    key, sep, value = text.partition("=")
-    if not sep or not key.strip():
-        raise argparse.ArgumentTypeError(f"override must look like key=value, got {text!r}")
-    return key.strip(), value.strip()
 
 
 def _configure_logging() -> None:
@@ -49,6 +49,7 @@ async def _serve(config: BrokerConfig) -> None:
         await broker.socket_server.stop_accepting()
         await broker.socket_server.drain(1.0)
         raise
+    gc.freeze()
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with anyio.create_task_group() as tg:
             tg.start_soon(broker.run_background)
@@ -59,24 +60,14 @@ async def _serve(config: BrokerConfig) -> None:
     await broker.shutdown()
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="gregor", description="A Kafka-compatible broker.")
-    commands = parser.add_subparsers(dest="command", required=True)
-    serve = commands.add_parser("serve", help="run a broker (like kafka-server-start.sh)")
-    serve.add_argument("properties", nargs="?", type=Path, help="a server.properties file")
-    serve.add_argument(
-        "--override",
-        action="append",
-        default=[],
-        type=_parse_override,
-        metavar="key=value",
-        help="set a property, overriding the file",
-    )
-    args = parser.parse_args(argv)
-    # kio builds hypothesis strategies for its types whenever hypothesis is importable
-    # (it is in a test environment): ~200 MB and a second of start-up a broker never needs.
-    sys.modules.setdefault("hypothesis", None)  # type: ignore[arg-type]
+def run(args: argparse.Namespace) -> int:
+    """``gregor serve``."""
     _configure_logging()
+    # A broker holds millions of long-lived objects (partition state, indexes, group
+    # metadata); collecting the young generation less often, and freezing what start-up
+    # built (below), keeps full collections from scanning them again and again (with
+    # 10,000 partitions, collections took most of a failover's time).
+    gc.set_threshold(50_000, 20, 50)
     props = read_properties(args.properties) if args.properties else {}
     props.update(dict(args.override))
     try:
@@ -92,6 +83,20 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    # kio builds hypothesis strategies for its types whenever hypothesis is importable
+    # (it is in a test environment): ~200 MB and a second of start-up a broker never needs.
+    sys.modules.setdefault("hypothesis", None)  # type: ignore[arg-type]
+    if args.command == "serve":
+        return run(args)
+    try:
+        return importlib.import_module(args.module).run(args)
+    except BrokenPipeError:  # `gregor consume ... | head`
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - nothing more is written
+        return 0
 
 
 if __name__ == "__main__":

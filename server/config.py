@@ -140,8 +140,16 @@ KEYS: dict[str, ConfigKey] = {
         _k("max.connections.per.ip.overrides", "string", ""),
         # Gregor's own: how long the event loop polls before it sleeps (server/polling.py)
         _k("gregor.idle.poll.us", "int", "200", 0),
+        # The Prometheus endpoint (server/metrics_exporter.py, docs/metrics.md): off unless
+        # a port is set; 0 picks a free one (logged). The host as in listeners: empty, all
+        # interfaces.
+        _k("metrics.prometheus.port", "int", "-1", -1),
+        _k("metrics.prometheus.host", "string", ""),
         _k("fetch.max.bytes", "int", "57671680", 1024),
         _k("request.timeout.ms", "int", "30000", 0),
+        # client quotas (server/quotas.py): the rate's windows
+        _k("quota.window.num", "int", "11", 1),
+        _k("quota.window.size.seconds", "int", "1", 1),
         # topics
         _k("num.partitions", "int", "1", 1),
         _k("default.replication.factor", "int", "1", 1),
@@ -152,6 +160,13 @@ KEYS: dict[str, ConfigKey] = {
         _k("log.flush.scheduler.interval.ms", "long", str(LONG_MAX)),
         _k("log.flush.offset.checkpoint.interval.ms", "int", "60000", 0),
         _k("log.flush.start.offset.checkpoint.interval.ms", "int", "60000", 0),
+        _k("log.cleaner.enable", "bool", "true"),
+        _k("log.cleaner.threads", "int", "1", 0),
+        _k("log.cleaner.dedupe.buffer.size", "long", "134217728", 0),
+        _k("log.cleaner.io.buffer.load.factor", "double", "0.9", 0),
+        _k("log.cleaner.io.buffer.size", "int", "524288", 0),
+        _k("log.cleaner.io.max.bytes.per.second", "double", "1.7976931348623157E308", 0),
+        _k("log.cleaner.backoff.ms", "long", "15000", 0),
         # groups and offsets
         _k("offsets.topic.num.partitions", "int", "50", 1),
         _k("offsets.topic.replication.factor", "int", "3", 1),
@@ -166,8 +181,15 @@ KEYS: dict[str, ConfigKey] = {
         _k("group.max.size", "int", str(INT_MAX), 1),
         # producers
         _k("producer.id.expiration.ms", "int", "86400000", 1),
+        # transactions (coordinator/txn_coordinator.py)
         _k("transactional.id.expiration.ms", "int", "604800000", 1),
         _k("transaction.max.timeout.ms", "int", "900000", 1),
+        _k("transaction.state.log.num.partitions", "int", "50", 1),
+        _k("transaction.state.log.replication.factor", "int", "3", 1),
+        _k("transaction.state.log.min.isr", "int", "2", 1),
+        _k("transaction.state.log.segment.bytes", "int", "104857600", 1),
+        _k("transaction.abort.timed.out.transaction.cleanup.interval.ms", "int", "10000", 1),
+        _k("transaction.remove.expired.transaction.cleanup.interval.ms", "int", "3600000", 1),
     )
 }
 
@@ -178,8 +200,8 @@ IGNORED: dict[str, str] = {
     "num.network.threads": "one asyncio event loop does all network I/O",
     "log.flush.start.offset.checkpoint.interval.ms": "the log start offsets are "
     "checkpointed with the recovery points (log.flush.offset.checkpoint.interval.ms)",
-    "transactional.id.expiration.ms": "transactions are not implemented yet",
-    "transaction.max.timeout.ms": "transactions are not implemented yet",
+    "log.cleaner.io.buffer.size": "the cleaner's worker maps segments into memory (mmap) "
+    "instead of reading them through buffers",
 }
 
 # Key prefixes and names that configure security Gregor does not have (TLS, SASL, ACLs):
@@ -307,6 +329,11 @@ class BrokerConfig:
         if self.cluster_mode:
             self._check_cluster()
         self.per_ip_overrides = self._per_ip_overrides()
+        if self["metrics.prometheus.port"] > 65535:
+            raise ConfigError(
+                f"Invalid value {self['metrics.prometheus.port']} for configuration "
+                "metrics.prometheus.port: the port must be at most 65535 (-1: no endpoint)"
+            )
         if self["node.id"] is not None and self["node.id"] != self["broker.id"]:
             if "broker.id" in self.raw:
                 raise ConfigError("broker.id and node.id must match when both are set")

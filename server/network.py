@@ -33,6 +33,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from apis.timing import METRICS, RequestTiming
 from server.ratelimit import RateLimitedLog
 
 logger = logging.getLogger(__name__)
@@ -219,9 +220,14 @@ class Connection(asyncio.BufferedProtocol):
         self._in_flight = 0  # bytes of the request in flight (0: none)
         self._pooled = 0  # bytes this connection counts in the server's memory pool
         self._write_paused = False  # the client is not reading its responses
+        self._throttled = False  # muted for a quota's throttle time
         self._sender: asyncio.Future[None] | None = None  # _finish, while it runs
         self._closed = False
         self.last_active = time.monotonic()
+        # The request in flight: when it was handed to the handlers, and its timing if
+        # metrics are recorded (finished once it ends).
+        self.received_ns = 0
+        self.timing: RequestTiming | None = None
 
     # -- asyncio.BufferedProtocol -----------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -339,7 +345,7 @@ class Connection(asyncio.BufferedProtocol):
         client reads its responses."""
         if self._closed:
             return
-        if self._frames and not self._in_flight and not self._write_paused:
+        if self._frames and not self._in_flight and not self._write_paused and not self._throttled:
             channel = self.server.channel
             if channel.full:
                 channel.wait_for_room(self)
@@ -350,6 +356,7 @@ class Connection(asyncio.BufferedProtocol):
             self._held -= len(frame)
             self._in_flight = _SIZE + len(frame)
             self._account()
+            self.received_ns = time.perf_counter_ns()
             self.server.dispatch(Request(self, frame))
             if self._closed:
                 return
@@ -384,6 +391,7 @@ class Connection(asyncio.BufferedProtocol):
         self._set_reading(
             self._bad_size is None
             and not self._write_paused
+            and not self._throttled
             and not (self._in_flight and self._pooled - self._in_flight >= _READ_BUFFER_LIMIT)
             and self.server.pool.may_read(self)
         )
@@ -397,6 +405,19 @@ class Connection(asyncio.BufferedProtocol):
             transport.resume_reading()
         else:
             transport.pause_reading()
+
+    def throttle(self, delay_ms: int) -> None:
+        """A quota was exceeded (KIP-219): the response goes out at once, then the channel
+        is neither read nor handed another request for ``delay_ms``."""
+        if self._closed or delay_ms <= 0:
+            return
+        self._throttled = True
+        self._set_reading(False)
+        asyncio.get_running_loop().call_later(delay_ms / 1000, self._end_throttle)
+
+    def _end_throttle(self) -> None:
+        self._throttled = False
+        self.next_request()
 
     # -- responses --------------------------------------------------------------------
     def send(self, parts: Sequence[Part], size: int) -> None:
@@ -506,6 +527,10 @@ class Connection(asyncio.BufferedProtocol):
             self.transport.close()
 
     def _end_request(self) -> None:
+        timing = self.timing
+        if timing is not None:
+            self.timing = None
+            timing[METRICS].finish(timing, time.perf_counter_ns())
         self._in_flight = 0
         self._account()
 

@@ -10,6 +10,13 @@ from compat_tests.broker import BrokerProcess
 from tests.kafka_wire import WireClient
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # kafka-python 3 loads its schemas through a deprecated importlib API on every import.
+    config.addinivalue_line(
+        "filterwarnings", "ignore:(read_text|open_text) is deprecated:DeprecationWarning"
+    )
+
+
 @pytest.fixture
 def client(broker: BrokerProcess) -> Iterator[WireClient]:
     """A raw-socket connection to the module's broker."""

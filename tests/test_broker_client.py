@@ -61,9 +61,7 @@ def run(
 
 
 def api_versions() -> Any:
-    return request_type(API_VERSIONS, 3)(
-        client_software_name="gregor", client_software_version="1"
-    )
+    return request_type(API_VERSIONS, 3)(client_software_name="gregor", client_software_version="1")
 
 
 def metadata(*names: str, version: int = 12) -> Any:
@@ -85,8 +83,13 @@ def create_topic(name: str, partitions: int) -> Any:
         timeout=datetime.timedelta(seconds=10),
         validate_only=False,
         topics=(
-            topic(name=name, num_partitions=partitions, replication_factor=-1, assignments=(),
-                  configs=()),
+            topic(
+                name=name,
+                num_partitions=partitions,
+                replication_factor=-1,
+                assignments=(),
+                configs=(),
+            ),
         ),
     )
 
@@ -190,11 +193,17 @@ def test_a_request_timeout_closes_the_connection_and_the_next_send_reconnects(
     run(broker, body, request_timeout_ms=1000)
 
 
-def test_unknown_node_is_unavailable(broker: BrokerProcess) -> None:
+def test_unknown_node_is_unavailable_and_the_request_is_not_encoded(
+    broker: BrokerProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    encoded: list[object] = []
+    monkeypatch.setattr("server.broker_client.encode", lambda r: encoded.append(r) or b"")
+
     async def body(client: InterBrokerClient, endpoints: Endpoints) -> None:
         with pytest.raises(BrokerUnavailable):
             await client.send(7, api_versions(), 3)
         assert isinstance(BrokerUnavailable(), ConnectionError)
+        assert encoded == []  # a controller's retries to a restarting broker cost no encoding
 
     run(broker, body)
 
@@ -206,9 +215,7 @@ def test_killed_broker_is_unavailable_promptly_then_usable_after_restart(
 
         async def body(client: InterBrokerClient, endpoints: Endpoints) -> None:
             await make_topic(client, "parked")
-            parked = asyncio.ensure_future(
-                client.send(NODE, fetch("parked", range(1), 60_000), 12)
-            )
+            parked = asyncio.ensure_future(client.send(NODE, fetch("parked", range(1), 60_000), 12))
             # One turn of the loop lets the send write the request; it then awaits the
             # answer. (A request pipelined behind it to prove that would wait 60 s too:
             # a broker answers each connection's requests in order.)

@@ -57,13 +57,13 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         c.wait_for_brokers([1, 2, 3])
         yield c
 
+
 @pytest.fixture(autouse=True)
 def _restored(cluster: Cluster) -> Iterator[None]:
     """A test that stops, kills or pauses brokers must not leave the next one a broken
     cluster, even when it fails."""
     yield
     cluster.restore()
-
 
 
 def new_topic(prefix: str = "t") -> str:
@@ -143,16 +143,12 @@ def wait_for_identical_replicas(
     wanted = set(cluster.brokers if on is None else on)
     deadline = time.monotonic() + FAILOVER_TIMEOUT_S
     while True:
-        files = {
-            b: f for b, f in cluster.segment_bytes(topic, partition).items() if b in wanted
-        }
+        files = {b: f for b, f in cluster.segment_bytes(topic, partition).items() if b in wanted}
         contents = {tuple(sorted(f.items())) for f in files.values()}
         if set(files) == wanted and len(contents) == 1:
             return
         if time.monotonic() > deadline:
-            sizes = {
-                b: {name: len(data) for name, data in f.items()} for b, f in files.items()
-            }
+            sizes = {b: {name: len(data) for name, data in f.items()} for b, f in files.items()}
             raise AssertionError(
                 f"awaited identical segment files of {topic}-{partition} on every broker "
                 f"for {FAILOVER_TIMEOUT_S:.0f}s; sizes by broker: {sizes}"
@@ -296,9 +292,9 @@ def test_topic_overrides_and_deletion_are_seen_by_every_broker(cluster: Cluster)
 def test_a_partition_moves_to_other_brokers_with_its_data(cluster: Cluster) -> None:
     topic = new_topic("move")
     client = AdminClient({"bootstrap.servers": cluster.bootstrap})  # outlives its futures
-    client.create_topics(
-        [NewTopic(topic, 1, replica_assignment=[[1, 2]])], operation_timeout=30
-    )[topic].result(timeout=60)
+    client.create_topics([NewTopic(topic, 1, replica_assignment=[[1, 2]])], operation_timeout=30)[
+        topic
+    ].result(timeout=60)
     cluster.wait_for_topic(topic, 1, isr=2)
     values = [b"m%04d" % i for i in range(500)]
     acknowledged(produce(cluster.bootstrap, topic, values))

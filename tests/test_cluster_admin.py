@@ -277,9 +277,7 @@ def alter_reassignments(
     response = client.call(v.ALTER_PARTITION_REASSIGNMENTS, 0, request)
     assert response.error_code == ErrorCode.none
     return {
-        (t.name, p.partition_index): p.error_code
-        for t in response.responses
-        for p in t.partitions
+        (t.name, p.partition_index): p.error_code for t in response.responses for p in t.partitions
     }
 
 

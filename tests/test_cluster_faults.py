@@ -17,7 +17,10 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from compat_tests.cluster import BrokerView, Cluster
+from tests.kafka_wire import WireClient
+from tests.test_client_quotas import alter
 from tests.test_cluster import acknowledged, consume_all, new_topic, produce
+from tests.test_cluster_quotas import throttled
 
 SESSION_TIMEOUT_MS = 8000
 LAG_TIME_MS = 2000
@@ -36,13 +39,13 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         c.wait_for_brokers([1, 2, 3])
         yield c
 
+
 @pytest.fixture(autouse=True)
 def _restored(cluster: Cluster) -> Iterator[None]:
     """A test that stops, kills or pauses brokers must not leave the next one a broken
     cluster, even when it fails."""
     yield
     cluster.restore()
-
 
 
 def create_led_by(cluster: Cluster, topic: str, replicas: list[int], **configs: str) -> None:
@@ -75,11 +78,20 @@ def send(bootstrap: str, topic: str, acks: str, n: int) -> list[int | None]:
     return outcomes
 
 
+def limit(port: int, client_id: str) -> None:
+    """A request_percentage quota small enough that any client `client_id` is throttled."""
+    client = WireClient(port)
+    try:
+        assert alter(client, [({"client-id": client_id}, {"request_percentage": 0.01})]) == [
+            (0, None)
+        ]
+    finally:
+        client.close()
+
+
 def isr_is(cluster: Cluster, topic: str, isr: set[int]) -> object:
     def holds(views: dict[int, BrokerView]) -> bool:
-        return all(
-            set(v.topics.get(topic, {}).get(0, _NONE).isr) == isr for v in views.values()
-        )
+        return all(set(v.topics.get(topic, {}).get(0, _NONE).isr) == isr for v in views.values())
 
     return holds
 
@@ -90,6 +102,23 @@ class _NoPartition:
 
 
 _NONE = _NoPartition()
+
+
+def log_sizes(cluster: Cluster) -> dict[int, int]:
+    return {i: b.log_path.stat().st_size for i, b in cluster.brokers.items()}
+
+
+def tracebacks_since(cluster: Cluster, sizes: dict[int, int]) -> dict[int, str]:
+    """What each broker logged after ``sizes`` (log_sizes), where that holds a traceback:
+    a lost session is an expected fault, answered with plain log lines."""
+    found = {}
+    for i, broker in cluster.brokers.items():
+        with open(broker.log_path, "rb") as log:
+            log.seek(sizes[i])
+            text = log.read().decode(errors="replace")
+        if "Traceback" in text:
+            found[i] = text
+    return found
 
 
 def test_paused_followers_leave_the_isr_and_rejoin(cluster: Cluster) -> None:
@@ -133,18 +162,24 @@ def test_a_broker_whose_zookeeper_session_expired_registers_again(
     cluster: Cluster, who: str
 ) -> None:
     controller = cluster.wait_for_controller()
-    victim = controller if who == "the controller" else next(
-        i for i in cluster.brokers if i != controller
+    victim = (
+        controller
+        if who == "the controller"
+        else next(i for i in cluster.brokers if i != controller)
     )
     topic = new_topic()
     create_led_by(
-        cluster, topic, [victim, *sorted(set(cluster.brokers) - {victim})],
+        cluster,
+        topic,
+        [victim, *sorted(set(cluster.brokers) - {victim})],
         **{"min.insync.replicas": "2"},
     )
     cluster.wait_for_topic(topic, 1, isr=3)
     first = [b"a%04d" % i for i in range(500)]
     acknowledged(produce(cluster.bootstrap, topic, first))
+    other = cluster.brokers[next(i for i in cluster.brokers if i != victim)]
 
+    sizes = log_sizes(cluster)
     cluster.pause(victim)
     try:
         # The session expires: the controller sees the broker gone and moves leadership.
@@ -156,15 +191,26 @@ def test_a_broker_whose_zookeeper_session_expired_registers_again(
         cluster.wait_for_leader(topic, 0, not_in=[victim])
         if victim == controller:  # another broker took over
             cluster.wait_for_controller(not_in=[victim], timeout=WAIT_S)
+        limit(other.port, f"{topic}-during")  # a quota set while the victim sleeps
     finally:
         cluster.resume(victim)
     # Woken up, it finds its session gone, registers again and catches up.
     cluster.wait_for_brokers([1, 2, 3], timeout=WAIT_S)
+    # It follows /config/changes again: the quota set while it slept, and one set now.
+    limit(other.port, f"{topic}-after")
+    port = cluster.brokers[victim].port
+    for client_id in (f"{topic}-during", f"{topic}-after"):
+        cluster.wait_until(
+            lambda _views, c=client_id: throttled(port, c),
+            f"broker {victim} to enforce the quota of {client_id}",
+            timeout=WAIT_S,
+        )
     cluster.wait_for_topic(topic, 1, isr=3, timeout=WAIT_S)
     second = [b"b%04d" % i for i in range(500)]
     acknowledged(produce(cluster.bootstrap, topic, second))
     got = consume_all(cluster.bootstrap, topic, len(first) + len(second))
     assert [m.value() for m in got] == first + second
+    assert tracebacks_since(cluster, sizes) == {}
 
 
 def test_controlled_shutdown_moves_leadership_without_producer_errors(cluster: Cluster) -> None:
@@ -172,7 +218,9 @@ def test_controlled_shutdown_moves_leadership_without_producer_errors(cluster: C
     leaving = next(i for i in cluster.brokers if i != controller)
     topic = new_topic()
     create_led_by(
-        cluster, topic, [leaving, *sorted(set(cluster.brokers) - {leaving})],
+        cluster,
+        topic,
+        [leaving, *sorted(set(cluster.brokers) - {leaving})],
         **{"min.insync.replicas": "2"},
     )
     cluster.wait_for_topic(topic, 1, isr=3)
@@ -300,6 +348,7 @@ def test_the_cluster_survives_zookeeper_pausing_past_the_session_timeout(
     cluster.wait_for_topic(topic, 3, isr=3)
     first = [b"z%04d" % i for i in range(300)]
     acknowledged(produce(cluster.bootstrap, topic, first))
+    sizes = log_sizes(cluster)
     cluster.zookeeper.pause()
     try:
         # The sessions time out while ZooKeeper sleeps (whether the server expires them on
@@ -317,3 +366,4 @@ def test_the_cluster_survives_zookeeper_pausing_past_the_session_timeout(
     acknowledged(produce(cluster.bootstrap, topic, second))
     got = consume_all(cluster.bootstrap, topic, len(first) + len(second))
     assert sorted(m.value() for m in got) == sorted(first + second)
+    assert tracebacks_since(cluster, sizes) == {}

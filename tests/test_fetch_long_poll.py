@@ -46,8 +46,7 @@ def fetch_request(
             t(
                 topic=name,
                 partitions=tuple(
-                    p(partition=i, fetch_offset=0, partition_max_bytes=1 << 20)
-                    for i in indexes
+                    p(partition=i, fetch_offset=0, partition_max_bytes=1 << 20) for i in indexes
                 ),
             )
             for name, indexes in partitions.items()
@@ -75,9 +74,7 @@ def answer(client: WireClient) -> Any:
 
 
 @pytest.mark.parametrize("version", [4, 7, 12])
-def test_a_fetch_of_no_partitions_is_answered_at_once(
-    broker: BrokerProcess, version: int
-) -> None:
+def test_a_fetch_of_no_partitions_is_answered_at_once(broker: BrokerProcess, version: int) -> None:
     """The Java consumer sends one when it closes; Kafka answers it without waiting."""
     client = WireClient(broker.port)
     started = time.monotonic()
@@ -126,7 +123,6 @@ def test_a_parked_fetch_is_answered_when_its_topic_is_deleted(broker: BrokerProc
     admin.close()
     [topic] = answer(parked).responses
     assert topic.partitions[0].error_code == ErrorCode.unknown_topic_or_partition
-
 
 
 def test_a_fetch_behind_the_active_segment_is_not_parked(broker: BrokerProcess) -> None:

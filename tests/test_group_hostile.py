@@ -105,7 +105,7 @@ def describe(broker: BrokerProcess, group: str) -> Any:
 
 
 def test_duplicate_protocols_do_not_freeze_a_live_group(broker: BrokerProcess) -> None:
-    topic = create_topic(broker.bootstrap, "hostile-join", 1)
+    topic = create_topic(broker, "hostile-join", 1)
     group = "live-group"
     producer = Producer({"bootstrap.servers": broker.bootstrap})
     consumer = Consumer(
@@ -128,9 +128,12 @@ def test_duplicate_protocols_do_not_freeze_a_live_group(broker: BrokerProcess) -
             seen.append(message.value())
 
     try:
-        wait_until(lambda: bool(seen), 60, "the live consumer's first message", lambda: (
-            produce_and_poll(b"before")
-        ))
+        wait_until(
+            lambda: bool(seen),
+            60,
+            "the live consumer's first message",
+            lambda: produce_and_poll(b"before"),
+        )
         client = WireClient(broker.port)
         # As the new member the issue used, and through the KIP-394 second join.
         bad = join(client, group, ["range", "range", "roundrobin", "roundrobin"])
@@ -148,7 +151,9 @@ def test_duplicate_protocols_do_not_freeze_a_live_group(broker: BrokerProcess) -
         # The live consumer keeps consuming, and its group is stable with it alone.
         seen.clear()
         wait_until(
-            lambda: b"after" in seen, 60, "the live consumer to keep consuming",
+            lambda: b"after" in seen,
+            60,
+            "the live consumer to keep consuming",
             lambda: produce_and_poll(b"after"),
         )
         described = describe(broker, group)

@@ -3,7 +3,9 @@
 from pathlib import Path
 
 from log import Log, LogConfig
+from log.checkpoint import DiskJob
 from log.leader_epoch import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache
+from log.manager import LogManager
 from wire.records import build_batch
 
 NOW = 1_700_000_000_000
@@ -40,6 +42,8 @@ def test_truncation_from_both_ends_and_file_format(tmp_path: Path) -> None:
     assert cache.entries() == [(0, 0), (1, 10), (2, 20)]
     cache.truncate_from_start(15)
     assert cache.entries() == [(1, 15), (2, 20)]
+    assert not (tmp_path / LEADER_EPOCH_CHECKPOINT).exists()  # the file lags the cache
+    cache.write()
     assert (tmp_path / LEADER_EPOCH_CHECKPOINT).read_text() == "0\n2\n1 15\n2 20\n"
     assert LeaderEpochCache(tmp_path).entries() == [(1, 15), (2, 20)]
 
@@ -71,6 +75,88 @@ def test_epochs_rebuilt_from_batches_when_checkpoint_lost(tmp_path: Path) -> Non
         log.append_as_leader(batch(), leader_epoch=epoch, now_ms=NOW)
     for segment in log.segments:
         segment.close_fd()  # crash
-    (tmp_path / "t-0" / LEADER_EPOCH_CHECKPOINT).unlink()
+    (tmp_path / "t-0" / LEADER_EPOCH_CHECKPOINT).unlink(missing_ok=True)
     log = Log.open(tmp_path / "t-0", LogConfig(), now_ms=NOW)
     assert log.leader_epochs.entries() == [(0, 0), (2, 4), (6, 8)]
+
+
+def test_many_changes_are_written_once_on_a_job(tmp_path: Path) -> None:
+    cache = LeaderEpochCache(tmp_path)
+    changes = []
+    cache.on_change = lambda: changes.append(1)
+    for epoch in range(1, 101):
+        cache.assign(epoch, epoch * 10)
+    assert len(changes) == 100 and not cache.path.exists()
+    job = DiskJob()
+    cache.add_write(job)
+    cache.add_write(job)  # nothing changed since: nothing more to write
+    assert len(job._steps) == 1
+    cache.assign(101, 2000)  # while the job is pending: written by a later one
+    job.run_here()
+    assert LeaderEpochCache(tmp_path).entries() == [(e, e * 10) for e in range(1, 101)]
+    assert len(changes) == 102  # the change made meanwhile is announced again
+    later = DiskJob()
+    cache.add_write(later)
+    later.run_here()
+    assert LeaderEpochCache(tmp_path).entries()[-1] == (101, 2000)
+
+
+def test_log_manager_flusher_writes_lagging_checkpoints(tmp_path: Path) -> None:
+    logs = LogManager([tmp_path], {})
+    logs.startup(NOW)
+    created = [logs.get_or_create("t", i, LogConfig(), now_ms=NOW) for i in range(3)]
+    for epoch in range(5):
+        for log in created:
+            log.assign_epoch_start(epoch, 0)  # a leader change with no data in between
+    assert not any(log.leader_epochs.path.exists() for log in created)
+    logs.run_flush(NOW)
+    for log in created:
+        assert LeaderEpochCache(log.directory).entries() == [(4, 0)]
+
+
+def test_epochs_survive_a_crash_before_the_checkpoint_is_written(tmp_path: Path) -> None:
+    log = Log.open(tmp_path / "t-0", LogConfig(), now_ms=NOW)
+    log.append_as_leader(batch(), leader_epoch=1, now_ms=NOW)
+    log.flush()  # the checkpoint is written before the recovery point passes its data
+    assert LeaderEpochCache(log.directory).entries() == [(1, 0)]
+    log.assign_epoch_start(3, 2)
+    log.append_as_leader(batch(), leader_epoch=3, now_ms=NOW)
+    log.append_as_follower(batch(base_offset=4, partition_leader_epoch=4))
+    assert LeaderEpochCache(log.directory).entries() == [(1, 0)]  # lagging
+    for segment in log.segments:
+        segment.close_fd()  # crash
+    log = Log.open(tmp_path / "t-0", LogConfig(), recovery_point=2, now_ms=NOW)
+    assert log.leader_epochs.entries() == [(1, 0), (3, 2), (4, 4)]
+
+
+def test_truncation_and_roll_write_the_checkpoint_at_once(tmp_path: Path) -> None:
+    log = Log.open(tmp_path / "t-0", LogConfig(), now_ms=NOW)
+    for epoch in (1, 2, 3):
+        log.append_as_leader(batch(), leader_epoch=epoch, now_ms=NOW)
+    log.roll(NOW)  # its producer snapshot may be where the replay starts after a crash
+    assert LeaderEpochCache(log.directory).entries() == [(1, 0), (2, 2), (3, 4)]
+    log.truncate_to(4)
+    assert LeaderEpochCache(log.directory).entries() == [(1, 0), (2, 2)]
+
+
+def test_load_does_not_rewrite_the_checkpoint(tmp_path: Path) -> None:
+    log = Log.open(tmp_path / "t-0", LogConfig(), now_ms=NOW)
+    log.assign_epoch_start(7, 0)  # a leader that appended nothing
+    log.close()
+    before = log.leader_epochs.path.stat().st_ino
+    reopened = Log.open(tmp_path / "t-0", LogConfig(), clean_shutdown=True, now_ms=NOW)
+    # An epoch with no data is dropped at load (as Kafka's truncateFromEnd does), in memory:
+    # the next load derives the same.
+    assert reopened.leader_epochs.entries() == []
+    assert reopened.leader_epochs.path.stat().st_ino == before
+
+
+def test_a_queued_write_to_a_directory_gone_meanwhile_is_no_error(tmp_path: Path) -> None:
+    (tmp_path / "t-0").mkdir()
+    cache = LeaderEpochCache(tmp_path / "t-0")
+    cache.assign(1, 0)
+    job = DiskJob()
+    cache.add_write(job)
+    (tmp_path / "t-0").rename(tmp_path / "t-0.x-delete")  # its log was deleted meanwhile
+    job.run_here()
+    assert job.succeeded

@@ -18,17 +18,24 @@ def broker(node_id: int, rack: str | None = None) -> Entity:
     return Entity(
         id=node_id,
         endpoints=(
-            Entity(port=9000 + node_id, host=f"h{node_id}", listener="PLAINTEXT",
-                   security_protocol=0),
-            Entity(port=9100 + node_id, host=f"r{node_id}", listener="replication",
-                   security_protocol=0),
+            Entity(
+                port=9000 + node_id, host=f"h{node_id}", listener="PLAINTEXT", security_protocol=0
+            ),
+            Entity(
+                port=9100 + node_id, host=f"r{node_id}", listener="replication", security_protocol=0
+            ),
         ),
         rack=rack,
     )
 
 
-def partition(index: int, leader: int, epoch: int = 0, isr: tuple[int, ...] = (1, 2, 3),
-              offline: tuple[int, ...] = ()) -> Entity:
+def partition(
+    index: int,
+    leader: int,
+    epoch: int = 0,
+    isr: tuple[int, ...] = (1, 2, 3),
+    offline: tuple[int, ...] = (),
+) -> Entity:
     return Entity(
         partition_index=index,
         controller_epoch=1,

@@ -133,12 +133,13 @@ def test_records_are_validated_one_by_one(client: WireClient) -> None:
         response = produce(client, "walk", records)
         assert response.error_code == ErrorCode.invalid_record, name
         assert response.error_message, name
-    # The transactional bit from a producer with no ongoing transaction (there are none yet):
-    # Kafka 3.6+'s transaction verification answers INVALID_TXN_STATE, and a request without
-    # a transactional id TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
+    # The transactional bit from a producer no coordinator knows: Kafka 3.6+'s verification
+    # cannot reach a coordinator for the id (no __transaction_state yet) and answers the
+    # retriable NOT_ENOUGH_REPLICAS; a request without a transactional id gets
+    # TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
     txn = batch(producer_id=7, producer_epoch=0, base_sequence=0, is_transactional=True)
     response = produce(client, "walk", txn, transactional_id="never-begun")
-    assert response.error_code == ErrorCode.invalid_txn_state
+    assert response.error_code == ErrorCode.not_enough_replicas
     response = produce(client, "walk", txn)
     assert response.error_code == ErrorCode.transactional_id_authorization_failed
     assert stored(client, "walk") == [b"good0", b"good1"]

@@ -191,6 +191,40 @@ def test_a_parked_fetch_counts_appended_bytes_without_reading(
     asyncio.run(scenario())
 
 
+def test_a_parked_fetch_that_found_nothing_reads_again_only_the_partitions_that_changed(
+    replicas: ReplicaManager,
+) -> None:
+    """A follower's fetch of many idle partitions is woken by an append to one of them
+    (with acks=all, once per produce): only that one is read again, not every partition."""
+
+    def park(min_bytes: int, timeout_ms: int) -> asyncio.Future[Any]:
+        states = []
+        for index in range(2):
+            partition = replicas.get("t", index)
+            assert partition is not None
+            end = partition.high_watermark
+            region = partition.read(end, 1 << 20, min_one_batch=True)
+            states.append(PartitionFetch.after_read(partition, end, region, 1 << 20))
+        delayed = DelayedFetch(
+            states, min_bytes, lambda: "read all again", refresh=lambda keys: sorted(keys)
+        )
+        return replicas.fetch_purgatory.park(delayed.keys, timeout_ms, delayed)
+
+    async def scenario() -> None:
+        assert await park(1, 50) == []  # idle until the deadline: no second read
+        p0 = replicas.get("t", 0)
+        assert p0 is not None
+        small = park(1 << 20, 50)
+        append(replicas, p0, 10)  # data, though not enough to answer at once
+        assert not small.done()
+        assert await small == [("t", 0)]
+        woken = park(1, 60_000)
+        append(replicas, p0, 10)
+        assert woken.done() and woken.result() == [("t", 0)]
+
+    asyncio.run(scenario())
+
+
 def test_a_parked_fetch_is_answered_when_its_segment_rolls(replicas: ReplicaManager) -> None:
     async def scenario() -> None:
         p0 = replicas.get("t", 0)

@@ -12,7 +12,6 @@ from crc32c import crc32c
 from log.config import LogConfig
 from log.errors import InvalidRecordError, InvalidTimestampError
 from log.validator import (
-    InvalidTxnStateError,
     RecordKeyError,
     RecordTimestampError,
     validate,
@@ -200,12 +199,13 @@ def test_wrong_offset_deltas_and_trailing_bytes_are_invalid() -> None:
 def test_client_rules_on_producer_fields() -> None:
     with pytest.raises(InvalidRecordError, match="sequence"):
         validate(batch(producer_id=5, producer_epoch=0, base_sequence=-1), config(), NOW)
-    with pytest.raises(InvalidTxnStateError):
-        validate(
-            batch(producer_id=5, producer_epoch=0, base_sequence=0, is_transactional=True),
-            config(),
-            NOW,
-        )
+    # A transactional batch passes: whether it belongs to a transaction is the producer
+    # state's and the produce handler's question.
+    validate(
+        batch(producer_id=5, producer_epoch=0, base_sequence=0, is_transactional=True),
+        config(),
+        NOW,
+    )
     with pytest.raises(InvalidRecordError, match="control"):
         validate(batch(is_control=True), config(), NOW)
     # The broker's own batches (origin_client=False) skip the client rules.
@@ -216,11 +216,32 @@ def test_keys_and_timestamps_name_the_record() -> None:
     records = [(b"k", b"v", [], NOW), (None, b"v", [], NOW), (b"k", b"v", [], NOW)]
     with pytest.raises(RecordKeyError) as key_error:
         validate(build_batch(records, compression=LZ4), config(cleanup_policy="compact"), NOW)
-    assert key_error.value.batch_index == 1
+    assert [i for i, _ in key_error.value.record_errors] == [1]
     late = [(b"k", b"v", [], NOW), (b"k", b"v", [], NOW - 10_000)]
     with pytest.raises(RecordTimestampError) as ts_error:
         validate(build_batch(late), config(message_timestamp_before_max_ms=5_000), NOW)
-    assert ts_error.value.batch_index == 1 and isinstance(ts_error.value, InvalidTimestampError)
+    assert [i for i, _ in ts_error.value.record_errors] == [1]
+    assert isinstance(ts_error.value, InvalidTimestampError)
+
+
+def test_every_bad_record_of_a_batch_is_named() -> None:
+    """KIP-467: 100 records, every tenth keyless, on a compacted topic: ten record errors;
+    a bad timestamp among them makes the batch's error INVALID_TIMESTAMP, with both kinds."""
+    keyless = [(None if i % 10 == 3 else b"k", b"v", [], NOW) for i in range(100)]
+    with pytest.raises(RecordKeyError) as key_error:
+        validate(build_batch(keyless, compression=LZ4), config(cleanup_policy="compact"), NOW)
+    errors = key_error.value.record_errors
+    assert [i for i, _ in errors] == list(range(3, 100, 10))
+    assert all("without key" in message for _, message in errors)
+    assert "10 record errors" in str(key_error.value)
+    mixed = [(None, b"v", [], NOW), (b"k", b"v", [], NOW - 10_000), (b"k", b"v", [], NOW)]
+    with pytest.raises(RecordTimestampError) as mixed_error:
+        validate(
+            build_batch(mixed),
+            config(cleanup_policy="compact", message_timestamp_before_max_ms=5_000),
+            NOW,
+        )
+    assert [i for i, _ in mixed_error.value.record_errors] == [0, 1]
 
 
 def test_a_wrong_max_timestamp_is_rewritten() -> None:

@@ -30,8 +30,9 @@ from log import LogManager
 from replica.fetch_session import FetchSessions
 from replica.manager import ReplicaManager
 from replica.partition import Partition
-from replica.state import CommittedIsr, LeaderAndIsrState, StopReplicaState
+from replica.state import CommittedIsr, IsrProposal, LeaderAndIsrState, StopReplicaState
 from server.config import BrokerConfig
+from server.quotas import ClientQuotas
 from tests.kafka_wire import request_frame
 from wire.headers import skip_tagged_fields
 from wire.records import build_batch
@@ -91,7 +92,14 @@ class Node:
         metadata.put_topic(
             TopicInfo(TOPIC, TOPIC_ID, {0: PartitionInfo(0, 0, 0, [0, 1, 2], [0, 1, 2])})
         )
-        services = Services(BrokerConfig(props), metadata, None, self.replicas, cluster.now_ms)  # type: ignore[arg-type]
+        services = Services(
+            BrokerConfig(props),
+            metadata,
+            None,  # type: ignore[arg-type]
+            self.replicas,
+            cluster.now_ms,
+            ClientQuotas(11, 1),
+        )
         self.dispatcher = Dispatcher(services)
         self.up = True
         self._correlation = 0
@@ -129,6 +137,7 @@ class Cluster:
         self.props.update(props)
         self.clock_ms = 1_700_000_000_000
         self.alters: list[tuple[int, list[int]]] = []  # (leader epoch, proposed ISR)
+        self.alter_requests: list[int] = []  # partitions in each AlterPartition
         self.fetches: list[tuple[int, int]] = []  # (source broker, partitions in the request)
         # The controller's view: leader epoch, ISR and partition epoch.
         self.leader_epoch, self.isr, self.partition_epoch = 0, [0], 0
@@ -148,24 +157,20 @@ class Cluster:
 
         return send
 
-    async def alter_partition(
-        self,
-        topic: str,
-        topic_id: Any,
-        partition: int,
-        leader_epoch: int,
-        new_isr: list[int],
-        partition_epoch: int,
-    ) -> CommittedIsr | ErrorCode:
-        assert (topic, topic_id, partition) == (TOPIC, TOPIC_ID, 0)
+    async def alter_partition(self, proposals: list[IsrProposal]) -> list[CommittedIsr | ErrorCode]:
+        self.alter_requests.append(len(proposals))
         await asyncio.sleep(0)
-        if leader_epoch != self.leader_epoch:
+        return [self.alter_one(p) for p in proposals]
+
+    def alter_one(self, p: IsrProposal) -> CommittedIsr | ErrorCode:
+        assert (p.topic, p.topic_id, p.partition) == (TOPIC, TOPIC_ID, 0)
+        if p.leader_epoch != self.leader_epoch:
             return ErrorCode.fenced_leader_epoch
-        if partition_epoch != self.partition_epoch:
+        if p.partition_epoch != self.partition_epoch:
             return ErrorCode.invalid_update_version
-        self.alters.append((leader_epoch, list(new_isr)))
-        self.isr, self.partition_epoch = list(new_isr), partition_epoch + 1
-        return CommittedIsr(leader_epoch, list(new_isr), self.partition_epoch)
+        self.alters.append((p.leader_epoch, list(p.new_isr)))
+        self.isr, self.partition_epoch = list(p.new_isr), p.partition_epoch + 1
+        return CommittedIsr(p.leader_epoch, list(p.new_isr), self.partition_epoch)
 
     def elect(
         self, leader: int, isr: list[int], to: list[int] | None = None, replicas: int = 3
@@ -280,6 +285,34 @@ def test_followers_copy_the_leader_and_the_hw_waits_for_them(tmp_path: Path) -> 
     run(tmp_path, scenario)
 
 
+def test_isr_changes_of_many_partitions_go_in_one_alter_partition(tmp_path: Path) -> None:
+    async def scenario(c: Cluster) -> None:
+        count = 50
+        states = [
+            LeaderAndIsrState("many", None, p, 0, 0, [0, 1, 2], 0, [0, 1, 2]) for p in range(count)
+        ]
+
+        def commit(p: IsrProposal) -> CommittedIsr:  # the controller accepts every change
+            return CommittedIsr(p.leader_epoch, list(p.new_isr), p.partition_epoch + 1)
+
+        c.alter_one = commit  # type: ignore[method-assign]
+        for node in c.nodes:
+            node.replicas.become_leader_or_follower(1, states)
+        leader = c.nodes[0].replicas
+        partitions = [leader.get("many", p) for p in range(count)]
+        c.nodes[2].up = False  # broker 2 stops fetching
+        c.clock_ms += 1_000  # past replica.lag.time.max.ms
+        await until(
+            lambda: all(p.followers[1].last_caught_up_ms == c.clock_ms for p in partitions),
+            "broker 1 fetches every partition again",
+        )
+        leader.maybe_shrink_isr()
+        await until(lambda: all(p.isr == [0, 1] for p in partitions), "broker 2 leaves every ISR")
+        assert c.alter_requests == [count]
+
+    run(tmp_path, scenario, **{"replica.lag.time.max.ms": "400"})
+
+
 def test_acks_all_waits_for_every_isr_member(tmp_path: Path) -> None:
     async def scenario(c: Cluster) -> None:
         c.isr = [0, 1, 2]
@@ -317,8 +350,10 @@ def test_isr_shrinks_when_a_follower_stops_and_expands_when_it_catches_up(
         append(leader, 4, b"y")
         await in_sync(c, 0, [1])
         c.clock_ms += 1_000  # past replica.lag.time.max.ms
-        follower = leader.partition.followers[1]
-        await until(lambda: follower.last_caught_up_ms == c.clock_ms, "broker 1 fetches again")
+        await until(
+            lambda: leader.replicas.caught_up_ms(leader.partition, 1) == c.clock_ms,
+            "broker 1 fetches again",
+        )
         leader.replicas.maybe_shrink_isr()  # broker 1 caught up since: only 2 is dropped
         await until(lambda: leader.partition.isr == [0, 1], "broker 2 leaves the ISR")
         assert c.alters[-1] == (c.leader_epoch, [0, 1])
@@ -344,6 +379,30 @@ def test_isr_shrinks_when_a_follower_stops_and_expands_when_it_catches_up(
         assert ok.responses[0].partition_responses[0].base_offset == end
 
     run(tmp_path, scenario, **{"replica.lag.time.max.ms": "400", "min.insync.replicas": "2"})
+
+
+def test_a_leader_replaced_before_appending_drops_its_epoch_as_a_follower(
+    tmp_path: Path,
+) -> None:
+    """Broker 1 leads epoch 1 (its epoch cache starts epoch 1 at its log end) and is
+    replaced before anything is appended. Following broker 2, whose log never had epoch 1,
+    its fetches diverge at epoch 1 with nothing to truncate: it drops the epoch entry at its
+    log end (as Kafka's truncateTo always does) and catches up, instead of diverging at
+    every fetch."""
+
+    async def scenario(c: Cluster) -> None:
+        c.isr = [0, 1, 2]
+        c.tell(0)
+        append(c.nodes[0], 4, b"a")
+        await in_sync(c, 0, [1, 2])
+        c.elect(1, [0, 1, 2])
+        assert c.nodes[1].partition.log.leader_epochs.entries() == [(0, 0), (1, 4)]
+        c.elect(2, [0, 1, 2])
+        append(c.nodes[2], 3, b"b")
+        await in_sync(c, 2, [0, 1])
+        assert c.nodes[1].partition.log.leader_epochs.entries() == [(0, 0), (2, 4)]
+
+    run(tmp_path, scenario)
 
 
 def test_follower_keeps_its_uncommitted_tail_and_can_lead_with_it(tmp_path: Path) -> None:
@@ -568,9 +627,7 @@ def test_idempotent_producer_state_follows_the_leader(tmp_path: Path) -> None:
         answer = retry.responses[0].partition_responses[0]
         assert (answer.error_code, answer.base_offset) == (ErrorCode.none, 1)
         assert c.nodes[1].partition.log.log_end_offset == 2  # nothing appended again
-        out_of_order = await c.nodes[1].call(
-            PRODUCE, 11, produce_request(idempotent(5), 1, 30_000)
-        )
+        out_of_order = await c.nodes[1].call(PRODUCE, 11, produce_request(idempotent(5), 1, 30_000))
         assert out_of_order.responses[0].partition_responses[0].error_code == (
             ErrorCode.out_of_order_sequence_number
         )
@@ -714,5 +771,43 @@ def test_a_partition_no_longer_followed_leaves_the_session(tmp_path: Path) -> No
         follower.replicas.stop_replicas(1, [StopReplicaState("m", 2, 1, delete=False)])
         await until(lambda: len(session.partitions) == 2, "partition 2 is forgotten")
         assert ("m", 2) not in session.partitions
+
+    run(tmp_path, scenario, size=2)
+
+
+def test_an_idle_follower_session_reads_only_what_changed(tmp_path: Path) -> None:
+    """The leader reads a follower session's partitions only when they change (or the
+    follower names them): idle, every one is quiet and a long poll reads none; an append
+    makes that one partition dirty, wakes the parked fetch and is copied."""
+
+    async def scenario(c: Cluster) -> None:
+        states = [LeaderAndIsrState("m", None, p, 0, 0, [0, 1], 0, [0, 1]) for p in range(4)]
+        for node in c.nodes:
+            node.replicas.become_leader_or_follower(1, states)
+        leader, follower = c.nodes
+        sessions = leader.replicas.fetch_sessions
+        await until(lambda: len(sessions) == 1, "a session exists")
+        (session,) = sessions._sessions.values()
+        await until(
+            lambda: (
+                len(session.partitions) == 4
+                and all(cached.quiet for cached in session.partitions.values())
+            ),
+            "every partition is quiet",
+        )
+        assert not session.dirty
+        part = leader.replicas.get("m", 2)
+        assert part is not None
+        leader.replicas.append(part, batch(3, b"q"), 0)
+        copy = follower.replicas.get("m", 2)
+        assert copy is not None
+        await until(lambda: copy.log.log_end_offset == 3, "partition 2 is copied")
+        await until(lambda: part.high_watermark == 3, "the high watermark follows")
+        await until(
+            lambda: all(cached.quiet for cached in session.partitions.values()),
+            "quiet again",
+        )
+        others = [leader.replicas.get("m", p) for p in (0, 1, 3)]
+        assert all(p is not None and p.log.log_end_offset == 0 for p in others)
 
     run(tmp_path, scenario, size=2)

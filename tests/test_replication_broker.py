@@ -224,11 +224,9 @@ def session_fetch(
     return client.call(FETCH, 12, request)
 
 
-def test_fetch_sessions_for_followers_only(client: WireClient) -> None:
+def test_follower_fetch_sessions(client: WireClient) -> None:
+    """Consumer sessions: tests/test_topic_ids_and_sessions.py."""
     assert create(client, "sessions").error_code == 0
-    # A consumer asking for a session gets a sessionless answer (Kafka may decline them).
-    consumer = session_fetch(client, -1, 0, 0, "sessions")
-    assert (consumer.error_code, consumer.session_id) == (0, 0)
     assert session_fetch(client, -1, 77, 1, None).error_code == (
         ErrorCode.fetch_session_id_not_found
     )

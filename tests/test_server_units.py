@@ -113,9 +113,12 @@ def test_cluster_keys_have_kafkas_defaults(caplog: pytest.LogCaptureFixture) -> 
     unclean = BrokerConfig({"unclean.leader.election.enable": "true"})
     assert unclean["unclean.leader.election.enable"] is True
     assert not BrokerConfig({}).cluster_mode
-    assert BrokerConfig(
-        {"zookeeper.connect": "zk:2181", "zookeeper.connection.timeout.ms": "6000"}
-    ).zookeeper_connection_timeout_ms == 6000
+    assert (
+        BrokerConfig(
+            {"zookeeper.connect": "zk:2181", "zookeeper.connection.timeout.ms": "6000"}
+        ).zookeeper_connection_timeout_ms
+        == 6000
+    )
 
 
 def test_inter_broker_listener_is_named_or_derived() -> None:
@@ -223,5 +226,3 @@ def test_listener_parsing() -> None:
     assert parse_listener("PLAINTEXT://127.0.0.1:9092") == ("PLAINTEXT", "127.0.0.1", 9092)
     assert parse_listener("external://:19092") == ("EXTERNAL", "", 19092)
     assert parse_listener("PLAINTEXT://[::1]:9092") == ("PLAINTEXT", "::1", 9092)
-
-

@@ -12,7 +12,14 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from wire import interbroker as ib
-from wire.schema import SchemaDecodeError, decode, encode, request_type, response_type
+from wire.schema import (
+    SchemaDecodeError,
+    decode,
+    encode,
+    encode_generic,
+    request_type,
+    response_type,
+)
 
 TOPIC_ID = uuid.UUID("0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0")
 
@@ -271,3 +278,76 @@ def test_truncated_body_is_refused() -> None:
     raw = encode(leader_and_isr())
     with pytest.raises(SchemaDecodeError):
         decode(ib.LeaderAndIsrRequest, raw[:-5])
+
+
+def _varied_requests() -> list[object]:
+    """LeaderAndIsr and UpdateMetadata in every shape the fast encoder distinguishes:
+    several topics (over 127: a two-byte count), a null topic id, a non-ASCII name, empty
+    and 127-long arrays (a two-byte compact length), each flag."""
+    long_replicas = tuple(range(127))
+    lai_topics = []
+    um_topics = []
+    for t in range(130):
+        name, topic_id = (f"t{t}", uuid.UUID(int=t + 1)) if t else ("tópico", None)
+        lai_states = []
+        um_states = []
+        for p in range(3):
+            replicas = long_replicas if (t, p) == (2, 1) else (p, p + 1, p + 2)[: p + 1]
+            lai_states.append(
+                ib.LeaderAndIsrPartitionState(
+                    partition_index=p, controller_epoch=t, leader=p - 1, leader_epoch=2**31 - 1,
+                    isr=replicas[:1], partition_epoch=-7, replicas=replicas,
+                    adding_replicas=(9,) if p == 1 else (), removing_replicas=(8, 7)[:p],
+                    is_new=p == 2, leader_recovery_state=p % 2,
+                )
+            )  # fmt: skip
+            um_states.append(
+                ib.UpdateMetadataPartitionState(
+                    partition_index=p, controller_epoch=t, leader=-2, leader_epoch=p,
+                    isr=(), zk_version=2**31 - 1, replicas=replicas, offline_replicas=replicas[1:],
+                )
+            )  # fmt: skip
+        lai_topics.append(
+            ib.LeaderAndIsrTopicState(
+                topic_name=name, topic_id=topic_id, partition_states=tuple(lai_states)
+            )
+        )
+        um_topics.append(
+            ib.UpdateMetadataTopicState(
+                topic_name=name, topic_id=topic_id, partition_states=tuple(um_states)
+            )
+        )
+    endpoint = ib.UpdateMetadataEndpoint(port=9092, host="h", listener="L", security_protocol=1)
+    return [
+        ib.LeaderAndIsrRequest(
+            controller_id=3,
+            controller_epoch=4,
+            broker_epoch=2**40,
+            type=2,
+            topic_states=tuple(lai_topics),
+            live_leaders=(ib.LeaderAndIsrLiveLeader(broker_id=1, host_name="h", port=9),),
+        ),  # fmt: skip
+        ib.LeaderAndIsrRequest(
+            controller_id=3, controller_epoch=4, topic_states=(), live_leaders=()
+        ),
+        ib.UpdateMetadataRequest(
+            controller_id=3,
+            controller_epoch=4,
+            broker_epoch=5,
+            topic_states=tuple(um_topics),
+            live_brokers=(
+                ib.UpdateMetadataBroker(id=1, endpoints=(endpoint,), rack="r"),
+                ib.UpdateMetadataBroker(id=2, endpoints=(), rack=None),
+            ),
+        ),  # fmt: skip
+        ib.UpdateMetadataRequest(
+            controller_id=3, controller_epoch=4, topic_states=tuple(um_topics[:1]), live_brokers=()
+        ),
+    ]
+
+
+@pytest.mark.parametrize("index", range(4))
+def test_fast_encoders_equal_the_generic_writer(index: int) -> None:
+    request = _varied_requests()[index]
+    assert encode(request) == encode_generic(request)
+    assert decode(type(request), encode(request)) == request

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import random
+import uuid
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -15,6 +16,7 @@ from wire.produce import (
     MAX_VERSION,
     MIN_VERSION,
     PartitionResult,
+    TopicData,
     decode_produce_request,
     encode_produce_response,
 )
@@ -22,6 +24,12 @@ from wire.reader import BodyDecodeError
 from wire.schema import encode, request_type, response_type
 
 VERSIONS = range(MIN_VERSION, MAX_VERSION + 1)
+# From v13 topics are named by id.
+IDS = {name: uuid.uuid4() for name in ("a", "b", "bé", "t")}
+
+
+def topic(name: str) -> TopicData:
+    return TopicData(name, [], IDS[name])
 
 
 def kio_request(version: int, txn: str | None, topics: dict[str, list[tuple[int, bytes | None]]]):
@@ -32,7 +40,12 @@ def kio_request(version: int, txn: str | None, topics: dict[str, list[tuple[int,
         acks=-1,
         timeout=datetime.timedelta(milliseconds=1500),
         topic_data=tuple(
-            t(name=name, partition_data=tuple(p(index=i, records=r) for i, r in parts))
+            build(
+                t,
+                name=name,
+                topic_id=IDS[name],
+                partition_data=tuple(p(index=i, records=r) for i, r in parts),
+            )
             for name, parts in topics.items()
         ),
     )
@@ -44,17 +57,36 @@ def test_decoder_matches_kio_encoding(version: int) -> None:
     data = b"HEAD" + encode(kio_request(version, "txn-1", topics))
     request = decode_produce_request(version, data, 4)
     assert (request.transactional_id, request.acks, request.timeout_ms) == ("txn-1", -1, 1500)
-    assert {t.name: [(p.index, p.records) for p in t.partitions] for t in request.topics} == topics
+    by_id = {v: k for k, v in IDS.items()}
+    decoded = {
+        t.name or by_id[t.topic_id]: [(p.index, p.records) for p in t.partitions]
+        for t in request.topics
+    }
+    assert decoded == topics
+    assert all((t.topic_id is not None) == (version >= 13) for t in request.topics)
 
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_encoder_matches_kio(version: int) -> None:
     results = [
-        ("a", [PartitionResult(0, 0, 42, -1, 0), PartitionResult(3, 6)]),
-        ("b", [PartitionResult(1, 0, 7, 1_700_000_000_123, 5)]),
+        (topic("a"), [PartitionResult(0, 0, 42, -1, 0), PartitionResult(3, 6)]),
+        (topic("b"), [PartitionResult(1, 0, 7, 1_700_000_000_123, 5)]),
     ]
+    endpoints = [(4, "b4", 9095, "r1")]
+    if version >= 10:  # KIP-951: the leader of a partition led elsewhere
+        results[0][1][1].error_code = ErrorCode.not_leader_or_follower
+        results[0][1][1].current_leader = (4, 12)
     cls = response_type(0, version)
     t, p = nested(cls, "TopicProduceResponse"), nested(cls, "PartitionProduceResponse")
+
+    def leader(r: PartitionResult) -> dict[str, object]:
+        if r.current_leader is None:
+            return {}
+        return {
+            "current_leader": nested(cls, "LeaderIdAndEpoch")(
+                leader_id=r.current_leader[0], leader_epoch=r.current_leader[1]
+            )
+        }
 
     def when(ms: int) -> datetime.datetime | None:
         return None if ms < 0 else datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC)
@@ -63,8 +95,10 @@ def test_encoder_matches_kio(version: int) -> None:
         cls,
         throttle_time=NO_THROTTLE,
         responses=tuple(
-            t(
-                name=name,
+            build(
+                t,
+                name=name.name,
+                topic_id=name.topic_id,
                 partition_responses=tuple(
                     build(
                         p,
@@ -75,17 +109,25 @@ def test_encoder_matches_kio(version: int) -> None:
                         log_start_offset=r.log_start_offset,
                         record_errors=(),
                         error_message=None,
+                        **leader(r),
                     )
                     for r in parts
                 ),
             )
             for name, parts in results
         ),
+        node_endpoints=tuple(
+            nested(cls, "NodeEndpoint")(node_id=n, host=h, port=port, rack=r)
+            for n, h, port, r in endpoints
+        )
+        if version >= 10
+        else (),
     )
-    assert encode_produce_response(version, results) == encode(expected)
+    ours = encode_produce_response(version, results, node_endpoints=endpoints)
+    assert ours == encode(expected)
 
 
-@pytest.mark.parametrize("version", [3, 8, 9, 11])
+@pytest.mark.parametrize("version", [3, 8, 9, 11, 13])
 def test_truncations_raise_decode_errors(version: int) -> None:
     data = encode(kio_request(version, None, {"t": [(0, b"r" * 50)]}))
     for cut in range(len(data) - 1):
@@ -120,8 +162,10 @@ def test_record_errors_and_error_message_match_kio(version: int) -> None:
         cls,
         throttle_time=NO_THROTTLE,
         responses=(
-            t(
+            build(
+                t,
                 name="t",
+                topic_id=IDS["t"],
                 partition_responses=(
                     build(
                         p,
@@ -139,4 +183,4 @@ def test_record_errors_and_error_message_match_kio(version: int) -> None:
             ),
         ),
     )
-    assert encode_produce_response(version, [("t", [failed])]) == encode(expected)
+    assert encode_produce_response(version, [(topic("t"), [failed])]) == encode(expected)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 
 import pytest
@@ -78,7 +79,10 @@ class _Region:
         return len(self.data)
 
 
-@pytest.mark.parametrize("version", range(4, 13))
+ALPHA_ID, BETA_ID = uuid.uuid4(), uuid.uuid4()
+
+
+@pytest.mark.parametrize("version", range(4, 19))
 def test_fetch_encoder_matches_kio(version: int) -> None:
     records = b"R" * 70
     topics = [
@@ -88,10 +92,19 @@ def test_fetch_encoder_matches_kio(version: int) -> None:
                 FetchPartition(0, 0, 10, 10, 2, None, _Region(records)),
                 FetchPartition(1, ErrorCode.offset_out_of_range, 5, 5, 0, [(7, 3)], b""),
             ],
+            ALPHA_ID,
         ),
-        FetchTopic("beta", [FetchPartition(3, 0, 0, 0, 0, None, None)]),
+        FetchTopic("beta", [FetchPartition(3, 0, 0, 0, 0, None, None)], BETA_ID),
     ]
-    parts, size = encode_fetch_response(version, topics, throttle_ms=0, session_id=0)
+    endpoints = [(2, "b2.example", 9093, "rack-b"), (1, "b1", 9092, None)]
+    if version >= 12:  # KIP-951 leader hints, beside a diverging epoch
+        topics[0].partitions[1].error_code = ErrorCode.not_leader_or_follower
+        topics[0].partitions[1].current_leader = (2, 7)
+        topics[1].partitions[0].current_leader = (1, 3)
+        topics[1].partitions[0].diverging_epoch = (4, 40)
+    parts, size = encode_fetch_response(
+        version, topics, throttle_ms=0, session_id=0, node_endpoints=endpoints
+    )
     ours = b"".join(p if isinstance(p, bytes) else p.data for p in parts)
     assert len(ours) == size
 
@@ -99,6 +112,18 @@ def test_fetch_encoder_matches_kio(version: int) -> None:
     topic_cls = nested(cls, "FetchableTopicResponse")
     part_cls = nested(cls, "PartitionData")
     aborted_cls = nested(cls, "AbortedTransaction")
+
+    def hints(p: FetchPartition) -> dict[str, object]:
+        out: dict[str, object] = {}
+        if p.current_leader is not None:
+            out["current_leader"] = nested(cls, "LeaderIdAndEpoch")(
+                leader_id=p.current_leader[0], leader_epoch=p.current_leader[1]
+            )
+        if p.diverging_epoch is not None:
+            out["diverging_epoch"] = nested(cls, "EpochEndOffset")(
+                epoch=p.diverging_epoch[0], end_offset=p.diverging_epoch[1]
+            )
+        return out
 
     def part(p: FetchPartition, recs: bytes | None) -> object:
         aborted = (
@@ -116,6 +141,7 @@ def test_fetch_encoder_matches_kio(version: int) -> None:
             aborted_transactions=aborted,
             preferred_read_replica=-1,
             records=recs,
+            **hints(p),
         )
 
     expected = build(
@@ -123,21 +149,34 @@ def test_fetch_encoder_matches_kio(version: int) -> None:
         throttle_time=NO_THROTTLE,
         error_code=ErrorCode.none,
         session_id=0,
+        node_endpoints=tuple(
+            build(nested(cls, "NodeEndpoint"), node_id=n, host=h, port=port, rack=r)
+            for n, h, port, r in sorted(endpoints)
+        )
+        if version >= 16
+        else (),
         responses=(
-            topic_cls(
+            build(
+                topic_cls,
                 topic="alpha",
+                topic_id=ALPHA_ID,
                 partitions=(
                     part(topics[0].partitions[0], records),
                     part(topics[0].partitions[1], b""),
                 ),
             ),
-            topic_cls(topic="beta", partitions=(part(topics[1].partitions[0], None),)),
+            build(
+                topic_cls,
+                topic="beta",
+                topic_id=BETA_ID,
+                partitions=(part(topics[1].partitions[0], None),),
+            ),
         ),
     )
     assert ours == encode(expected)
 
 
-@pytest.mark.parametrize("version", range(4, 13))
+@pytest.mark.parametrize("version", range(4, 19))
 def test_fetch_request_decoder_matches_kio(version: int) -> None:
     import datetime
 
@@ -145,8 +184,12 @@ def test_fetch_request_decoder_matches_kio(version: int) -> None:
 
     cls = request_type(1, version)
     t, p = nested(cls, "FetchTopic"), nested(cls, "FetchPartition")
+    old_id = uuid.uuid4()
     fields = dict(
-        replica_id=-1,
+        replica_id=4,
+        replica_state=nested(cls, "ReplicaState")(replica_id=4, replica_epoch=9)
+        if version >= 15
+        else None,
         max_wait=datetime.timedelta(milliseconds=500),
         min_bytes=1,
         max_bytes=52428800,
@@ -154,8 +197,10 @@ def test_fetch_request_decoder_matches_kio(version: int) -> None:
         session_id=0,
         session_epoch=-1,
         topics=(
-            t(
+            build(
+                t,
                 topic="alpha",
+                topic_id=ALPHA_ID,
                 partitions=tuple(
                     build(
                         p,
@@ -165,12 +210,16 @@ def test_fetch_request_decoder_matches_kio(version: int) -> None:
                         last_fetched_epoch=2,
                         log_start_offset=7,
                         partition_max_bytes=1 << 20,
+                        replica_directory_id=uuid.uuid4(),  # v17+, tagged: skipped
+                        high_watermark=55,  # v18+, tagged: skipped
                     )
                     for i in range(3)
                 ),
             ),
         ),
-        forgotten_topics_data=(nested(cls, "ForgottenTopic")(topic="old", partitions=(1, 2)),)
+        forgotten_topics_data=(
+            build(nested(cls, "ForgottenTopic"), topic="old", topic_id=old_id, partitions=(1, 2)),
+        )
         if version >= 7
         else (),
         rack_id="rack-a",
@@ -184,7 +233,13 @@ def test_fetch_request_decoder_matches_kio(version: int) -> None:
         for fp in request.topics[0].partitions
     ] == [(i, 100 + i, 1 << 20) for i in range(3)]
     assert request.topics[0].partitions[0].current_leader_epoch == (3 if version >= 9 else -1)
-    assert request.forgotten == ([("old", [1, 2])] if version >= 7 else [])
+    assert request.replica_id == 4
+    if version >= 13:
+        assert (request.topics[0].topic_id, request.topics[0].topic) == (ALPHA_ID, "")
+        assert (request.forgotten, request.forgotten_ids) == ([], [(old_id, [1, 2])])
+    else:
+        assert request.topics[0].topic == "alpha"
+        assert request.forgotten == ([("old", [1, 2])] if version >= 7 else [])
     assert request.rack_id == ("rack-a" if version >= 11 else "")
     for cut in range(0, len(data) - 1, 3):
         with pytest.raises(SchemaDecodeError):
@@ -192,7 +247,7 @@ def test_fetch_request_decoder_matches_kio(version: int) -> None:
 
 
 @settings(max_examples=300, derandomize=True, database=None)
-@given(version=st.integers(4, 12), seed=st.integers(0, 2**32), flips=st.integers(1, 6))
+@given(version=st.integers(4, 18), seed=st.integers(0, 2**32), flips=st.integers(1, 6))
 def test_fetch_request_mutations_raise_only_decode_errors(
     version: int, seed: int, flips: int
 ) -> None:
@@ -217,8 +272,10 @@ def test_fetch_request_mutations_raise_only_decode_errors(
                 rack_id="",
                 forgotten_topics_data=(),
                 topics=(
-                    t(
+                    build(
+                        t,
                         topic="t",
+                        topic_id=ALPHA_ID,
                         partitions=(build(p, partition=0, fetch_offset=1, partition_max_bytes=10),),
                     ),
                 ),

@@ -463,6 +463,12 @@ def test_returning_broker_is_told_everything_and_offline_partition_comes_back(
             assert set(told) == {("t", 0), ("t", 1)}
             [um] = c.brokers.of(UpdateMetadataRequest, 2, since)[:1]
             assert set(partitions_in(um)) == {("t", 0), ("t", 1)}
+            # It learns the leaders' endpoints before it is told to follow them (Kafka's
+            # onBrokerStartup), and the other broker learns of it.
+            first = next(r for t, n, r in c.brokers.sent if n == 2 and t >= since)
+            assert first is um and {b.id for b in um.live_brokers} == {1, 2}
+            [um1] = c.brokers.of(UpdateMetadataRequest, 1, since)[:1]
+            assert {b.id for b in um1.live_brokers} == {1, 2}
 
     run(body)
 
@@ -805,6 +811,7 @@ def test_deletion_waits_for_a_replica_that_is_down(connect: str) -> None:
             await wait_for(lambda: len(controller.states) == 2)
             await c.kill(3)
             await wait_for(lambda: 3 not in controller.brokers)
+            await c.settled(controller)  # the ISR shrink's UpdateMetadata goes before `since`
             since = time.monotonic()
             await c.zk.mark_for_deletion("t")
             await wait_for(lambda: len(c.brokers.of(StopReplicaRequest, None, since)) == 2)

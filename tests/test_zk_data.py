@@ -228,6 +228,25 @@ def test_broker_watch_fires_on_the_loop_thread(connect: str) -> None:
     run(body)
 
 
+def test_a_watch_set_twice_before_it_fires_is_called_once(connect: str) -> None:
+    async def body() -> None:
+        async with kafka_zk(connect) as watcher, kafka_zk(connect) as other:
+            changes = Recorder()
+            await watcher.brokers(watch=changes)
+            await watcher.brokers(watch=changes)  # as a controller re-reading on an event
+            await other.register_broker(broker(3))
+            await changes.wait_for(lambda items: len(items) >= 1)
+            # kazoo delivers events in order: once a later event is seen, a duplicate of
+            # the first would have been delivered before it.
+            later = Recorder()
+            await watcher.brokers(watch=later)
+            await other.register_broker(broker(4))
+            await later.wait_for(lambda items: len(items) == 1)
+            assert len(changes.items) == 1
+
+    run(body)
+
+
 def test_controller_election_one_winner_then_failover_with_the_next_epoch(connect: str) -> None:
     async def body() -> None:
         async with kafka_zk(connect) as observer:
@@ -381,7 +400,11 @@ def test_topics_configs_and_deletion(connect: str) -> None:
             data, _ = await controller.zk.get("/brokers/topics/orders")
             raw = json.loads(data)
             assert list(raw) == [
-                "version", "topic_id", "partitions", "adding_replicas", "removing_replicas"
+                "version",
+                "topic_id",
+                "partitions",
+                "adding_replicas",
+                "removing_replicas",
             ]
             assert raw["partitions"] == {"0": [1, 2], "1": [2, 1]}
             assert raw["adding_replicas"] == {"1": [3]} and raw["removing_replicas"] == {}
@@ -527,3 +550,42 @@ def test_ten_thousand_partition_states_written_and_read_back(connect: str) -> No
             assert create_s + write_s + read_s < 180
 
     run(body)
+
+
+def test_entity_configs_with_change_notifications_as_kafka_writes_them(connect: str) -> None:
+    async def body() -> None:
+        async with kafka_zk(connect) as kzk:
+            await kzk.set_entity_configs("brokers/<default>", {"log.retention.ms": "1"})
+            await kzk.set_entity_configs("topics/t", {"retention.ms": "2"})
+            await kzk.set_entity_configs("topics/t", {"retention.ms": "3"})
+            assert await kzk.entity_configs("topics/t") == {"retention.ms": "3"}
+            data, _ = await kzk.zk.get("/config/brokers/<default>")
+            assert json.loads(data) == {"version": 1, "config": {"log.retention.ms": "1"}}
+            changes = await kzk.config_changes()
+            assert [s for s, _ in changes] == sorted(s for s, _ in changes)
+            assert [await kzk.config_change(n) for _, n in changes] == [
+                "brokers/<default>",
+                "topics/t",
+                "topics/t",
+            ]
+            await kzk.purge_config_changes(older_than_ms=0)  # none that old
+            assert len(await kzk.config_changes()) == 3
+            await kzk.purge_config_changes(older_than_ms=int(time.time() * 1000) + 60_000)
+            assert await kzk.config_changes() == []
+
+            # Client quota entities: the same writer, and one read of them all.
+            await kzk.set_entity_configs("clients/c", {"producer_byte_rate": "1024"})
+            await kzk.set_entity_configs("users/u/clients/<default>", {"request_percentage": "5"})
+            await kzk.zk.create("/config/users/bad", b"{not json")
+            assert await kzk.quota_entity_configs() == {
+                "clients/c": {"producer_byte_rate": "1024"},
+                "users/u": {},
+                "users/bad": {},
+                "users/u/clients/<default>": {"request_percentage": "5"},
+            }
+            assert [await kzk.config_change(n) for _, n in await kzk.config_changes()] == [
+                "clients/c",
+                "users/u/clients/<default>",
+            ]
+
+    asyncio.run(body())

@@ -8,12 +8,19 @@ UpdateMetadata (6) v8 and ControlledShutdown (7) v3, all flexible. Only Gregor b
 speak them, to one another, so there is no older version to negotiate down to.
 
 The field order, types, defaults and tags are those of the JSON at these versions, so
-``wire.schema.encode`` and ``wire.schema.decode`` produce and read Kafka's bytes.
+``wire.schema.encode`` and ``wire.schema.decode`` produce and read Kafka's bytes. The
+partition states of LeaderAndIsr and UpdateMetadata, of which a controller sends tens of
+thousands, are encoded by the struct-based ENCODERS below (kio's generic writer spent about
+0.1 s on 10,000 of them); the tests hold them byte-equal to the generic writer.
 """
 
+import dataclasses
+import struct
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import ClassVar
+from functools import cache
+from typing import Any, ClassVar
 
 from kio.schema.errors import ErrorCode
 from kio.schema.request_header.v2.header import RequestHeader
@@ -21,6 +28,8 @@ from kio.schema.response_header.v1.header import ResponseHeader
 from kio.schema.types import BrokerId, TopicName
 from kio.static.constants import EntityType
 from kio.static.primitive import i8, i16, i32, i64
+
+from wire.headers import encode_uvarint
 
 LEADER_AND_ISR = 4
 STOP_REPLICA = 5
@@ -54,9 +63,7 @@ class LeaderAndIsrPartitionState:
     """The replica IDs."""
     adding_replicas: tuple[BrokerId, ...] = field(metadata={"kafka_type": "int32"}, default=())
     """The replica IDs being added to this partition by a reassignment."""
-    removing_replicas: tuple[BrokerId, ...] = field(
-        metadata={"kafka_type": "int32"}, default=()
-    )
+    removing_replicas: tuple[BrokerId, ...] = field(metadata={"kafka_type": "int32"}, default=())
     """The replica IDs being removed from this partition by a reassignment."""
     is_new: bool = field(metadata={"kafka_type": "bool"}, default=False)
     """Whether the replica should have existed on the broker or not."""
@@ -398,3 +405,114 @@ RESPONSES: dict[tuple[int, int], type] = {
     (UPDATE_METADATA, 8): UpdateMetadataResponse,
     (CONTROLLED_SHUTDOWN, 3): ControlledShutdownResponse,
 }
+
+
+# --- Fast encoding of the big requests --------------------------------------------------
+
+_ZERO_UUID = bytes(16)
+
+
+@cache
+def _state_struct(shape: str, lengths: tuple[int, ...]) -> struct.Struct:
+    """A state's layout once its arrays' lengths are known, all below 127 (so that each
+    compact length takes one byte): in `shape`, `a` is a compact int32 array, other
+    letters are struct codes; the empty tagged-field section ends it."""
+    fmt = ">"
+    arrays = iter(lengths)
+    for code in shape:
+        fmt += f"B{next(arrays)}i" if code == "a" else code
+    return struct.Struct(fmt + "B")
+
+
+def _pack_long_arrays(shape: str, values: tuple[Any, ...]) -> bytes:
+    """A state with an array of 127 or more replicas (never, in practice)."""
+    return (
+        b"".join(
+            encode_uvarint(len(v) + 1) + struct.pack(f">{len(v)}i", *v)
+            if code == "a"
+            else struct.pack(">" + code, v)
+            for v, code in zip(values, shape, strict=True)
+        )
+        + b"\0"
+    )
+
+
+_LEADER_AND_ISR_STATE = "iiiiaiaaa?b"
+_UPDATE_METADATA_STATE = "iiiiaiaa"
+
+
+def _leader_and_isr_state(s: LeaderAndIsrPartitionState) -> bytes:
+    isr, replicas, adding, removing = s.isr, s.replicas, s.adding_replicas, s.removing_replicas
+    lengths = (len(isr), len(replicas), len(adding), len(removing))
+    if max(lengths) >= 127:
+        return _pack_long_arrays(
+            _LEADER_AND_ISR_STATE,
+            (s.partition_index, s.controller_epoch, s.leader, s.leader_epoch, isr,
+             s.partition_epoch, replicas, adding, removing, s.is_new, s.leader_recovery_state),
+        )  # fmt: skip
+    return _state_struct(_LEADER_AND_ISR_STATE, lengths).pack(
+        s.partition_index, s.controller_epoch, s.leader, s.leader_epoch,
+        lengths[0] + 1, *isr, s.partition_epoch, lengths[1] + 1, *replicas,
+        lengths[2] + 1, *adding, lengths[3] + 1, *removing,
+        s.is_new, s.leader_recovery_state, 0,
+    )  # fmt: skip
+
+
+def _update_metadata_state(s: UpdateMetadataPartitionState) -> bytes:
+    isr, replicas, offline = s.isr, s.replicas, s.offline_replicas
+    lengths = (len(isr), len(replicas), len(offline))
+    if max(lengths) >= 127:
+        return _pack_long_arrays(
+            _UPDATE_METADATA_STATE,
+            (s.partition_index, s.controller_epoch, s.leader, s.leader_epoch, isr,
+             s.zk_version, replicas, offline),
+        )  # fmt: skip
+    return _state_struct(_UPDATE_METADATA_STATE, lengths).pack(
+        s.partition_index, s.controller_epoch, s.leader, s.leader_epoch,
+        lengths[0] + 1, *isr, s.zk_version, lengths[1] + 1, *replicas,
+        lengths[2] + 1, *offline, 0,
+    )  # fmt: skip
+
+
+def _topic_states(topics: Any, encode_state: Callable[[Any], bytes]) -> bytes:
+    """A compact array of topic states: name, id, the partition states, no tags."""
+    out = [encode_uvarint(len(topics) + 1)]
+    for topic in topics:
+        name = topic.topic_name.encode()
+        out.append(encode_uvarint(len(name) + 1))
+        out.append(name)
+        out.append(topic.topic_id.bytes if topic.topic_id is not None else _ZERO_UUID)
+        out.append(encode_uvarint(len(topic.partition_states) + 1))
+        out.extend(map(encode_state, topic.partition_states))
+        out.append(b"\0")
+    return b"".join(out)
+
+
+def _with_topic_states(
+    generic: Callable[[Any], bytes], encode_state: Callable[[Any], bytes]
+) -> Callable[[Any], bytes]:
+    """An encoder of a request that writes its topic states fast and the rest (a few
+    fields before them, the brokers after them) with `generic`, with the topics left out:
+    their empty array is one byte, replaced by the real one."""
+
+    def encode(request: Any) -> bytes:
+        rest = generic(dataclasses.replace(request, topic_states=()))
+        at = _TOPICS_AT[type(request)]
+        return rest[:at] + _topic_states(request.topic_states, encode_state) + rest[at + 1 :]
+
+    return encode
+
+
+# Where topic_states starts: after the fixed-size fields that precede it.
+_TOPICS_AT: dict[type, int] = {
+    LeaderAndIsrRequest: 4 + 1 + 4 + 8 + 1,  # controller id, kraft, epoch, broker epoch, type
+    UpdateMetadataRequest: 4 + 1 + 4 + 8,  # controller id, kraft, epoch, broker epoch
+}
+
+
+def fast_encoders(generic: Callable[[Any], bytes]) -> dict[type, Callable[[Any], bytes]]:
+    """Encoders for the requests that carry many partitions, given the generic writer."""
+    return {
+        LeaderAndIsrRequest: _with_topic_states(generic, _leader_and_isr_state),
+        UpdateMetadataRequest: _with_topic_states(generic, _update_metadata_state),
+    }

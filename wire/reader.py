@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+import uuid
 from typing import Any
 
 from wire.headers import MalformedHeaderError, read_uvarint, skip_tagged_fields
@@ -48,6 +49,10 @@ class Reader:
 
     def int64(self) -> int:
         return _I64.unpack_from(self.buf, self._take(8))[0]
+
+    def uuid(self) -> uuid.UUID:
+        start = self._take(16)
+        return uuid.UUID(int=int.from_bytes(self.buf[start : self.pos]))
 
     def _length(self) -> int:
         """A length prefix; -1 means null."""
@@ -95,6 +100,27 @@ class Reader:
         if n < 0 or n * min_element_size > len(self.buf) - self.pos:
             raise BodyDecodeError(f"invalid array length {n}")
         return n
+
+    def tagged_field_spans(self) -> dict[int, tuple[int, int]]:
+        """The tagged fields here, as tag -> (start, end) of its bytes; the cursor moves past
+        them (flexible versions only)."""
+        spans: dict[int, tuple[int, int]] = {}
+        if self.pos < len(self.buf) and self.buf[self.pos] == 0:  # none: the usual case
+            self.pos += 1
+            return spans
+        try:
+            count, pos = read_uvarint(self.buf, self.pos)
+            for _ in range(count):
+                tag, pos = read_uvarint(self.buf, pos)
+                size, pos = read_uvarint(self.buf, pos)
+                if pos + size > len(self.buf):
+                    raise BodyDecodeError("truncated tagged field")
+                spans[tag] = (pos, pos + size)
+                pos += size
+        except MalformedHeaderError as e:
+            raise BodyDecodeError(str(e)) from None
+        self.pos = pos
+        return spans
 
     def tagged_fields(self) -> None:
         if self.flexible:

@@ -52,7 +52,16 @@ def decode(entity_type: type, buf: bytes | memoryview, offset: int = 0) -> Any:
     return entity
 
 
-def encode(entity: Any) -> bytes:
+def encode_generic(entity: Any) -> bytes:
+    """kio's writer, field by field."""
     out = io.BytesIO()
     _writer(type(entity))(out, entity)
     return out.getvalue()
+
+
+_FAST = interbroker.fast_encoders(encode_generic)
+
+
+def encode(entity: Any) -> bytes:
+    fast = _FAST.get(type(entity))
+    return fast(entity) if fast is not None else encode_generic(entity)

@@ -1,7 +1,6 @@
 """The API versions this broker serves: api key -> (min, max).
 
-Bounded by what our handlers implement, not by what kio can parse. Fetch stops at v12
-and Produce at v11 because later versions address topics by id only.
+Bounded by what our handlers implement, not by what kio can parse.
 """
 
 from __future__ import annotations
@@ -26,31 +25,55 @@ LIST_GROUPS = 16
 API_VERSIONS = 18
 CREATE_TOPICS = 19
 DELETE_TOPICS = 20
+DELETE_RECORDS = 21
 INIT_PRODUCER_ID = 22
 OFFSET_FOR_LEADER_EPOCH = 23
+ADD_PARTITIONS_TO_TXN = 24
+ADD_OFFSETS_TO_TXN = 25
+END_TXN = 26
+WRITE_TXN_MARKERS = 27
+TXN_OFFSET_COMMIT = 28
 DESCRIBE_CONFIGS = 32
+ALTER_CONFIGS = 33
+ALTER_REPLICA_LOG_DIRS = 34
 DESCRIBE_LOG_DIRS = 35
 CREATE_PARTITIONS = 37
 DELETE_GROUPS = 42
 ELECT_LEADERS = 43
+INCREMENTAL_ALTER_CONFIGS = 44
 ALTER_PARTITION_REASSIGNMENTS = 45
 LIST_PARTITION_REASSIGNMENTS = 46
 OFFSET_DELETE = 47
+DESCRIBE_CLIENT_QUOTAS = 48
+ALTER_CLIENT_QUOTAS = 49
 ALTER_PARTITION = 56
 DESCRIBE_CLUSTER = 60
+DESCRIBE_PRODUCERS = 61
+DESCRIBE_TRANSACTIONS = 65
+LIST_TRANSACTIONS = 66
+DESCRIBE_TOPIC_PARTITIONS = 75
 
 SUPPORTED: dict[int, tuple[int, int]] = {
-    PRODUCE: (3, 11),
-    FETCH: (4, 12),
-    LIST_OFFSETS: (1, 8),
+    PRODUCE: (3, 13),
+    FETCH: (4, 18),
+    LIST_OFFSETS: (1, 10),
     METADATA: (0, 12),
     API_VERSIONS: (0, 3),
     CREATE_TOPICS: (2, 7),
     DELETE_TOPICS: (1, 6),
-    INIT_PRODUCER_ID: (0, 4),
+    # Transactions (protocol version 1: EndTxn v5 and TxnOffsetCommit v5 are version 2's).
+    INIT_PRODUCER_ID: (0, 5),
+    ADD_PARTITIONS_TO_TXN: (0, 5),
+    ADD_OFFSETS_TO_TXN: (0, 4),
+    END_TXN: (0, 4),
+    TXN_OFFSET_COMMIT: (0, 4),
+    DESCRIBE_TRANSACTIONS: (0, 0),
+    LIST_TRANSACTIONS: (0, 1),
     # v0-v1 lack a schema in kio; clients since Kafka 2.1 send v2 or later.
     OFFSET_FOR_LEADER_EPOCH: (2, 4),
     DESCRIBE_CONFIGS: (1, 4),
+    ALTER_CONFIGS: (0, 2),
+    INCREMENTAL_ALTER_CONFIGS: (0, 1),
     DESCRIBE_CLUSTER: (0, 1),
     # Cluster administration (Kafka 4's ranges; DescribeLogDirs v0 is gone from Kafka 4).
     CREATE_PARTITIONS: (0, 3),
@@ -58,6 +81,10 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     ELECT_LEADERS: (0, 2),
     ALTER_PARTITION_REASSIGNMENTS: (0, 0),
     LIST_PARTITION_REASSIGNMENTS: (0, 0),
+    DELETE_RECORDS: (0, 2),
+    ALTER_REPLICA_LOG_DIRS: (1, 2),
+    DESCRIBE_PRODUCERS: (0, 0),
+    DESCRIBE_TOPIC_PARTITIONS: (0, 0),
     # Groups: OffsetCommit/OffsetFetch stop at v9 because v10 addresses topics by id only.
     FIND_COORDINATOR: (0, 6),
     JOIN_GROUP: (0, 9),
@@ -70,6 +97,8 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     LIST_GROUPS: (0, 5),
     DELETE_GROUPS: (0, 2),
     OFFSET_DELETE: (0, 0),
+    DESCRIBE_CLIENT_QUOTAS: (0, 1),
+    ALTER_CLIENT_QUOTAS: (0, 1),
     # Inter-broker, ZooKeeper mode (wire/interbroker.py): only Gregor brokers send them,
     # at one version each; AlterPartition v2 names topics by id, as the controller needs.
     LEADER_AND_ISR: (7, 7),
@@ -77,6 +106,8 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     UPDATE_METADATA: (8, 8),
     CONTROLLED_SHUTDOWN: (3, 3),
     ALTER_PARTITION: (2, 2),
+    # From the transaction coordinators (v1, flexible: what Kafka 3.x and 4 brokers send).
+    WRITE_TXN_MARKERS: (1, 1),
 }
 
 

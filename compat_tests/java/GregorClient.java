@@ -3,11 +3,12 @@
 // Usage: GregorClient <command> --bootstrap HOST:PORT --topic T [options]
 //   create-topic  --partitions N --replication-factor R [--topic-config k=v]...
 //   delete-topic  (returns once metadata no longer lists the topic)
-//   produce       [--config k=v]...      stdin: one JSON record per line
+//   produce       [--config k=v]... [--allow-errors true]   stdin: one JSON record per line
 //                 {"key": b64|null, "value": b64|null, "headers": [[name, b64|null]...],
 //                  "partition": int|null, "timestamp": int|null}
-//                 stdout: {"partition", "offset", "timestamp"} per record, in input order
-//   consume       --count N [--timeout-ms M] [--config k=v]...
+//                 stdout: {"partition", "offset", "timestamp"} or {"error"} per record, in
+//                 input order (a failed record exits 1 unless --allow-errors true)
+//   consume       --count N [--timeout-ms M] [--until-end true] [--config k=v]...
 //                 assigns every partition from the beginning; stdout: one JSON record per line
 //   list-offsets  --spec earliest|latest|<timestamp ms>... [--via consumer|admin]
 //                 stdout: {"spec", "partition", "offset", "timestamp"} per spec and partition
@@ -19,7 +20,7 @@
 //                 record seen per partition, {"event": "closed", "consumed"} at the end.
 //                 stdin: any line or EOF closes the consumer cleanly.
 //   create-partitions --count N       grows the topic to N partitions
-//   describe-log-dirs                  stdout: {"log_dir", "error", "total_bytes",
+//   describe-log-dirs                  stdout: {"broker", "log_dir", "error", "total_bytes",
 //                 "usable_bytes", "replicas": [{"topic", "partition", "size", "offset_lag",
 //                 "is_future"}]} per log dir of every broker
 //   elect-leaders --election PREFERRED|UNCLEAN [--partition P]...  (no --partition: all)
@@ -27,6 +28,55 @@
 //   alter-reassignment --partition P [--replica B]...  (no --replica: cancel)
 //                 stdout: {"partition", "error"}
 //   list-reassignments  stdout: {"topic", "partition", "replicas", "adding", "removing"}
+//   alter-configs --resource topic|broker|group:NAME [--validate-only true]
+//                 [--set k=v]... [--delete k]... [--append k=v]... [--subtract k=v]...
+//                 incremental (NAME may be empty: the cluster-wide broker default).
+//                 stdout: {"error", "message"}
+//   describe-configs --resource type:NAME... [--key k]...
+//                 stdout: {"resource", "name", "value", "source", "read_only", "synonyms":
+//                 [[name, value, source]...]} per entry, or {"resource", "error", "message"}
+//   authorized-operations --group G   stdout: {"topic", "cluster", "group"}: each the
+//                 sorted AclOperation names the broker reports (null if none)
+//   alter-quotas  --entity TYPE=NAME[,TYPE=NAME]... (NAME <default>: the default; one
+//                 --entity per entity) [--set KEY=VALUE]... [--remove KEY]...
+//                 [--validate-only true]   the same changes to every entity; {"altered": N}
+//   describe-quotas [--filter TYPE=NAME]...  (none: all)  stdout: {"entity", "values"} each
+//   produce-rate  --seconds S --record-size B   sends as fast as the producer takes records;
+//                 stdout every second: {"t": ms, "bytes": value bytes acknowledged so far,
+//                 "throttle_avg", "throttle_max": produce-throttle-time-avg/max,
+//                 "connections": connection-creation-total}
+//   consume-rate  --seconds S   reads every partition from the beginning; stdout every
+//                 second: the same fields, bytes consumed, fetch-throttle-time-avg/max
+//   delete-records --partition P --offset O   stdout: {"partition", "low_watermark", "error"}
+//   describe-topics [--page-size N]   stdout: {"topic", "partition", "leader", "replicas",
+//                 "isr"} per partition (DescribeTopicPartitions, N partitions per answer)
+//   describe-producers --partition P  stdout: {"partition", "producer_id", "epoch",
+//                 "last_sequence"} per active producer
+//   alter-log-dir --partition P --dir D [--broker B]   stdout: {"error", "current_dir"} (the replica's
+//                 directory after the request, from describeReplicaLogDirs)
+//   txn-session   --transactional-id ID [--config k=v]...   a transactional producer driven
+//                 by stdin, one JSON operation per line: {"op": "init"|"begin"|"commit"|
+//                 "abort"}, {"op": "send", "partition": P, "value": text} (waits for the ack),
+//                 {"op": "offsets", "group": G, "offsets": {"P": offset}} (sendOffsetsToTransaction
+//                 for this topic). stdout per operation: {"op", "ok": true} or {"op", "error":
+//                 class, "causes": [class...], "message"}. EOF closes the producer.
+//   seq-produce   --count N [--from F] [--throughput R]   N records, key and value the
+//                 decimal text of F..F+N-1, idempotent, at most R records/s if given;
+//                 stdout: {"produced": N}
+//   digest        [--config k=v]...   reads every partition from the beginning up to the end
+//                 offsets (the LSO under read_committed); values are decimal numbers; stdout:
+//                 {"count", "distinct", "sum", "crc_sum"} (crc_sum: sum of the values' CRC32s)
+//   txn-copy      --input IN --group G --transactional-id ID [--exit-when-caught-up true]
+//                 [--processing-ms MS] [--config k=v]... [--producer-config k=v]...   a
+//                 consume-transform-produce loop: read_committed group consumer on IN, each
+//                 poll's records copied to the topic in one transaction with
+//                 sendOffsetsToTransaction (after MS ms of "processing" with the copies
+//                 flushed to the log, if given). stdout: {"event":
+//                 "committed", "records", "total"} per transaction, {"event": "aborted",
+//                 "error"} when a transaction is abandoned, {"event": "caught-up", "total",
+//                 "end"} once every partition of IN is consumed and committed up to its end
+//                 offset (end: their sum; then exits 0 if asked), else {} from an idle poll;
+//                 exits 2 when fenced, 3 when the producer cannot abort (the caller restarts it)
 // Binary fields are base64. A failure prints {"error": "..."} and exits 1.
 
 import java.io.BufferedReader;
@@ -45,6 +95,15 @@ import java.util.Set;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.Future;
 import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.AlterConfigOp;
+import org.apache.kafka.clients.admin.AlterConfigsOptions;
+import org.apache.kafka.clients.admin.Config;
+import org.apache.kafka.clients.admin.ConfigEntry;
+import org.apache.kafka.clients.admin.DescribeClusterOptions;
+import org.apache.kafka.clients.admin.DescribeConfigsOptions;
+import org.apache.kafka.clients.admin.DescribeConsumerGroupsOptions;
+import org.apache.kafka.clients.admin.DescribeTopicsOptions;
+import org.apache.kafka.clients.admin.AlterClientQuotasOptions;
 import org.apache.kafka.clients.admin.LogDirDescription;
 import org.apache.kafka.clients.admin.NewPartitionReassignment;
 import org.apache.kafka.clients.admin.NewPartitions;
@@ -54,20 +113,39 @@ import org.apache.kafka.clients.admin.ListOffsetsResult;
 import org.apache.kafka.clients.admin.NewTopic;
 import org.apache.kafka.clients.admin.OffsetSpec;
 import org.apache.kafka.clients.consumer.ConsumerRebalanceListener;
+import org.apache.kafka.clients.consumer.ConsumerGroupMetadata;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.ConsumerRecords;
+import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.consumer.OffsetAndTimestamp;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.clients.producer.RecordMetadata;
 import org.apache.kafka.common.ElectionType;
+import org.apache.kafka.common.acl.AclOperation;
+import org.apache.kafka.common.config.ConfigResource;
+import org.apache.kafka.common.KafkaException;
 import org.apache.kafka.common.KafkaFuture;
+import org.apache.kafka.common.errors.FencedInstanceIdException;
+import org.apache.kafka.common.errors.OutOfOrderSequenceException;
+import org.apache.kafka.common.errors.ProducerFencedException;
 import org.apache.kafka.common.PartitionInfo;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.header.Header;
 import org.apache.kafka.common.header.internals.RecordHeader;
 import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 import org.apache.kafka.common.serialization.ByteArraySerializer;
+import org.apache.kafka.common.quota.ClientQuotaAlteration;
+import org.apache.kafka.common.quota.ClientQuotaEntity;
+import org.apache.kafka.common.quota.ClientQuotaFilter;
+import org.apache.kafka.common.quota.ClientQuotaFilterComponent;
+import org.apache.kafka.common.Metric;
+import org.apache.kafka.common.MetricName;
+import org.apache.kafka.clients.admin.RecordsToDelete;
+import org.apache.kafka.clients.admin.TopicDescription;
+import org.apache.kafka.common.TopicPartitionInfo;
+import org.apache.kafka.common.TopicPartitionReplica;
 
 public final class GregorClient {
     private static final Base64.Encoder B64E = Base64.getEncoder();
@@ -103,6 +181,21 @@ public final class GregorClient {
                 case "elect-leaders" -> c.electLeaders();
                 case "alter-reassignment" -> c.alterReassignment();
                 case "list-reassignments" -> c.listReassignments();
+                case "alter-configs" -> c.alterConfigs();
+                case "describe-configs" -> c.describeConfigs();
+                case "authorized-operations" -> c.authorizedOperations();
+                case "alter-quotas" -> c.alterQuotas();
+                case "describe-quotas" -> c.describeQuotas();
+                case "produce-rate" -> c.produceRate();
+                case "consume-rate" -> c.consumeRate();
+                case "delete-records" -> c.deleteRecords();
+                case "describe-topics" -> c.describeTopics();
+                case "describe-producers" -> c.describeProducers();
+                case "alter-log-dir" -> c.alterLogDir();
+                case "txn-session" -> c.txnSession();
+                case "seq-produce" -> c.seqProduce();
+                case "digest" -> c.digest();
+                case "txn-copy" -> c.txnCopy();
                 default -> throw new IllegalArgumentException("unknown command " + args[0]);
             };
         } catch (Exception e) {
@@ -215,7 +308,7 @@ public final class GregorClient {
                     code = 1;
                 }
             }
-            return code;
+            return opt("allow-errors", "false").equals("true") ? 0 : code;
         }
     }
 
@@ -247,7 +340,12 @@ public final class GregorClient {
             List<TopicPartition> tps = partitions(consumer, topic);
             consumer.assign(tps);
             consumer.seekToBeginning(tps);
-            while (seen < want && System.currentTimeMillis() < deadline) {
+            // --until-end: also stop once every partition is read up to its end offset (the
+            // LSO under read_committed) as it stood at the start.
+            Map<TopicPartition, Long> end = opt("until-end", "false").equals("true")
+                    ? consumer.endOffsets(tps) : null;
+            while (seen < want && System.currentTimeMillis() < deadline
+                    && (end == null || tps.stream().anyMatch(tp -> consumer.position(tp) < end.get(tp)))) {
                 for (ConsumerRecord<byte[], byte[]> r : consumer.poll(Duration.ofMillis(200))) {
                     StringBuilder hs = new StringBuilder("[");
                     for (Header h : r.headers()) {
@@ -412,8 +510,8 @@ public final class GregorClient {
             List<Integer> brokers = new ArrayList<>();
             admin.describeCluster().nodes().get().forEach(n -> brokers.add(n.id()));
             var all = admin.describeLogDirs(brokers).allDescriptions().get();
-            for (Map<String, LogDirDescription> dirs : all.values()) {
-                for (var dir : dirs.entrySet()) {
+            for (var broker : all.entrySet()) {
+                for (var dir : broker.getValue().entrySet()) {
                     LogDirDescription d = dir.getValue();
                     StringBuilder replicas = new StringBuilder();
                     for (Map.Entry<TopicPartition, ReplicaInfo> r : d.replicaInfos().entrySet()) {
@@ -425,7 +523,8 @@ public final class GregorClient {
                                 .append(", \"is_future\": ").append(r.getValue().isFuture())
                                 .append("}");
                     }
-                    System.out.println("{\"log_dir\": " + str(dir.getKey())
+                    System.out.println("{\"broker\": " + broker.getKey()
+                            + ", \"log_dir\": " + str(dir.getKey())
                             + ", \"error\": " + errorOf(d.error())
                             + ", \"total_bytes\": " + d.totalBytes().orElse(-1)
                             + ", \"usable_bytes\": " + d.usableBytes().orElse(-1)
@@ -480,6 +579,555 @@ public final class GregorClient {
             }
         }
         return 0;
+    }
+
+    private static ConfigResource configResource(String spec) {
+        int colon = spec.indexOf(':');
+        var type = ConfigResource.Type.valueOf(spec.substring(0, colon).toUpperCase());
+        return new ConfigResource(type, spec.substring(colon + 1));
+    }
+
+    private int alterConfigs() throws Exception {
+        ConfigResource resource = configResource(opt("resource", null));
+        List<AlterConfigOp> ops = new ArrayList<>();
+        for (String k : opts.getOrDefault("delete", List.of())) {
+            ops.add(new AlterConfigOp(new ConfigEntry(k, null), AlterConfigOp.OpType.DELETE));
+        }
+        for (var type : List.of(AlterConfigOp.OpType.SET, AlterConfigOp.OpType.APPEND,
+                AlterConfigOp.OpType.SUBTRACT)) {
+            for (var kv : pairs(type.name().toLowerCase()).entrySet()) {
+                ops.add(new AlterConfigOp(new ConfigEntry(kv.getKey(), kv.getValue()), type));
+            }
+        }
+        var options = new AlterConfigsOptions()
+                .validateOnly(Boolean.parseBoolean(opt("validate-only", "false")));
+        try (Admin admin = Admin.create(props())) {
+            var f = admin.incrementalAlterConfigs(Map.of(resource, ops), options).values()
+                    .get(resource);
+            printOutcome(f);
+        }
+        return 0;
+    }
+
+    private int describeConfigs() throws Exception {
+        List<ConfigResource> resources = new ArrayList<>();
+        opts.getOrDefault("resource", List.of()).forEach(r -> resources.add(configResource(r)));
+        Set<String> keys = Set.copyOf(opts.getOrDefault("key", List.of()));
+        try (Admin admin = Admin.create(props())) {
+            var futures = admin.describeConfigs(resources,
+                    new DescribeConfigsOptions().includeSynonyms(true)).values();
+            for (ConfigResource resource : resources) {
+                String spec = str(resource.type().name().toLowerCase() + ":" + resource.name());
+                Config config;
+                try {
+                    config = futures.get(resource).get();
+                } catch (ExecutionException e) {
+                    System.out.println("{\"resource\": " + spec + ", \"error\": "
+                            + errorOf(e.getCause()) + ", \"message\": "
+                            + str(e.getCause().getMessage()) + "}");
+                    continue;
+                }
+                for (ConfigEntry e : config.entries()) {
+                    if (!keys.isEmpty() && !keys.contains(e.name())) {
+                        continue;
+                    }
+                    StringBuilder synonyms = new StringBuilder();
+                    for (var s : e.synonyms()) {
+                        synonyms.append(synonyms.length() > 0 ? ", " : "").append("[")
+                                .append(str(s.name())).append(", ").append(str(s.value()))
+                                .append(", ").append(str(s.source().name())).append("]");
+                    }
+                    System.out.println("{\"resource\": " + spec + ", \"name\": "
+                            + str(e.name()) + ", \"value\": " + str(e.value())
+                            + ", \"source\": " + str(e.source().name())
+                            + ", \"read_only\": " + e.isReadOnly()
+                            + ", \"synonyms\": [" + synonyms + "]}");
+                }
+            }
+        }
+        return 0;
+    }
+
+    private static void printOutcome(KafkaFuture<?> f) throws InterruptedException {
+        String message = "null";
+        try {
+            f.get();
+        } catch (ExecutionException e) {
+            message = str(e.getCause().getMessage());
+        }
+        System.out.println("{\"error\": " + errorOf(f) + ", \"message\": " + message + "}");
+    }
+
+    private int authorizedOperations() throws Exception {
+        String topic = opt("topic", null);
+        String group = opt("group", null);
+        try (Admin admin = Admin.create(props())) {
+            var topicOps = admin.describeTopics(List.of(topic),
+                    new DescribeTopicsOptions().includeAuthorizedOperations(true))
+                    .allTopicNames().get().get(topic).authorizedOperations();
+            var clusterOps = admin.describeCluster(
+                    new DescribeClusterOptions().includeAuthorizedOperations(true))
+                    .authorizedOperations().get();
+            var groupOps = admin.describeConsumerGroups(List.of(group),
+                    new DescribeConsumerGroupsOptions().includeAuthorizedOperations(true))
+                    .all().get().get(group).authorizedOperations();
+            System.out.println("{\"topic\": " + names(topicOps) + ", \"cluster\": "
+                    + names(clusterOps) + ", \"group\": " + names(groupOps) + "}");
+        }
+        return 0;
+    }
+
+    private static String names(Set<AclOperation> ops) {
+        if (ops == null) {
+            return "null";
+        }
+        List<String> out = new ArrayList<>();
+        ops.forEach(op -> out.add(str(op.name())));
+        java.util.Collections.sort(out);
+        return out.toString();
+    }
+
+    private static ClientQuotaEntity quotaEntity(String spec) {
+        Map<String, String> entity = new HashMap<>();
+        for (String kv : spec.split(",")) {
+            int eq = kv.indexOf('=');
+            String name = kv.substring(eq + 1);
+            entity.put(kv.substring(0, eq), name.equals("<default>") ? null : name);
+        }
+        return new ClientQuotaEntity(entity);
+    }
+
+    private int alterQuotas() throws Exception {
+        List<ClientQuotaAlteration.Op> ops = new ArrayList<>();
+        pairs("set").forEach((k, v) -> ops.add(new ClientQuotaAlteration.Op(k, Double.valueOf(v))));
+        for (String k : opts.getOrDefault("remove", List.of())) {
+            ops.add(new ClientQuotaAlteration.Op(k, null));
+        }
+        boolean validateOnly = Boolean.parseBoolean(opt("validate-only", "false"));
+        List<ClientQuotaAlteration> alterations = new ArrayList<>();
+        for (String spec : opts.getOrDefault("entity", List.of())) {
+            alterations.add(new ClientQuotaAlteration(quotaEntity(spec), ops));
+        }
+        try (Admin admin = Admin.create(props())) {
+            admin.alterClientQuotas(alterations,
+                    new AlterClientQuotasOptions().validateOnly(validateOnly)).all().get();
+        }
+        System.out.println("{\"altered\": " + alterations.size() + "}");
+        return 0;
+    }
+
+    private int describeQuotas() throws Exception {
+        List<ClientQuotaFilterComponent> components = new ArrayList<>();
+        pairs("filter").forEach((k, v) -> components.add(v.equals("<default>")
+                ? ClientQuotaFilterComponent.ofDefaultEntity(k)
+                : ClientQuotaFilterComponent.ofEntity(k, v)));
+        ClientQuotaFilter filter = components.isEmpty()
+                ? ClientQuotaFilter.all() : ClientQuotaFilter.contains(components);
+        try (Admin admin = Admin.create(props())) {
+            var all = admin.describeClientQuotas(filter).entities().get();
+            for (var e : all.entrySet()) {
+                StringBuilder entity = new StringBuilder();
+                e.getKey().entries().forEach((k, v) -> entity.append(entity.length() > 0 ? ", " : "")
+                        .append(str(k)).append(": ").append(str(v)));
+                StringBuilder values = new StringBuilder();
+                e.getValue().forEach((k, v) -> values.append(values.length() > 0 ? ", " : "")
+                        .append(str(k)).append(": ").append(v));
+                System.out.println("{\"entity\": {" + entity + "}, \"values\": {" + values + "}}");
+            }
+        }
+        return 0;
+    }
+
+    private static String metric(Map<MetricName, ? extends Metric> metrics, String group, String name) {
+        for (var e : metrics.entrySet()) {
+            if (e.getKey().group().equals(group) && e.getKey().name().equals(name)) {
+                Object v = e.getValue().metricValue();
+                return v instanceof Double d && !d.isNaN() ? d.toString() : "null";
+            }
+        }
+        return "null";
+    }
+
+    private static void rateLine(long start, long bytes, Map<MetricName, ? extends Metric> m,
+            String group, String throttle, String clientGroup) {
+        System.out.println("{\"t\": " + (System.currentTimeMillis() - start) + ", \"bytes\": "
+                + bytes + ", \"throttle_avg\": " + metric(m, group, throttle + "-avg")
+                + ", \"throttle_max\": " + metric(m, group, throttle + "-max")
+                + ", \"connections\": " + metric(m, clientGroup, "connection-creation-total") + "}");
+        System.out.flush();
+    }
+
+    private int produceRate() throws Exception {
+        String topic = opt("topic", null);
+        long seconds = Long.parseLong(opt("seconds", null));
+        int size = Integer.parseInt(opt("record-size", "1000"));
+        Properties p = props();
+        p.put("key.serializer", ByteArraySerializer.class.getName());
+        p.put("value.serializer", ByteArraySerializer.class.getName());
+        byte[] value = new byte[size];
+        new java.util.Random(1).nextBytes(value);
+        java.util.concurrent.atomic.AtomicLong acked = new java.util.concurrent.atomic.AtomicLong();
+        java.util.concurrent.atomic.AtomicReference<Exception> failed =
+                new java.util.concurrent.atomic.AtomicReference<>();
+        try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(p)) {
+            long start = System.currentTimeMillis();
+            long next = start + 1000;
+            long end = start + seconds * 1000;
+            while (failed.get() == null) {
+                long now = System.currentTimeMillis();
+                if (now >= next) {
+                    rateLine(start, acked.get(), producer.metrics(), "producer-metrics",
+                            "produce-throttle-time", "producer-metrics");
+                    next += 1000;
+                }
+                if (now >= end) {
+                    break;
+                }
+                producer.send(new ProducerRecord<>(topic, value), (meta, e) -> {
+                    if (e == null) {
+                        acked.addAndGet(size);
+                    } else {
+                        failed.set(e);
+                    }
+                });
+            }
+            if (failed.get() != null) {
+                throw failed.get();
+            }
+            producer.close(Duration.ZERO);  // what is still buffered is not measured
+        }
+        return 0;
+    }
+
+    private int consumeRate() {
+        String topic = opt("topic", null);
+        long seconds = Long.parseLong(opt("seconds", null));
+        long bytes = 0;
+        try (KafkaConsumer<byte[], byte[]> consumer = consumer()) {
+            List<TopicPartition> tps = partitions(consumer, topic);
+            consumer.assign(tps);
+            consumer.seekToBeginning(tps);
+            long start = System.currentTimeMillis();
+            long next = start + 1000;
+            long end = start + seconds * 1000;
+            while (true) {
+                long now = System.currentTimeMillis();
+                if (now >= next) {
+                    rateLine(start, bytes, consumer.metrics(), "consumer-fetch-manager-metrics",
+                            "fetch-throttle-time", "consumer-metrics");
+                    next += 1000;
+                }
+                if (now >= end) {
+                    break;
+                }
+                for (ConsumerRecord<byte[], byte[]> r : consumer.poll(Duration.ofMillis(100))) {
+                    bytes += r.serializedValueSize();
+                }
+            }
+        }
+        return 0;
+    }
+
+    private int deleteRecords() throws Exception {
+        TopicPartition tp = partitionsOpt(opt("topic", null)).get(0);
+        long offset = Long.parseLong(opt("offset", null));
+        try (Admin admin = Admin.create(props())) {
+            var f = admin.deleteRecords(Map.of(tp, RecordsToDelete.beforeOffset(offset)))
+                    .lowWatermarks().get(tp);
+            String error = errorOf(f);
+            long low = error.equals("null") ? f.get().lowWatermark() : -1;
+            System.out.println("{\"partition\": " + tp.partition() + ", \"low_watermark\": "
+                    + low + ", \"error\": " + error + "}");
+        }
+        return 0;
+    }
+
+    private int describeTopics() throws Exception {
+        String topic = opt("topic", null);
+        var options = new DescribeTopicsOptions()
+                .partitionSizeLimitPerResponse(Integer.parseInt(opt("page-size", "2000")));
+        try (Admin admin = Admin.create(props())) {
+            TopicDescription d = admin.describeTopics(List.of(topic), options)
+                    .allTopicNames().get().get(topic);
+            for (TopicPartitionInfo p : d.partitions()) {
+                List<Integer> replicas = new ArrayList<>();
+                p.replicas().forEach(n -> replicas.add(n.id()));
+                List<Integer> isr = new ArrayList<>();
+                p.isr().forEach(n -> isr.add(n.id()));
+                System.out.println("{\"topic\": " + str(d.name()) + ", \"partition\": "
+                        + p.partition() + ", \"leader\": " + p.leader().id()
+                        + ", \"replicas\": " + replicas + ", \"isr\": " + isr + "}");
+            }
+        }
+        return 0;
+    }
+
+    private int describeProducers() throws Exception {
+        TopicPartition tp = partitionsOpt(opt("topic", null)).get(0);
+        try (Admin admin = Admin.create(props())) {
+            var state = admin.describeProducers(List.of(tp)).partitionResult(tp).get();
+            for (var p : state.activeProducers()) {
+                System.out.println("{\"partition\": " + tp.partition() + ", \"producer_id\": "
+                        + p.producerId() + ", \"epoch\": " + p.producerEpoch()
+                        + ", \"last_sequence\": " + p.lastSequence() + "}");
+            }
+        }
+        return 0;
+    }
+
+    private int alterLogDir() throws Exception {
+        TopicPartition tp = partitionsOpt(opt("topic", null)).get(0);
+        try (Admin admin = Admin.create(props())) {
+            String given = opt("broker", null);
+            int broker = given != null ? Integer.parseInt(given)
+                    : admin.describeCluster().nodes().get().iterator().next().id();
+            var replica = new TopicPartitionReplica(tp.topic(), tp.partition(), broker);
+            var f = admin.alterReplicaLogDirs(Map.of(replica, opt("dir", null))).values()
+                    .get(replica);
+            String error = errorOf(f);
+            var info = admin.describeReplicaLogDirs(List.of(replica)).all().get().get(replica);
+            System.out.println("{\"error\": " + error + ", \"current_dir\": "
+                    + str(info.getCurrentReplicaLogDir()) + "}");
+        }
+        return 0;
+    }
+
+    private KafkaProducer<byte[], byte[]> transactionalProducer(Map<String, String> extra) {
+        Properties p = props();
+        p.putAll(extra);
+        p.put("transactional.id", opt("transactional-id", null));
+        p.put("key.serializer", ByteArraySerializer.class.getName());
+        p.put("value.serializer", ByteArraySerializer.class.getName());
+        return new KafkaProducer<>(p);
+    }
+
+    private static String failure(String op, Throwable e) {
+        if (e instanceof ExecutionException && e.getCause() != null) {
+            e = e.getCause();
+        }
+        StringBuilder causes = new StringBuilder();
+        for (Throwable c = e.getCause(); c != null && c != c.getCause(); c = c.getCause()) {
+            causes.append(causes.length() > 0 ? ", " : "").append(str(c.getClass().getSimpleName()));
+        }
+        return "{\"op\": " + str(op) + ", \"error\": " + str(e.getClass().getSimpleName())
+                + ", \"causes\": [" + causes + "], \"message\": " + str(e.getMessage()) + "}";
+    }
+
+    @SuppressWarnings("unchecked")
+    private int txnSession() throws Exception {
+        String topic = opt("topic", null);
+        try (KafkaProducer<byte[], byte[]> producer = transactionalProducer(Map.of());
+                BufferedReader in = new BufferedReader(
+                        new InputStreamReader(System.in, StandardCharsets.UTF_8))) {
+            String line;
+            while ((line = in.readLine()) != null) {
+                if (line.isBlank()) {
+                    continue;
+                }
+                Map<String, Object> r = (Map<String, Object>) new Json(line).value();
+                String op = (String) r.get("op");
+                String result = "{\"op\": " + str(op) + ", \"ok\": true}";
+                try {
+                    switch (op) {
+                        case "init" -> producer.initTransactions();
+                        case "begin" -> producer.beginTransaction();
+                        case "commit" -> producer.commitTransaction();
+                        case "abort" -> producer.abortTransaction();
+                        case "send" -> producer.send(new ProducerRecord<>(topic,
+                                ((Long) r.get("partition")).intValue(), null,
+                                ((String) r.get("value")).getBytes(StandardCharsets.UTF_8))).get();
+                        case "offsets" -> {
+                            Map<TopicPartition, OffsetAndMetadata> offsets = new HashMap<>();
+                            ((Map<String, Object>) r.get("offsets")).forEach((k, v) -> offsets.put(
+                                    new TopicPartition(topic, Integer.parseInt(k)),
+                                    new OffsetAndMetadata((Long) v)));
+                            producer.sendOffsetsToTransaction(offsets,
+                                    new ConsumerGroupMetadata((String) r.get("group")));
+                        }
+                        default -> throw new IllegalArgumentException("unknown op " + op);
+                    }
+                } catch (Exception e) {
+                    result = failure(op, e);
+                }
+                System.out.println(result);
+                System.out.flush();
+            }
+            producer.close(Duration.ofSeconds(5));
+        }
+        return 0;
+    }
+
+    private int seqProduce() throws Exception {
+        long count = Long.parseLong(opt("count", null));
+        Properties p = props();
+        p.put("key.serializer", ByteArraySerializer.class.getName());
+        p.put("value.serializer", ByteArraySerializer.class.getName());
+        java.util.concurrent.atomic.AtomicReference<Exception> failed =
+                new java.util.concurrent.atomic.AtomicReference<>();
+        long throughput = Long.parseLong(opt("throughput", "-1"));
+        try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(p)) {
+            long from = Long.parseLong(opt("from", "0"));
+            long started = System.nanoTime();
+            for (long i = from; i < from + count && failed.get() == null; i++) {
+                if (throughput > 0) {
+                    long ahead = started + (i - from) * 1_000_000_000L / throughput
+                            - System.nanoTime();
+                    if (ahead > 0) {
+                        Thread.sleep(ahead / 1_000_000, (int) (ahead % 1_000_000));
+                    }
+                }
+                byte[] text = Long.toString(i).getBytes(StandardCharsets.UTF_8);
+                producer.send(new ProducerRecord<>(opt("topic", null), text, text), (m, e) -> {
+                    if (e != null) {
+                        failed.set(e);
+                    }
+                });
+            }
+            producer.flush();
+        }
+        if (failed.get() != null) {
+            throw failed.get();
+        }
+        System.out.println("{\"produced\": " + count + "}");
+        return 0;
+    }
+
+    private int digest() {
+        long count = 0;
+        long sum = 0;
+        long crcSum = 0;
+        java.util.BitSet seen = new java.util.BitSet();
+        java.util.zip.CRC32 crc = new java.util.zip.CRC32();
+        try (KafkaConsumer<byte[], byte[]> consumer = consumer()) {
+            List<TopicPartition> tps = partitions(consumer, opt("topic", null));
+            consumer.assign(tps);
+            consumer.seekToBeginning(tps);
+            Map<TopicPartition, Long> end = consumer.endOffsets(tps, Duration.ofSeconds(60));
+            long deadline = System.currentTimeMillis() + Long.parseLong(opt("timeout-ms", "600000"));
+            while (tps.stream().anyMatch(tp -> consumer.position(tp) < end.get(tp))) {
+                if (System.currentTimeMillis() > deadline) {
+                    throw new IllegalStateException("not at the end offsets " + end + " in time");
+                }
+                for (ConsumerRecord<byte[], byte[]> r : consumer.poll(Duration.ofMillis(200))) {
+                    long v = Long.parseLong(new String(r.value(), StandardCharsets.UTF_8));
+                    count++;
+                    sum += v;
+                    seen.set((int) v);
+                    crc.reset();
+                    crc.update(r.value());
+                    crcSum += crc.getValue();
+                }
+            }
+        }
+        System.out.println("{\"count\": " + count + ", \"distinct\": " + seen.cardinality()
+                + ", \"sum\": " + sum + ", \"crc_sum\": " + crcSum + "}");
+        return 0;
+    }
+
+    /** Kafka's exactly-once processor pattern: one transaction per poll, offsets inside it. */
+    private int txnCopy() throws Exception {
+        String input = opt("input", null);
+        String output = opt("topic", null);
+        boolean exitWhenCaughtUp = opt("exit-when-caught-up", "false").equals("true");
+        long processingMs = Long.parseLong(opt("processing-ms", "0"));
+        Properties cp = props();
+        cp.put("group.id", opt("group", null));
+        cp.put("isolation.level", "read_committed");
+        cp.put("enable.auto.commit", "false");
+        cp.putIfAbsent("auto.offset.reset", "earliest");
+        cp.putIfAbsent("group.protocol", "classic");
+        cp.put("key.deserializer", ByteArrayDeserializer.class.getName());
+        cp.put("value.deserializer", ByteArrayDeserializer.class.getName());
+        long total = 0;
+        try (KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(cp);
+                KafkaProducer<byte[], byte[]> producer =
+                        transactionalProducer(pairs("producer-config"))) {
+            producer.initTransactions();
+            consumer.subscribe(List.of(input));
+            while (true) {
+                ConsumerRecords<byte[], byte[]> records = consumer.poll(Duration.ofMillis(200));
+                if (records.isEmpty()) {
+                    long end = caughtUp(consumer, input);
+                    if (end >= 0) {
+                        System.out.println("{\"event\": \"caught-up\", \"total\": " + total
+                                + ", \"end\": " + end + "}");
+                        System.out.flush();
+                        if (exitWhenCaughtUp) {
+                            return 0;
+                        }
+                    } else {
+                        System.out.println("{}");  // alive: a supervisor restarts a silent app
+                    }
+                    System.out.flush();
+                    continue;
+                }
+                try {
+                    producer.beginTransaction();
+                    Map<TopicPartition, OffsetAndMetadata> offsets = new HashMap<>();
+                    for (ConsumerRecord<byte[], byte[]> r : records) {
+                        producer.send(new ProducerRecord<>(output, r.key(), r.value()));
+                        offsets.put(new TopicPartition(r.topic(), r.partition()),
+                                new OffsetAndMetadata(r.offset() + 1));
+                    }
+                    if (processingMs > 0) {
+                        producer.flush();
+                        Thread.sleep(processingMs);
+                    }
+                    producer.sendOffsetsToTransaction(offsets, consumer.groupMetadata());
+                    producer.commitTransaction();
+                    total += records.count();
+                    System.out.println("{\"event\": \"committed\", \"records\": " + records.count()
+                            + ", \"total\": " + total + "}");
+                } catch (ProducerFencedException | FencedInstanceIdException
+                        | OutOfOrderSequenceException e) {
+                    System.out.println(failure("fenced", e));
+                    return 2;
+                } catch (KafkaException e) {
+                    System.out.println("{\"event\": \"aborted\", \"error\": "
+                            + str(e.getClass().getSimpleName() + ": " + e.getMessage()) + "}");
+                    try {
+                        producer.abortTransaction();
+                    } catch (KafkaException abortFailed) {
+                        System.out.println(failure("abort", abortFailed));
+                        return 3;
+                    }
+                    rewind(consumer);
+                }
+                System.out.flush();
+            }
+        }
+    }
+
+    /** The sum of the input's end offsets if every partition is assigned here and consumed
+     * and committed up to its end, else -1. */
+    private static long caughtUp(KafkaConsumer<byte[], byte[]> consumer, String input) {
+        Set<TopicPartition> assigned = consumer.assignment();
+        if (assigned.size() != consumer.partitionsFor(input).size()) {
+            return -1;
+        }
+        Map<TopicPartition, Long> end = consumer.endOffsets(assigned);
+        Map<TopicPartition, OffsetAndMetadata> committed = consumer.committed(assigned);
+        for (TopicPartition tp : assigned) {
+            OffsetAndMetadata c = committed.get(tp);
+            if (consumer.position(tp) < end.get(tp) || c == null || c.offset() < end.get(tp)) {
+                return -1;
+            }
+        }
+        return end.values().stream().mapToLong(Long::longValue).sum();
+    }
+
+    /** After an abort the consumer resumes from the group's committed offsets. */
+    private static void rewind(KafkaConsumer<byte[], byte[]> consumer) {
+        Set<TopicPartition> assigned = consumer.assignment();
+        Map<TopicPartition, OffsetAndMetadata> committed = consumer.committed(assigned);
+        for (TopicPartition tp : assigned) {
+            OffsetAndMetadata c = committed.get(tp);
+            if (c == null) {
+                consumer.seekToBeginning(List.of(tp));
+            } else {
+                consumer.seek(tp, c.offset());
+            }
+        }
     }
 
     private static void event(String name, java.util.Collection<TopicPartition> tps) {

@@ -26,8 +26,8 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
 
 /**
  * Load driver for scripts/bench. Usage: {@code BenchClient MODE key=value...} where MODE is
- * produce, consume or latency. Keys "p.X" and "c.X" become producer and consumer config X.
- * Prints exactly one JSON object on stdout as its last line; diagnostics go to stderr.
+ * produce, txn-produce, consume, latency or writer. Keys "p.X" and "c.X" become producer and consumer config
+ * X. Prints exactly one JSON object on stdout as its last line; diagnostics go to stderr.
  */
 public final class BenchClient {
   private final Map<String, String> opts = new HashMap<>();
@@ -61,8 +61,10 @@ public final class BenchClient {
       BenchClient client = new BenchClient(args);
       switch (args[0]) {
         case "produce" -> client.produce();
+        case "txn-produce" -> client.txnProduce();
         case "consume" -> client.consume();
         case "latency" -> client.latency();
+        case "writer" -> client.writer();
         default -> throw new IllegalArgumentException("unknown mode " + args[0]);
       }
     } catch (Throwable t) {
@@ -118,6 +120,65 @@ public final class BenchClient {
       producer.flush();
       double seconds = (System.nanoTime() - start) / 1e9;
       emitThroughput(acked.get(), acked.get() * size, seconds, failed.get(), firstError.get());
+    }
+  }
+
+  /**
+   * Transactions of {@code txn} records each (the transactional.id is p.transactional.id, or a
+   * fresh one); adds the transaction count and commitTransaction's p50/p99 (which includes
+   * flushing the transaction's last batches, as Kafka's txn-commit-time metric does).
+   */
+  private void txnProduce() {
+    String topic = need("topic");
+    long records = Long.parseLong(need("records"));
+    int size = Integer.parseInt(need("size"));
+    int perTxn = Integer.parseInt(need("txn"));
+    byte[] value = new byte[size];
+    new Random(42).nextBytes(value);
+    producerProps.putIfAbsent("transactional.id", "bench-" + System.nanoTime());
+    AtomicLong failed = new AtomicLong();
+    AtomicReference<Exception> firstError = new AtomicReference<>();
+    Callback callback =
+        (metadata, e) -> {
+          if (e != null) {
+            failed.incrementAndGet();
+            firstError.compareAndSet(null, e);
+          }
+        };
+    List<Long> commits = new ArrayList<>();
+    try (KafkaProducer<byte[], byte[]> producer =
+        new KafkaProducer<>(producerProps, new ByteArraySerializer(), new ByteArraySerializer())) {
+      producer.initTransactions();
+      producer.partitionsFor(topic); // metadata outside the timed section
+      long start = System.nanoTime();
+      long deadline = deadlineNanos(start);
+      long committed = 0;
+      while (committed < records && System.nanoTime() < deadline && failed.get() == 0) {
+        long n = Math.min(perTxn, records - committed);
+        producer.beginTransaction();
+        for (long i = 0; i < n; i++) {
+          producer.send(new ProducerRecord<>(topic, value), callback);
+        }
+        long before = System.nanoTime();
+        producer.commitTransaction();
+        commits.add(System.nanoTime() - before);
+        committed += n;
+      }
+      double seconds = (System.nanoTime() - start) / 1e9;
+      long[] sorted = commits.stream().mapToLong(Long::longValue).sorted().toArray();
+      System.out.println(
+          String.format(
+              Locale.ROOT,
+              "{\"records\": %d, \"bytes\": %d, \"seconds\": %.6f, \"errors\": %d, \"error\": %s,"
+                  + " \"transactions\": %d, \"commit_p50_ms\": %.3f, \"commit_p99_ms\": %.3f}",
+              committed,
+              committed * size,
+              seconds,
+              failed.get(),
+              firstError.get() == null ? "null" : quote(firstError.get().toString()),
+              sorted.length,
+              percentileMs(sorted, 0.50),
+              percentileMs(sorted, 0.99)));
     }
   }
 
@@ -244,6 +305,54 @@ public final class BenchClient {
             percentileMs(sorted, 1.0),
             failed.get(),
             firstError.get() == null ? "null" : quote(firstError.get().toString())));
+  }
+
+  /**
+   * Sends one small record every interval.ms until stdin closes, then flushes. Each answer is a
+   * stdout line "SENT ANSWERED OK": System.nanoTime() (CLOCK_MONOTONIC, as Python's
+   * time.monotonic()) when the record was sent and answered, and 1 or 0.
+   */
+  private void writer() throws InterruptedException {
+    String topic = need("topic");
+    long intervalNanos = (long) (Double.parseDouble(need("interval.ms")) * 1e6);
+    Thread stdin =
+        new Thread(
+            () -> {
+              try {
+                while (System.in.read() >= 0) {}
+              } catch (java.io.IOException e) {
+                // closed: stop as at EOF
+              }
+            },
+            "stdin");
+    stdin.setDaemon(true);
+    stdin.start();
+    byte[] value = new byte[100];
+    try (KafkaProducer<byte[], byte[]> producer =
+        new KafkaProducer<>(producerProps, new ByteArraySerializer(), new ByteArraySerializer())) {
+      producer.partitionsFor(topic);
+      long next = System.nanoTime();
+      while (stdin.isAlive()) {
+        long sent = System.nanoTime();
+        producer.send(
+            new ProducerRecord<>(topic, value),
+            (metadata, e) -> {
+              String line = sent + " " + System.nanoTime() + " " + (e == null ? 1 : 0);
+              synchronized (System.out) {
+                System.out.println(line);
+              }
+            });
+        next += intervalNanos;
+        long wait;
+        while ((wait = next - System.nanoTime()) > 0) {
+          LockSupport.parkNanos(wait);
+        }
+      }
+      producer.flush();
+    }
+    synchronized (System.out) {
+      System.out.println("{\"error\": null}");
+    }
   }
 
   private static double percentileMs(long[] sorted, double q) {

@@ -7,6 +7,7 @@ so a concurrent setup (the compat tests fill `.cache/jars` the same way) never s
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -104,12 +105,14 @@ def ensure_jars(cache: Path = CACHE) -> list[Path]:
 
 
 def ensure_java_driver(cache: Path = CACHE) -> str:
-    """Compiles BenchClient.java when it changed; returns the classpath to run it with."""
+    """Compiles BenchClient.java unless this version of it was; returns the classpath to run
+    it with. The classes live under the source's hash: worktrees share the cache."""
     jars = ensure_jars(cache)
-    classes = cache / "bench-classes"
+    digest = hashlib.sha256(JAVA_SOURCE.read_bytes()).hexdigest()[:12]
+    classes = cache / f"bench-classes-{digest}"
     compiled = classes / "BenchClient.class"
     classpath = os.pathsep.join(str(j) for j in jars)
-    if not compiled.exists() or compiled.stat().st_mtime < JAVA_SOURCE.stat().st_mtime:
+    if not compiled.exists():
         classes.mkdir(parents=True, exist_ok=True)
         subprocess.run(
             ["javac", "-nowarn", "-cp", classpath, "-d", str(classes), str(JAVA_SOURCE)],

@@ -20,8 +20,9 @@ from pathlib import Path
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from .artifacts import ensure_tansu
+from .artifacts import REPO, ensure_tansu
 from .drivers import QUIET, Endpoint
+from .scraper import Scraper
 
 
 class BrokerError(RuntimeError):
@@ -64,6 +65,10 @@ TANSU = BrokerKind("tansu", "Tansu", "memory://", _tansu_command)
 KINDS = {kind.name: kind for kind in (GREGOR, TANSU)}
 
 
+def _pythonpath() -> list[str]:
+    return [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -77,13 +82,27 @@ _PDEATHSIG = ["setpriv", "--pdeathsig", "KILL", "--"] if shutil.which("setpriv")
 class Broker:
     """A running broker process; use as a context manager so it is stopped on any exit."""
 
-    def __init__(self, kind: BrokerKind, workdir: Path) -> None:
+    def __init__(
+        self,
+        kind: BrokerKind,
+        workdir: Path,
+        scrape_every_s: float | None = None,
+        overrides: dict[str, str] | None = None,
+    ) -> None:
+        """``scrape_every_s``: Gregor serves /metrics, scraped that often while it runs;
+        ``overrides``: more of Gregor's configuration."""
         self.kind = kind
+        self.overrides = dict(overrides or {}) if kind is GREGOR else {}
         self.workdir = workdir
         self.port = free_port()
         self.bootstrap = f"127.0.0.1:{self.port}"
         self._proc: subprocess.Popen[bytes] | None = None
         self._admin: AdminClient | None = None
+        self._scraper: Scraper | None = None
+        self.scrape_report = ""  # how the scrapes went, once stopped
+        if scrape_every_s is not None and kind is GREGOR:
+            self._scraper = Scraper(free_port(), scrape_every_s)
+            self.overrides["metrics.prometheus.port"] = str(self._scraper.port)
 
     @property
     def pid(self) -> int:
@@ -105,10 +124,16 @@ class Broker:
     def __enter__(self) -> Broker:
         data_dir = self.workdir / "data"
         data_dir.mkdir(parents=True)
+        command = self.kind.command(self.port, data_dir)
+        for key, value in self.overrides.items():
+            command += ["--override", f"{key}={value}"]
         try:
             with open(self.workdir / "broker.log", "wb") as log:
                 self._proc = subprocess.Popen(
-                    _PDEATHSIG + self.kind.command(self.port, data_dir),
+                    _PDEATHSIG + command,
+                    # This checkout's packages first: a virtualenv shared by several
+                    # worktrees has its editable install pointing at one of them.
+                    env={**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), *_pythonpath()])},
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=subprocess.STDOUT,
@@ -117,6 +142,8 @@ class Broker:
                     start_new_session=True,
                 )
             self._wait_ready()
+            if self._scraper is not None:
+                self._scraper.start()
         except BaseException:
             self.stop()
             raise
@@ -177,6 +204,8 @@ class Broker:
         raise BrokerError(f"{self.kind.label}: topic {name} has no leader after 30 s")
 
     def stop(self) -> None:
+        if self._scraper is not None and self._scraper.started:
+            self.scrape_report = self._scraper.stop()
         self._admin = None  # librdkafka handle goes with the last reference
         proc, self._proc = self._proc, None
         if proc is not None and proc.poll() is None:

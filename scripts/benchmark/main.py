@@ -33,7 +33,8 @@ from .scenarios import (
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="scripts/bench",
-        description="Gregor and Tansu side by side on this machine, with the same clients.",
+        description="Gregor and Tansu side by side on this machine, with the same clients. "
+        "`scripts/bench cluster --help`: the 3-broker cluster benchmarks.",
     )
     parser.add_argument(
         "--size",
@@ -47,6 +48,13 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         help="comma-separated subset of: " + ", ".join(s.name for s in SCENARIOS),
     )
     parser.add_argument("--json", type=Path, help="also write all measurements here")
+    parser.add_argument(
+        "--metrics",
+        type=float,
+        metavar="SECONDS",
+        help="Gregor serves Prometheus metrics, scraped every SECONDS during each scenario "
+        "(0: never, the recording's cost alone)",
+    )
     args = parser.parse_args(argv)
     if args.scenarios:
         unknown = set(args.scenarios.split(",")) - set(BY_NAME)
@@ -78,13 +86,19 @@ def _log(text: str) -> None:
 
 
 def _run_one(
-    scenario: Scenario, broker_name: str, sizes: Sizes, java: JavaDriver | None, work: Path
+    scenario: Scenario,
+    broker_name: str,
+    sizes: Sizes,
+    java: JavaDriver | None,
+    work: Path,
+    scrape_every_s: float | None = None,
 ) -> dict:
     """One scenario on a fresh broker process; a failure becomes {"error": text}."""
     kind = KINDS[broker_name]
     started = time.monotonic()
+    broker = Broker(kind, work / f"{broker_name}-{scenario.name}", scrape_every_s)
     try:
-        with Broker(kind, work / f"{broker_name}-{scenario.name}") as broker:
+        with broker:
             try:
                 result: dict = scenario.run(Context(broker, sizes, java))
             except (BrokerError, DriverError, ScenarioError) as e:
@@ -96,6 +110,8 @@ def _run_one(
         return {"error": str(e)}
     shown = ", ".join(f"{k}={v:.4g}" for k, v in result.items())
     _log(f"  {kind.label}: {time.monotonic() - started:.0f}s: {shown}")
+    if broker.scrape_report:
+        _log(f"  {kind.label} metrics: {broker.scrape_report}")
     return result
 
 
@@ -113,9 +129,26 @@ def median_result(runs: list[dict]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parse(argv)
+    argv = sys.argv[1:] if argv is None else argv
     signal.signal(signal.SIGTERM, _terminate)
     signal.signal(signal.SIGHUP, _terminate)
+    if argv[:1] == ["cluster"]:
+        from .cluster import main as cluster_main  # needs the repo's packages on the path
+
+        return cluster_main(argv[1:])
+    if argv[:1] == ["cleaner"]:
+        from .cleaner import main as cleaner_main
+
+        return cleaner_main(argv[1:])
+    if argv[:1] == ["metrics-cost"]:
+        from .metrics_cost import main as metrics_cost
+
+        return metrics_cost(argv[1:])
+    if argv[:1] == ["cluster-scale"]:
+        from .cluster_scale import main as cluster_scale
+
+        return cluster_scale(argv[1:])
+    args = _parse(argv)
     sizes = SIZES[args.size]
     chosen = [BY_NAME[n] for n in args.scenarios.split(",")] if args.scenarios else SCENARIOS
     brokers = [args.only] if args.only else ["gregor", "tansu"]
@@ -135,7 +168,9 @@ def main(argv: list[str] | None = None) -> int:
                 runs: dict[str, list[dict]] = {name: [] for name in brokers}
                 for _ in range(scenario.rounds):
                     for name in brokers:
-                        runs[name].append(_run_one(scenario, name, sizes, java, Path(tmp)))
+                        runs[name].append(
+                            _run_one(scenario, name, sizes, java, Path(tmp), args.metrics)
+                        )
                 for name in brokers:
                     results[name][scenario.name] = median_result(runs[name])
     except KeyboardInterrupt:
@@ -148,6 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     print(markdown_table(rows, results, labels))
     print()
     storage = "; ".join(f"{KINDS[b].label} storage: {KINDS[b].storage}" for b in brokers)
+    if args.metrics is not None and "gregor" in brokers:
+        storage += f"; Gregor metrics on, scraped every {args.metrics:g} s"
     print(
         f"{NOTE} Topics: {PARTITIONS} partition, replication factor 1; "
         f"clients and broker share one machine ({_cpu_model()}). {storage}. "
@@ -156,6 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         meta = {
             "size": args.size,
+            "metrics_scrape_s": args.metrics,
             "sizes": vars(sizes),
             "partitions": PARTITIONS,
             "commit": _git_commit(),

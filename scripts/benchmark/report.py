@@ -33,6 +33,11 @@ def _rate(prefix: str) -> Callable[[Mapping[str, object]], str]:
     return cell
 
 
+def _records_read(m: Mapping[str, object]) -> str:
+    right = "all" if float(m["spark_count_right"]) else "WRONG COUNT"  # type: ignore[arg-type]
+    return f"{float(m['spark_records']):,.0f} ({right})"  # type: ignore[arg-type]
+
+
 def _number(key: str, digits: int) -> Callable[[Mapping[str, object]], str]:
     return lambda m: f"{float(m[key]):.{digits}f}"  # type: ignore[arg-type]
 
@@ -62,6 +67,26 @@ ROWS: dict[str, tuple[Row, ...]] = {
         ),
     ),
     "group-commit": (Row("commits/s", "commits_s", _number("commits_s", 0)),),
+    "transactions": (
+        Row("idempotent produce", "idem_mib_s", _rate("idem")),
+        Row("transactional produce, 100 per txn", "txn100_mib_s", _rate("txn100")),
+        Row("… ratio to idempotent (target ≥ 0.5)", "txn100_ratio", _number("txn100_ratio", 2)),
+        Row("… commit p50 ms", "txn100_commit_p50_ms", _number("txn100_commit_p50_ms", 2)),
+        Row("… commit p99 ms", "txn100_commit_p99_ms", _number("txn100_commit_p99_ms", 2)),
+        Row("transactional produce, 10,000 per txn", "txn10k_mib_s", _rate("txn10k")),
+        Row("… ratio to idempotent (target ≥ 0.9)", "txn10k_ratio", _number("txn10k_ratio", 2)),
+        Row("… commit p50 ms", "txn10k_commit_p50_ms", _number("txn10k_commit_p50_ms", 2)),
+        Row("… commit p99 ms", "txn10k_commit_p99_ms", _number("txn10k_commit_p99_ms", 2)),
+        Row("read_committed consume", "rc_mib_s", _rate("rc")),
+        Row("read_uncommitted consume", "ru_mib_s", _rate("ru")),
+        Row("… read_committed ratio (target ≥ 0.9)", "rc_ratio", _number("rc_ratio", 2)),
+    ),
+    "spark": (
+        Row("Spark batch read", "spark_mib_s", _rate("spark")),
+        Row("records read", "spark_records", _records_read),
+        Row("broker CPU s during the read", "broker_cpu_s", _number("broker_cpu_s", 1)),
+        Row("… as % of one core", "broker_cpu_pct", _number("broker_cpu_pct", 0)),
+    ),
 }
 
 NOTE = (

@@ -17,6 +17,9 @@ from .groups import (
     join_to_first_record,
 )
 from .procstats import cpu_seconds, memory_kib
+from .spark import RECORD_SIZE as SPARK_RECORD_SIZE
+from .spark import spark_batch_read
+from .transactions import BIG_TXN, SMALL_TXN, transactional_throughput
 
 GIB = 1 << 30
 COMMIT_ROUNDS = 5
@@ -40,10 +43,11 @@ class Sizes:
     latency_seconds: float
     phase_seconds: float  # cap on one produce or consume phase
     big_seconds: float
+    spark_records: int = 10_000_000  # the spark scenario's batch read
 
 
 SIZES = {
-    "small": Sizes(16 * MIB, 64 * MIB, 4, 30, 60),
+    "small": Sizes(16 * MIB, 64 * MIB, 4, 30, 60, spark_records=1_000_000),
     "full": Sizes(256 * MIB, 2 * GIB, 30, 40, 240),
 }
 
@@ -194,6 +198,23 @@ SCENARIOS = [
         False,
         lambda ctx: commit_throughput(ctx.broker),
         rounds=COMMIT_ROUNDS,
+    ),
+    Scenario(
+        "transactions",
+        f"Java, 1 KiB records in transactions of {SMALL_TXN} and {BIG_TXN:,} (idempotent, "
+        "acks=all), against idempotent produce; read_committed against read_uncommitted",
+        "transactions",
+        True,
+        transactional_throughput,
+    ),
+    Scenario(
+        "spark",
+        f"Spark batch read (PySpark 4.3, local[2], built-in Kafka source) of "
+        f"{SPARK_RECORD_SIZE} B records written by Java ({_TUNED}); 10,000,000 in full, "
+        "1,000,000 in small",
+        "spark",
+        True,
+        lambda ctx: spark_batch_read(ctx, TUNED),
     ),
 ]
 BY_NAME = {s.name: s for s in SCENARIOS}

@@ -143,6 +143,9 @@ class BodyWriter:
             fmt = ">i" if kafka_type == "timedelta_i32" else ">q"
             value = rng.choice(_BOUNDARY["int32"]) if hostile else rng.choice((0, 10, 100))
             return struct.pack(fmt, value)
+        if kafka_type == "float64":  # quota values: hostile ones are not finite or not > 0
+            hostile_values = (float("nan"), float("inf"), float("-inf"), -1.0, 0.0, 1e308)
+            return struct.pack(">d", rng.choice(hostile_values if hostile else (1.0, 1024.0)))
         if kafka_type == "bool":
             return bytes([rng.randrange(2, 256) if hostile else rng.randrange(2)])
         if kafka_type == "uuid":

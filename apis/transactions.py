@@ -1,0 +1,363 @@
+"""The transaction coordinator's APIs: AddPartitionsToTxn (v4+ batched, with verify_only),
+AddOffsetsToTxn, EndTxn, DescribeTransactions, ListTransactions, and the group
+coordinator's TxnOffsetCommit."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import defaultdict
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from apis.context import NO_THROTTLE, RequestContext, Services, build, later, nested
+from apis.groups import coordinator, then
+from coordinator.offsets import CommitRequest
+from coordinator.partitions import Producer
+from coordinator.records import OFFSETS_TOPIC
+from coordinator.txn_coordinator import TransactionCoordinator
+from coordinator.txn_records import TxnState
+from replica.partition import Partition
+from wire.schema import response_type
+from wire.versions import (
+    ADD_OFFSETS_TO_TXN,
+    ADD_PARTITIONS_TO_TXN,
+    DESCRIBE_TRANSACTIONS,
+    END_TXN,
+    LIST_TRANSACTIONS,
+    TXN_OFFSET_COMMIT,
+)
+
+logger = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+
+# The first versions that know PRODUCER_FENCED (KIP-588); older ones get
+# INVALID_PRODUCER_EPOCH, as Kafka answers them.
+_FENCED_SINCE = {ADD_PARTITIONS_TO_TXN: 2, ADD_OFFSETS_TO_TXN: 2, END_TXN: 2, TXN_OFFSET_COMMIT: 2}
+
+
+def transactions(services: Services) -> TransactionCoordinator:
+    assert services.transactions is not None
+    return services.transactions
+
+
+def client_error(ctx: RequestContext, error: ErrorCode) -> ErrorCode:
+    if error == ErrorCode.producer_fenced and ctx.api_version < _FENCED_SINCE.get(ctx.api_key, 0):
+        return ErrorCode.invalid_producer_epoch
+    return error
+
+
+# -- AddPartitionsToTxn ---------------------------------------------------------------------
+def handle_add_partitions(services: Services, ctx: RequestContext, request: Any) -> Any:
+    return later(_add_partitions(services, ctx, request))
+
+
+async def _add_partitions(services: Services, ctx: RequestContext, request: Any) -> Any:
+    cls = response_type(ADD_PARTITIONS_TO_TXN, ctx.api_version)
+    topic_cls = nested(cls, "AddPartitionsToTxnTopicResult")
+    partition_cls = nested(cls, "AddPartitionsToTxnPartitionResult")
+
+    def topic_results(errors: dict[TopicPartition, ErrorCode]) -> tuple[Any, ...]:
+        by_topic: dict[str, list[Any]] = defaultdict(list)
+        for (topic, index), error in errors.items():
+            by_topic[topic].append(partition_cls(partition_index=index, partition_error_code=error))
+        return tuple(
+            topic_cls(name=t, results_by_partition=tuple(ps)) for t, ps in by_topic.items()
+        )
+
+    if ctx.api_version < 4:
+        errors = await _add_one(
+            services,
+            ctx,
+            request.v3_and_below_transactional_id,
+            request.v3_and_below_producer_id,
+            request.v3_and_below_producer_epoch,
+            request.v3_and_below_topics,
+            verify_only=False,
+        )
+        return build(
+            cls, throttle_time=NO_THROTTLE, results_by_topic_v3_and_below=topic_results(errors)
+        )
+    result_cls = nested(cls, "AddPartitionsToTxnResult")
+    outcomes = await asyncio.gather(
+        *(
+            _add_one(
+                services,
+                ctx,
+                t.transactional_id,
+                t.producer_id,
+                t.producer_epoch,
+                t.topics,
+                verify_only=t.verify_only,
+            )
+            for t in request.transactions
+        )
+    )
+    return build(
+        cls,
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode.none,
+        results_by_transaction=tuple(
+            result_cls(transactional_id=t.transactional_id, topic_results=topic_results(errors))
+            for t, errors in zip(request.transactions, outcomes, strict=True)
+        ),
+    )
+
+
+async def _add_one(
+    services: Services,
+    ctx: RequestContext,
+    transactional_id: str,
+    producer_id: int,
+    producer_epoch: int,
+    topics: Any,
+    *,
+    verify_only: bool,
+) -> dict[TopicPartition, ErrorCode]:
+    wanted = list(dict.fromkeys((t.name, p) for t in topics for p in t.partitions))
+    if verify_only:
+        return transactions(services).verify(transactional_id, producer_id, producer_epoch, wanted)
+    # As Kafka: unknown partitions fail the request, the others are not attempted.
+    unknown = {tp for tp in wanted if services.metadata.partition(*tp) is None}
+    if unknown:
+        return {
+            tp: ErrorCode.unknown_topic_or_partition
+            if tp in unknown
+            else ErrorCode.operation_not_attempted
+            for tp in wanted
+        }
+    error = await transactions(services).add_partitions(
+        transactional_id, producer_id, producer_epoch, set(wanted)
+    )
+    return dict.fromkeys(wanted, client_error(ctx, error))
+
+
+# -- AddOffsetsToTxn / EndTxn ---------------------------------------------------------------
+def handle_add_offsets(services: Services, ctx: RequestContext, request: Any) -> Any:
+    return later(_add_offsets(services, ctx, request))
+
+
+async def _add_offsets(services: Services, ctx: RequestContext, request: Any) -> Any:
+    partition = (OFFSETS_TOPIC, coordinator(services).partition_for(request.group_id))
+    error = await transactions(services).add_partitions(
+        request.transactional_id, request.producer_id, request.producer_epoch, {partition}
+    )
+    return build(
+        response_type(ADD_OFFSETS_TO_TXN, ctx.api_version),
+        throttle_time=NO_THROTTLE,
+        error_code=client_error(ctx, error),
+    )
+
+
+def handle_end_txn(services: Services, ctx: RequestContext, request: Any) -> Any:
+    return later(_end_txn(services, ctx, request))
+
+
+async def _end_txn(services: Services, ctx: RequestContext, request: Any) -> Any:
+    error = await transactions(services).end_txn(
+        request.transactional_id, request.producer_id, request.producer_epoch, request.committed
+    )
+    return build(
+        response_type(END_TXN, ctx.api_version),
+        throttle_time=NO_THROTTLE,
+        error_code=client_error(ctx, error),
+    )
+
+
+# -- TxnOffsetCommit ------------------------------------------------------------------------
+def handle_txn_offset_commit(services: Services, ctx: RequestContext, request: Any) -> Any:
+    cls = response_type(TXN_OFFSET_COMMIT, ctx.api_version)
+    topic_cls = nested(cls, "TxnOffsetCommitResponseTopic")
+    partition_cls = nested(cls, "TxnOffsetCommitResponsePartition")
+    unknown: dict[TopicPartition, ErrorCode] = {}
+    wanted: list[CommitRequest] = []
+    for topic in request.topics:
+        for p in topic.partitions:
+            if services.metadata.partition(topic.name, p.partition_index) is None:
+                unknown[(topic.name, p.partition_index)] = ErrorCode.unknown_topic_or_partition
+            else:
+                wanted.append(
+                    (
+                        topic.name,
+                        p.partition_index,
+                        p.committed_offset,
+                        getattr(p, "committed_leader_epoch", -1),
+                        p.committed_metadata,
+                    )
+                )
+
+    def respond(errors: dict[TopicPartition, ErrorCode]) -> Any:
+        errors = {**errors, **unknown}
+        return build(
+            cls,
+            throttle_time=NO_THROTTLE,
+            topics=tuple(
+                topic_cls(
+                    name=t.name,
+                    partitions=tuple(
+                        partition_cls(
+                            partition_index=p.partition_index,
+                            error_code=client_error(ctx, errors[(t.name, p.partition_index)]),
+                        )
+                        for p in t.partitions
+                    ),
+                )
+                for t in request.topics
+            ),
+        )
+
+    group = coordinator(services)
+
+    def commit(verified: ErrorCode) -> Any:
+        if verified != ErrorCode.none:
+            return respond({(o[0], o[1]): verified for o in wanted})
+        result = group.offsets.commit_offsets(
+            request.group_id,
+            getattr(request, "generation_id", -1),
+            getattr(request, "member_id", ""),
+            getattr(request, "group_instance_id", None),
+            wanted,
+            producer=Producer(request.producer_id, request.producer_epoch),
+        )
+        return then(result, respond)
+
+    # KIP-890 part 1, as Kafka 3.6+: the producer's first offsets in a transaction go to
+    # the group's __consumer_offsets partition only if the transaction coordinator says
+    # AddOffsetsToTxn put that partition in the ongoing transaction. The group
+    # coordinator's own errors come first, unverified.
+    offsets_partition = services.replicas.get(OFFSETS_TOPIC, group.partition_for(request.group_id))
+    if (
+        not wanted
+        or not request.group_id
+        or group.owner_error(request.group_id) is not None
+        or offsets_partition is None
+        or offsets_partition.log.producer_state.has_ongoing_txn(request.producer_id)
+    ):
+        return commit(ErrorCode.none)
+    if services.txn is None:
+        return commit(ErrorCode.invalid_txn_state)
+    return later(_verify_offsets(services, request, offsets_partition, commit))
+
+
+async def _verify_offsets(
+    services: Services, request: Any, partition: Partition, commit: Callable[[ErrorCode], Any]
+) -> Any:
+    """Ask the transaction coordinator about the TxnOffsetCommit's ``__consumer_offsets``
+    partition, then ``commit`` with what it answered."""
+    assert services.txn is not None
+    producer_id = request.producer_id
+    state = partition.log.producer_state
+    guard = state.begin_verification(producer_id)
+    try:
+        error = await services.txn.verify_offset_commit(
+            request.transactional_id,
+            producer_id,
+            request.producer_epoch,
+            (partition.topic, partition.index),
+        )
+    except Exception:
+        # The coordinator could not be asked: a retriable error, as Kafka answers then.
+        logger.exception("Verifying the transaction of %r failed", request.transactional_id)
+        error = ErrorCode.coordinator_load_in_progress
+    if not state.end_verification(producer_id, guard) and error == ErrorCode.none:
+        # The transaction ended (a marker came) while the coordinator was asked.
+        error = ErrorCode.invalid_txn_state
+    # No await from here to the append: no marker can come in between.
+    answer = commit(error)
+    return await answer if isinstance(answer, asyncio.Future) else answer
+
+
+# -- DescribeTransactions / ListTransactions ------------------------------------------------
+def handle_describe(services: Services, ctx: RequestContext, request: Any) -> Any:
+    cls = response_type(DESCRIBE_TRANSACTIONS, ctx.api_version)
+    state_cls = nested(cls, "TransactionState")
+    topic_cls = nested(cls, "TopicData")
+    txn = transactions(services)
+    described = []
+    for transactional_id in request.transactional_ids:
+        error = txn.owner_error(transactional_id)
+        meta = txn.txns.get(transactional_id) if error is None else None
+        if error is None and (meta is None or meta.producer_epoch < 0):
+            error = ErrorCode.transactional_id_not_found
+        if meta is None or error is not None:
+            described.append(
+                state_cls(
+                    error_code=error,
+                    transactional_id=transactional_id,
+                    transaction_state="",
+                    transaction_timeout=timedelta(0),
+                    transaction_start_time=_time(-1),
+                    producer_id=-1,
+                    producer_epoch=-1,
+                    topics=(),
+                )
+            )
+            continue
+        value = meta.value
+        described.append(
+            state_cls(
+                error_code=ErrorCode.none,
+                transactional_id=transactional_id,
+                transaction_state=value.state.display,
+                transaction_timeout=timedelta(milliseconds=value.timeout_ms),
+                transaction_start_time=_time(value.start_ms),
+                producer_id=value.producer_id,
+                producer_epoch=value.producer_epoch,
+                topics=tuple(
+                    topic_cls(topic=topic, partitions=parts) for topic, parts in value.partitions
+                ),
+            )
+        )
+    return build(cls, throttle_time=NO_THROTTLE, transaction_states=tuple(described))
+
+
+def _time(ms: int) -> datetime:
+    """kio's TZAware timestamps: -1 (none) is one millisecond before the epoch."""
+    return datetime.fromtimestamp(0, UTC) + timedelta(milliseconds=ms)
+
+
+def handle_list(services: Services, ctx: RequestContext, request: Any) -> Any:
+    cls = response_type(LIST_TRANSACTIONS, ctx.api_version)
+    listed_cls = nested(cls, "TransactionState")
+    txn = transactions(services)
+    states: set[TxnState] = set()
+    unknown_states: list[str] = []
+    for name in request.state_filters:
+        state = TxnState.from_display(name)
+        if state is None:
+            unknown_states.append(name)
+        else:
+            states.add(state)
+    producer_ids = set(request.producer_id_filters)
+    duration_ms = getattr(request, "duration_filter", -1)
+    now = services.now_ms()
+    listed = []
+    for meta in txn.txns.values():
+        value = meta.value
+        if value.producer_epoch < 0 or value.state == TxnState.DEAD:
+            continue  # initialising, or being removed
+        if states and value.state not in states:
+            continue
+        if producer_ids and value.producer_id not in producer_ids:
+            continue
+        if duration_ms >= 0 and now - value.start_ms <= duration_ms:
+            continue
+        listed.append(
+            listed_cls(
+                transactional_id=meta.transactional_id,
+                producer_id=value.producer_id,
+                transaction_state=value.state.display,
+            )
+        )
+    error = ErrorCode.coordinator_load_in_progress if txn.loading() else ErrorCode.none
+    return build(
+        cls,
+        throttle_time=NO_THROTTLE,
+        error_code=error,
+        unknown_state_filters=tuple(unknown_states),
+        transaction_states=tuple(listed),
+    )

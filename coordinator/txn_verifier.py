@@ -1,0 +1,162 @@
+"""The partition side's check of KIP-890 part 1 (``Services.txn``): before a producer's
+first transactional write to a partition goes in (a Produce, or the group coordinator's
+write of a TxnOffsetCommit to ``__consumer_offsets``), ask the transactional id's
+coordinator whether the partition is in the producer's ongoing transaction.
+
+The coordinator is asked in-process when this broker leads the id's ``__transaction_state``
+partition, else with AddPartitionsToTxn v4 ``verify_only`` through the inter-broker
+client. The answers are mapped to what a producer understands, as Kafka's
+AddPartitionsToTxnManager and ReplicaManager do.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from kio.schema.add_partitions_to_txn.v4.request import (
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnTopic,
+    AddPartitionsToTxnTransaction,
+)
+from kio.schema.errors import ErrorCode
+
+from coordinator.txn_coordinator import TransactionCoordinator
+
+logger = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+# (node id, request) -> response, through the inter-broker client.
+SendVerify = Callable[[int, AddPartitionsToTxnRequest], Awaitable[Any]]
+# The leader of a __transaction_state partition: None or -1 while there is none.
+CoordinatorOf = Callable[[int], int | None]
+
+# Retriable coordinator answers an older producer may not retry on a produce: Kafka turns
+# them into NOT_ENOUGH_REPLICAS, which every producer retries without a metadata refresh.
+_RETRIABLE = frozenset(
+    {
+        ErrorCode.concurrent_transactions,
+        ErrorCode.network_exception,
+        ErrorCode.coordinator_load_in_progress,
+        ErrorCode.coordinator_not_available,
+        ErrorCode.not_coordinator,
+    }
+)
+
+
+class CoordinatorVerifier:
+    def __init__(
+        self,
+        coordinator: TransactionCoordinator,
+        broker_id: int,
+        coordinator_of: CoordinatorOf,
+        send: SendVerify | None,
+    ) -> None:
+        self._coordinator = coordinator
+        self._broker_id = broker_id
+        self._coordinator_of = coordinator_of
+        self._send = send
+
+    async def verify(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: list[TopicPartition],
+    ) -> dict[TopicPartition, ErrorCode]:
+        """Per partition: NONE if it is in the producer's ongoing transaction, else the
+        error its produce answers (INVALID_TXN_STATE when it is not in the transaction)."""
+        errors = await self._ask(transactional_id, producer_id, producer_epoch, partitions)
+        return {tp: _for_produce(errors.get(tp, ErrorCode.invalid_txn_state)) for tp in partitions}
+
+    async def verify_offset_commit(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partition: TopicPartition,
+    ) -> ErrorCode:
+        """NONE if the group's ``__consumer_offsets`` partition is in the producer's ongoing
+        transaction (AddOffsetsToTxn put it there), else the error its TxnOffsetCommit
+        answers."""
+        errors = await self._ask(transactional_id, producer_id, producer_epoch, [partition])
+        return _for_offset_commit(errors.get(partition, ErrorCode.invalid_txn_state))
+
+    async def _ask(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: list[TopicPartition],
+    ) -> dict[TopicPartition, ErrorCode]:
+        coordinator = self._coordinator
+        node = self._coordinator_of(coordinator.partition_for(transactional_id))
+        if (
+            coordinator.owner_error(transactional_id) != ErrorCode.not_coordinator
+            or node == self._broker_id
+        ):
+            # Here, loading here, or here before this broker has loaded the partition.
+            return coordinator.verify(transactional_id, producer_id, producer_epoch, partitions)
+        if node is None or node < 0 or self._send is None:
+            return dict.fromkeys(partitions, ErrorCode.coordinator_not_available)
+        by_topic: dict[str, list[int]] = {}
+        for topic, index in partitions:
+            by_topic.setdefault(topic, []).append(index)
+        request = AddPartitionsToTxnRequest(
+            transactions=(
+                AddPartitionsToTxnTransaction(
+                    transactional_id=transactional_id,
+                    producer_id=producer_id,
+                    producer_epoch=producer_epoch,
+                    verify_only=True,
+                    topics=tuple(
+                        AddPartitionsToTxnTopic(name=topic, partitions=tuple(indexes))
+                        for topic, indexes in by_topic.items()
+                    ),
+                ),
+            )
+        )
+        try:
+            response = await self._send(node, request)
+        except (ConnectionError, TimeoutError) as e:
+            logger.warning(
+                "Verifying the transaction of %r with node %d failed: %s", transactional_id, node, e
+            )
+            return dict.fromkeys(partitions, ErrorCode.network_exception)
+        if response.error_code != ErrorCode.none:
+            # A broker must not pass CLUSTER_AUTHORIZATION_FAILED on to a client.
+            error = ErrorCode(response.error_code)
+            if error == ErrorCode.cluster_authorization_failed:
+                error = ErrorCode.invalid_txn_state
+            return dict.fromkeys(partitions, error)
+        errors: dict[TopicPartition, ErrorCode] = {}
+        for result in response.results_by_transaction:
+            if result.transactional_id != transactional_id:
+                continue
+            for topic in result.topic_results:
+                for p in topic.results_by_partition:
+                    errors[topic.name, p.partition_index] = ErrorCode(p.partition_error_code)
+        return errors
+
+
+def _for_produce(error: ErrorCode) -> ErrorCode:
+    """What a produce answers for the coordinator's error (Kafka: producers expect
+    INVALID_PRODUCER_EPOCH where the coordinator says PRODUCER_FENCED)."""
+    if error == ErrorCode.producer_fenced:
+        return ErrorCode.invalid_producer_epoch
+    if error in _RETRIABLE:
+        return ErrorCode.not_enough_replicas
+    return error
+
+
+def _for_offset_commit(error: ErrorCode) -> ErrorCode:
+    """What a TxnOffsetCommit answers for the coordinator's error (Kafka: INVALID_PRODUCER_EPOCH
+    for PRODUCER_FENCED as on a produce; a failed network round trip becomes
+    COORDINATOR_LOAD_IN_PROGRESS, which every client retries without looking up the group
+    coordinator again)."""
+    if error == ErrorCode.producer_fenced:
+        return ErrorCode.invalid_producer_epoch
+    if error == ErrorCode.network_exception:
+        return ErrorCode.coordinator_load_in_progress
+    return error

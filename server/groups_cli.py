@@ -1,0 +1,478 @@
+"""``gregor groups``: list, describe (committed offsets, log end offsets, lag, members),
+reset the offsets of and delete consumer groups on any Kafka-compatible broker over the
+wire, in the habits of ``kafka-consumer-groups.sh``."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from server.cli_output import print_json, print_table
+from server.consumer_protocol import PROTOCOL_TYPE, assigned_partitions
+from server.records_client import (
+    EARLIEST,
+    LATEST,
+    ClusterView,
+    TopicPartition,
+    by_topic,
+    error_name,
+    list_offsets,
+)
+from server.wire_client import Client, ClientError, Connection, schema
+
+OFFSET_COMMIT, OFFSET_FETCH, DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS = 8, 9, 15, 16, 42
+INACTIVE = ("Empty", "Dead")  # the states in which a group's offsets may be reset
+NO_OFFSET = -1
+
+
+@dataclass(frozen=True, slots=True)
+class ListedGroup:
+    group: str
+    state: str
+    protocol_type: str
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    member_id: str
+    instance_id: str | None
+    client_id: str
+    host: str
+    partitions: list[TopicPartition]
+
+
+@dataclass(slots=True)
+class Group:
+    group: str
+    state: str
+    protocol_type: str
+    protocol: str
+    coordinator: Connection
+    members: list[Member] = field(default_factory=list)
+
+    def owner(self, tp: TopicPartition) -> Member | None:
+        return next((m for m in self.members if tp in m.partitions), None)
+
+
+def list_groups(client: Client) -> list[ListedGroup]:
+    """The consumer groups of every broker (each lists the groups it coordinates); groups
+    of other protocols (Connect's, for one) are left out, as Kafka's tool does."""
+    groups: dict[str, ListedGroup] = {}
+    for broker in client.all_brokers():
+        answer = broker.call(schema(LIST_GROUPS, 4)(states_filter=()))
+        if answer.error_code.value != 0:
+            raise ClientError(f"ListGroups on {broker.address}: {error_name(answer.error_code)}")
+        for g in answer.groups:
+            if g.protocol_type in (PROTOCOL_TYPE, ""):
+                groups[g.group_id] = ListedGroup(g.group_id, g.group_state, g.protocol_type)
+    return sorted(groups.values(), key=lambda g: g.group)
+
+
+def describe_group(client: Client, group: str) -> Group:
+    """The group's state and members (DescribeGroups through its coordinator); a group that
+    does not exist is "Dead", as Kafka reports it."""
+    request = schema(DESCRIBE_GROUPS, 5)(groups=(group,), include_authorized_operations=False)
+    (described,) = client.call_coordinator(group, request).groups
+    if described.error_code.value != 0:
+        raise ClientError(f"group {group!r}: {error_name(described.error_code)}")
+    consumer = described.protocol_type == PROTOCOL_TYPE
+    members = [
+        Member(
+            m.member_id,
+            m.group_instance_id,
+            m.client_id,
+            m.client_host,
+            assigned_partitions(m.member_assignment) if consumer else [],
+        )
+        for m in described.members
+    ]
+    return Group(
+        group,
+        described.group_state,
+        described.protocol_type,
+        described.protocol_data,
+        client.coordinator(group),  # the one that answered
+        sorted(members, key=lambda m: m.member_id),
+    )
+
+
+def committed_offsets(
+    client: Client, group: str, tps: list[TopicPartition] | None = None
+) -> dict[TopicPartition, int]:
+    """The group's committed offsets (OffsetFetch), of ``tps`` or of every partition it
+    committed; partitions without one are left out."""
+    topics = None
+    if tps is not None:
+        topic = schema(OFFSET_FETCH, 6, "OffsetFetchRequestTopic")
+        topics = tuple(
+            topic(name=t, partition_indexes=tuple(ps)) for t, ps in by_topic(tps).items()
+        )
+    answer = client.call_coordinator(group, schema(OFFSET_FETCH, 6)(group_id=group, topics=topics))
+    if answer.error_code.value != 0:
+        raise ClientError(f"group {group!r}: {error_name(answer.error_code)}")
+    offsets = {}
+    for t in answer.topics:
+        for p in t.partitions:
+            if p.error_code.value != 0:
+                raise ClientError(f"{t.name}-{p.partition_index}: {error_name(p.error_code)}")
+            if p.committed_offset >= 0:
+                offsets[(t.name, p.partition_index)] = p.committed_offset
+    return offsets
+
+
+def commit_offsets(
+    client: Client,
+    group: str,
+    offsets: dict[TopicPartition, int],
+    generation: int = -1,
+    member_id: str = "",
+) -> None:
+    """OffsetCommit; generation -1 with no member commits for a group without members (an
+    offset reset, a consumer not in a group)."""
+    partition = schema(OFFSET_COMMIT, 8, "OffsetCommitRequestPartition")
+    topic = schema(OFFSET_COMMIT, 8, "OffsetCommitRequestTopic")
+    request = schema(OFFSET_COMMIT, 8)(
+        group_id=group,
+        generation_id_or_member_epoch=generation,
+        member_id=member_id,
+        group_instance_id=None,
+        topics=tuple(
+            topic(
+                name=t,
+                partitions=tuple(
+                    partition(
+                        partition_index=p,
+                        committed_offset=offsets[(t, p)],
+                        committed_leader_epoch=-1,
+                        committed_metadata="",
+                    )
+                    for p in ps
+                ),
+            )
+            for t, ps in by_topic(offsets).items()
+        ),
+    )
+    for t in client.call_coordinator(group, request).topics:
+        for p in t.partitions:
+            if p.error_code.value != 0:
+                raise ClientError(
+                    f"commit of {t.name}-{p.partition_index}: {error_name(p.error_code)}"
+                )
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionLag:
+    topic: str
+    partition: int
+    current_offset: int | None
+    log_end_offset: int
+    member: Member | None
+
+    @property
+    def lag(self) -> int | None:
+        if self.current_offset is None:
+            return None
+        return max(0, self.log_end_offset - self.current_offset)
+
+
+def group_lag(client: Client, group: Group) -> list[PartitionLag]:
+    """Each partition the group has a member on or an offset committed for, with its log
+    end offset and the lag behind it."""
+    committed = committed_offsets(client, group.group)
+    tps = set(committed) | {tp for m in group.members for tp in m.partitions}
+    if not tps:
+        return []
+    view = ClusterView(client, {t for t, _ in tps})
+    ends = list_offsets(view, dict.fromkeys(tps, LATEST))
+    return [
+        PartitionLag(t, p, committed.get((t, p)), ends[(t, p)], group.owner((t, p)))
+        for t, p in sorted(tps)
+    ]
+
+
+def _target_partitions(
+    client: Client, group: Group, topics: list[str], all_topics: bool
+) -> ClusterView:
+    if all_topics == bool(topics):
+        raise ClientError("--reset-offsets needs --topic or --all-topics (one of them)")
+    if all_topics:
+        committed = committed_offsets(client, group.group)
+        return ClusterView(client, {t for t, _ in committed})
+    return ClusterView(client, {spec.partition(":")[0] for spec in topics})
+
+
+def _selected(view: ClusterView, specs: list[str]) -> list[TopicPartition]:
+    if not specs:
+        return view.all_partitions()
+    selected = []
+    for spec in specs:
+        topic, _, partitions = spec.partition(":")
+        if partitions:
+            selected += [(topic, int(p)) for p in partitions.split(",") if p.strip()]
+        else:
+            selected += [(topic, p) for p in view.partitions(topic)]
+    return sorted(set(selected))
+
+
+def parse_datetime(text: str) -> int:
+    """Milliseconds since the epoch of Kafka's ``--to-datetime`` text; local time unless
+    it names a zone."""
+    try:
+        moment = datetime.datetime.fromisoformat(text)
+    except ValueError as e:
+        raise ClientError(f"--to-datetime must look like 2024-01-31T12:00:00.000: {e}") from e
+    return int(moment.astimezone().timestamp() * 1000)
+
+
+def plan_reset(client: Client, group: Group, args: Any) -> dict[TopicPartition, int]:
+    """The new offset of each selected partition, kept within its log's offsets."""
+    if group.state not in INACTIVE:
+        raise ClientError(
+            f"Assignments can only be reset if the group '{group.group}' is inactive, but "
+            f"the current state is {group.state}."
+        )
+    view = _target_partitions(client, group, args.topic, args.all_topics)
+    tps = _selected(view, args.topic)
+    earliest = list_offsets(view, dict.fromkeys(tps, EARLIEST))
+    latest = list_offsets(view, dict.fromkeys(tps, LATEST))
+    if args.to_earliest:
+        wanted = earliest
+    elif args.to_latest:
+        wanted = latest
+    elif args.to_offset is not None:
+        wanted = dict.fromkeys(tps, args.to_offset)
+    elif args.to_datetime is not None:
+        found = list_offsets(view, dict.fromkeys(tps, parse_datetime(args.to_datetime)))
+        # No record that late: the log end, as Kafka resets.
+        wanted = {tp: latest[tp] if o == NO_OFFSET else o for tp, o in found.items()}
+    elif args.shift_by is not None:
+        committed = committed_offsets(client, group.group, tps)
+        missing = [f"{t}-{p}" for t, p in tps if (t, p) not in committed]
+        if missing:
+            raise ClientError(f"no committed offset to shift for {', '.join(missing)}")
+        wanted = {tp: committed[tp] + args.shift_by for tp in tps}
+    else:
+        raise ClientError(
+            "--reset-offsets needs one of --to-earliest, --to-latest, --to-offset, "
+            "--to-datetime, --shift-by"
+        )
+    return {tp: min(max(wanted[tp], earliest[tp]), latest[tp]) for tp in tps}
+
+
+def delete_groups(client: Client, groups: list[str]) -> dict[str, str | None]:
+    """DeleteGroups through each group's coordinator: the error name per group (None:
+    deleted)."""
+    outcome: dict[str, str | None] = {}
+    for group in groups:
+        request = schema(DELETE_GROUPS, 2)(groups_names=(group,))
+        (result,) = client.call_coordinator(group, request).results
+        code = result.error_code
+        outcome[group] = None if code.value == 0 else error_name(code)
+    return outcome
+
+
+def run(args: argparse.Namespace) -> int:
+    """The action the parsed ``gregor groups`` arguments name; 1 on an error."""
+    try:
+        with Client(args.bootstrap_server, "gregor-groups") as client:
+            if args.list:
+                return _list(client, args)
+            groups = _named_groups(client, args)
+            if args.describe:
+                return _describe(client, groups, args)
+            if args.delete:
+                return _delete(client, groups, args)
+            return _reset(client, groups, args)
+    except ClientError as e:
+        print(f"Error: {e}", file=sys.stderr)
+        return 1
+
+
+def _named_groups(client: Client, args: Any) -> list[str]:
+    if args.all_groups == bool(args.group):
+        raise ClientError("name the groups with --group or --all-groups (one of them)")
+    return [g.group for g in list_groups(client)] if args.all_groups else args.group
+
+
+def _list(client: Client, args: Any) -> int:
+    groups = list_groups(client)
+    if args.json:
+        print_json(
+            {
+                "groups": [
+                    {"group": g.group, "state": g.state, "protocolType": g.protocol_type}
+                    for g in groups
+                ]
+            }
+        )
+    elif args.state:
+        print_table(["GROUP", "STATE"], [(g.group, g.state) for g in groups])
+    else:
+        for g in groups:
+            print(g.group)
+    return 0
+
+
+def _member_json(m: Member | None) -> dict[str, Any] | None:
+    if m is None:
+        return None
+    return {
+        "memberId": m.member_id,
+        "instanceId": m.instance_id,
+        "clientId": m.client_id,
+        "host": m.host,
+        "partitions": [{"topic": t, "partition": p} for t, p in m.partitions],
+    }
+
+
+def _describe(client: Client, names: list[str], args: Any) -> int:
+    status = 0
+    described = []
+    for name in names:
+        group = describe_group(client, name)
+        if group.state == "Dead":
+            print(f"Error: Consumer group '{name}' does not exist.", file=sys.stderr)
+            status = 1
+            continue
+        lags = group_lag(client, group)
+        described.append((group, lags))
+    if args.json:
+        print_json({"groups": [_group_json(g, lags) for g, lags in described]})
+        return status
+    for group, lags in described:
+        print()
+        if args.state:
+            coordinator = f"{group.coordinator.address} ({group.coordinator.node_id})"
+            print_table(
+                ["GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"],
+                [
+                    (
+                        group.group,
+                        coordinator,
+                        group.protocol or None,
+                        group.state,
+                        len(group.members),
+                    )
+                ],
+            )
+            continue
+        if not group.members:
+            print(f"Consumer group '{group.group}' has no active members.\n")
+        elif group.state != "Stable":
+            print(f"Warning: Consumer group '{group.group}' is rebalancing.\n")
+        if args.members:
+            rows = [
+                (group.group, m.member_id, m.host, m.client_id, len(m.partitions))
+                for m in group.members
+            ]
+            print_table(["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS"], rows)
+            continue
+        rows = [
+            (
+                group.group,
+                lag.topic,
+                lag.partition,
+                lag.current_offset,
+                lag.log_end_offset,
+                lag.lag,
+                lag.member.member_id if lag.member else None,
+                lag.member.host if lag.member else None,
+                lag.member.client_id if lag.member else None,
+            )
+            for lag in lags
+        ]
+        print_table(
+            [
+                "GROUP",
+                "TOPIC",
+                "PARTITION",
+                "CURRENT-OFFSET",
+                "LOG-END-OFFSET",
+                "LAG",
+                "CONSUMER-ID",
+                "HOST",
+                "CLIENT-ID",
+            ],
+            rows,
+        )
+    return status
+
+
+def _group_json(group: Group, lags: list[PartitionLag]) -> dict[str, Any]:
+    return {
+        "group": group.group,
+        "state": group.state,
+        "protocolType": group.protocol_type,
+        "assignmentStrategy": group.protocol,
+        "coordinator": {"id": group.coordinator.node_id, "address": group.coordinator.address},
+        "members": [_member_json(m) for m in group.members],
+        "offsets": [
+            {
+                "topic": lag.topic,
+                "partition": lag.partition,
+                "currentOffset": lag.current_offset,
+                "logEndOffset": lag.log_end_offset,
+                "lag": lag.lag,
+                "memberId": lag.member.member_id if lag.member else None,
+            }
+            for lag in lags
+        ],
+    }
+
+
+def _delete(client: Client, names: list[str], args: Any) -> int:
+    outcome = delete_groups(client, names)
+    failed = {g: e for g, e in outcome.items() if e is not None}
+    if args.json:
+        print_json({"groups": [{"group": g, "error": e} for g, e in outcome.items()]})
+    elif not failed:
+        print(f"Deletion of requested consumer groups ({_quoted(names)}) was successful.")
+    if failed and not args.json:
+        print("Error: Deletion of some consumer groups failed:", file=sys.stderr)
+        for g, e in failed.items():
+            print(f"* Group '{g}' could not be deleted due to: {e}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _quoted(names: list[str]) -> str:
+    return ", ".join(f"'{n}'" for n in names)
+
+
+def _reset(client: Client, names: list[str], args: Any) -> int:
+    plans = []
+    for name in names:
+        group = describe_group(client, name)
+        plans.append((group, plan_reset(client, group, args)))
+    if args.execute:
+        for group, offsets in plans:
+            commit_offsets(client, group.group, offsets)
+    elif not args.dry_run:
+        print(
+            "WARN: No action was performed as the --execute option is missing; this was a "
+            "dry run (add --dry-run to say so).",
+            file=sys.stderr,
+        )
+    if args.json:
+        print_json(
+            {
+                "executed": args.execute,
+                "groups": [
+                    {
+                        "group": group.group,
+                        "offsets": [
+                            {"topic": t, "partition": p, "newOffset": o}
+                            for (t, p), o in offsets.items()
+                        ],
+                    }
+                    for group, offsets in plans
+                ],
+            }
+        )
+        return 0
+    rows = [(g.group, t, p, o) for g, offsets in plans for (t, p), o in offsets.items()]
+    print()
+    print_table(["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"], rows)
+    return 0

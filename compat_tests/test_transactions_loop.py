@@ -1,10 +1,10 @@
 """Issue #7's exactly-once loop on a 3-broker cluster with RF=3: a consume-transform-produce
 application (the Java driver's txn-copy, or confluent-kafka's in compat_tests/
 txn_copy_confluent.py) copies an input topic to an output topic while the test kill -9s the
-transaction coordinator's broker, a leader of an output partition and the application itself,
-ROUNDS times each. Afterwards a read_committed consumer reads every input record exactly once
-from the output (count, distinct values, sum and CRC sum) and a read_uncommitted one also
-reads the aborted copies.
+transaction coordinator's broker, a leader of an output partition and the application itself
+(inside a transaction whose records are in the log), ROUNDS times each. Afterwards a
+read_committed consumer reads every input record exactly once from the output (count, distinct
+values, sum and CRC sum) and a read_uncommitted one also reads the aborted copies.
 
 GREGOR_TXN_LOOP_RECORDS sets the record count (the issue's 1,000,000; 60,000 by default to
 keep the suite's run time reasonable), GREGOR_TXN_LOOP_ROUNDS the rounds of kills (2).
@@ -14,14 +14,12 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
 import time
 import uuid
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -75,6 +73,8 @@ class CopyApp:
         self.sink = sink
         self.group = f"copy-{uuid.uuid4().hex[:8]}"
         self.transactional_id = f"copy-{uuid.uuid4().hex[:8]}"
+        self.hold_file = logs / "hold"
+        self.holding = False
         self.committed = 0
         self.caught_up_end = -1
         self.lives = 0
@@ -88,21 +88,19 @@ class CopyApp:
         if self.kind == "confluent":
             module = "compat_tests.txn_copy_confluent"
             args = [bootstrap, self.source, self.sink, self.group, self.transactional_id]
-            return [sys.executable, "-m", module, *args]
+            return [sys.executable, "-m", module, *args, str(self.hold_file)]
         configs = {"session.timeout.ms": "3000", "heartbeat.interval.ms": "500"}
-        # 100 ms of "processing" per transaction with its output in the log: the Java
-        # client's transactions otherwise last a few ms, too short for the app kill to land
-        # inside one (librdkafka's, under Python, are slower by themselves).
         options = {
             "input": self.source,
             "group": self.group,
             "transactional-id": self.transactional_id,
-            "processing-ms": "100",
+            "hold-file": str(self.hold_file),
         }
         return java._command("txn-copy", bootstrap, self.sink, options, configs, None)
 
     def start(self) -> None:
         self.lives += 1
+        self.holding = False
         self.last_event = time.monotonic()
         with open(self.logs / f"app-{self.lives}.log", "w") as stderr:
             self.proc = subprocess.Popen(
@@ -126,6 +124,8 @@ class CopyApp:
                     self.committed += event["records"]
                 elif event.get("event") == "caught-up":
                     self.caught_up_end = event["end"]
+                elif event.get("event") == "holding":
+                    self.holding = True
 
     def supervise(self) -> None:
         """Start it again if it exited, or kill -9 and start it again if it hangs."""
@@ -137,14 +137,6 @@ class CopyApp:
         elif time.monotonic() - self.last_event > HANG_S[self.kind]:
             self.exits.append("hung")
             self.kill()
-
-    def freeze(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGSTOP)
-
-    def thaw(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGCONT)
 
     def kill(self) -> None:
         """kill -9, then a new life."""
@@ -222,9 +214,8 @@ def restart_after(cluster: Cluster, broker_id: int, app: CopyApp, progress: int)
 
 def kill_inside_transaction(cluster: Cluster, app: CopyApp, topic: str) -> None:
     """kill -9 the app while its transaction is open with records in the log, so that the
-    kill leaves records to abort. A transaction of the confluent app lives for milliseconds:
-    the app is frozen (SIGSTOP) while the log and the coordinator are checked, and let go on
-    (SIGCONT) to try again if it was between transactions or committing."""
+    kill leaves records to abort: asked to (its hold file), the app flushes its next
+    transaction's records and waits there. Called before the input it is to copy arrives."""
     tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
     bootstrap = cluster.bootstrap
     committed = KafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed")
@@ -247,20 +238,11 @@ def kill_inside_transaction(cluster: Cluster, app: CopyApp, topic: str) -> None:
         hw = end_offsets(uncommitted)
         return lso is not None and hw is not None and any(hw[tp] > lso[tp] for tp in tps)
 
-    def frozen_inside() -> bool:
-        if not open_in_log():
-            return False
-        app.freeze()
-        # Ongoing once the app is frozen: its commit was not even requested, so it can
-        # only be aborted (checked after the log, so that an EndTxn sent just before the
-        # freeze has reached the coordinator and shows as PrepareCommit or CompleteCommit).
-        if open_in_log() and transaction_state(cluster, app.transactional_id) == "Ongoing":
-            return True
-        app.thaw()
-        return False
-
     try:
-        wait_for(frozen_inside, "an open transaction with records in the log")
+        app.wait(lambda: app.holding, "the app holding inside a transaction")
+        app.hold_file.unlink()
+        wait_for(open_in_log, "the held transaction's records in the log")
+        assert transaction_state(cluster, app.transactional_id) == "Ongoing"
     finally:
         committed.close()
         uncommitted.close()
@@ -278,8 +260,8 @@ def digest(bootstrap: str, topic: str, isolation: str) -> dict[str, int]:
     return line
 
 
-def seq_produce(bootstrap: str, topic: str, start: int, count: int, throughput: int = -1) -> None:
-    options = {"count": str(count), "from": str(start), "throughput": str(throughput)}
+def seq_produce(bootstrap: str, topic: str, start: int, count: int) -> None:
+    options = {"count": str(count), "from": str(start)}
     java.run("seq-produce", bootstrap, topic, options=options, configs={"acks": "all"}, timeout=600)
 
 
@@ -306,18 +288,13 @@ def test_copy_exactly_once_through_kills(kind: str, tmp_path: Path) -> None:
         app.start()
         try:
             for i, kill in enumerate(kills):
-                mark = i * chunk + chunk // 4
                 if kill == "app":
-                    # The chunk trickles in over about 10 s, so the app is busy, inside its
-                    # transactions, when the kill comes.
-                    with ThreadPoolExecutor(1) as pool:
-                        args = (cluster.bootstrap, source, i * chunk, chunk, max(chunk // 10, 1))
-                        produced = pool.submit(seq_produce, *args)
-                        app.wait(lambda m=mark: app.committed >= m, f"{mark} records copied")
-                        kill_inside_transaction(cluster, app, sink)
-                        produced.result()
+                    app.hold_file.touch()
+                    seq_produce(cluster.bootstrap, source, i * chunk, chunk)
+                    kill_inside_transaction(cluster, app, sink)
                     continue
                 seq_produce(cluster.bootstrap, source, i * chunk, chunk)
+                mark = i * chunk + chunk // 4
                 app.wait(lambda m=mark: app.committed >= m, f"{mark} records copied")
                 victim = coordinator_of(cluster, app.transactional_id)
                 if kill == "leader":

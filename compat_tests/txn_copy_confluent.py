@@ -4,8 +4,10 @@ transaction per consumed batch, the batch's offsets sent to it with the consumer
 metadata, abort and rewind to the committed offsets on an abortable error).
 
 Usage: python -m compat_tests.txn_copy_confluent BOOTSTRAP INPUT OUTPUT GROUP TRANSACTIONAL_ID
-stdout: the JSON events of the Java driver's txn-copy ("committed", "aborted", "caught-up"),
-and {} from an idle loop;
+HOLD_FILE
+stdout: the JSON events of the Java driver's txn-copy ("committed", "aborted", "caught-up",
+"holding": while HOLD_FILE exists, a transaction flushes its copies to the log and waits there
+to be killed), and {} from an idle loop;
 exits 2 on a fatal error (fenced), 3 on one it cannot abort (the caller restarts it).
 """
 
@@ -13,6 +15,8 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
+from pathlib import Path
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 
@@ -46,7 +50,9 @@ def rewind(consumer: Consumer) -> None:
         consumer.seek(TopicPartition(tp.topic, tp.partition, max(tp.offset, OFFSET_BEGINNING)))
 
 
-def main(bootstrap: str, input_topic: str, output_topic: str, group: str, txn_id: str) -> int:
+def main(
+    bootstrap: str, input_topic: str, output_topic: str, group: str, txn_id: str, hold_file: str
+) -> int:
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -75,6 +81,10 @@ def main(bootstrap: str, input_topic: str, output_topic: str, group: str, txn_id
             for m in batch:
                 producer.produce(output_topic, key=m.key(), value=m.value())
                 offsets[(m.topic(), m.partition())] = m.offset() + 1
+            if Path(hold_file).exists():
+                producer.flush(TIMEOUT_S)
+                emit({"event": "holding"})
+                threading.Event().wait()
             producer.send_offsets_to_transaction(
                 [TopicPartition(t, p, o) for (t, p), o in offsets.items()],
                 consumer.consumer_group_metadata(),
@@ -98,4 +108,4 @@ def main(bootstrap: str, input_topic: str, output_topic: str, group: str, txn_id
 
 
 if __name__ == "__main__":
-    sys.exit(main(*sys.argv[1:6]))
+    sys.exit(main(*sys.argv[1:7]))

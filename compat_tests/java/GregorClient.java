@@ -67,11 +67,12 @@
 //                 offsets (the LSO under read_committed); values are decimal numbers; stdout:
 //                 {"count", "distinct", "sum", "crc_sum"} (crc_sum: sum of the values' CRC32s)
 //   txn-copy      --input IN --group G --transactional-id ID [--exit-when-caught-up true]
-//                 [--processing-ms MS] [--config k=v]... [--producer-config k=v]...   a
+//                 [--hold-file PATH] [--config k=v]... [--producer-config k=v]...   a
 //                 consume-transform-produce loop: read_committed group consumer on IN, each
 //                 poll's records copied to the topic in one transaction with
-//                 sendOffsetsToTransaction (after MS ms of "processing" with the copies
-//                 flushed to the log, if given). stdout: {"event":
+//                 sendOffsetsToTransaction; while PATH exists, a transaction flushes its
+//                 copies to the log, prints {"event": "holding"} and waits there to be
+//                 killed. stdout: {"event":
 //                 "committed", "records", "total"} per transaction, {"event": "aborted",
 //                 "error"} when a transaction is abandoned, {"event": "caught-up", "total",
 //                 "end"} once every partition of IN is consumed and committed up to its end
@@ -82,6 +83,8 @@
 import java.io.BufferedReader;
 import java.io.InputStreamReader;
 import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Base64;
@@ -1029,7 +1032,7 @@ public final class GregorClient {
         String input = opt("input", null);
         String output = opt("topic", null);
         boolean exitWhenCaughtUp = opt("exit-when-caught-up", "false").equals("true");
-        long processingMs = Long.parseLong(opt("processing-ms", "0"));
+        String holdFile = opt("hold-file", "");
         Properties cp = props();
         cp.put("group.id", opt("group", null));
         cp.put("isolation.level", "read_committed");
@@ -1069,9 +1072,11 @@ public final class GregorClient {
                         offsets.put(new TopicPartition(r.topic(), r.partition()),
                                 new OffsetAndMetadata(r.offset() + 1));
                     }
-                    if (processingMs > 0) {
+                    if (!holdFile.isEmpty() && Files.exists(Path.of(holdFile))) {
                         producer.flush();
-                        Thread.sleep(processingMs);
+                        System.out.println("{\"event\": \"holding\"}");
+                        System.out.flush();
+                        Thread.sleep(Long.MAX_VALUE);
                     }
                     producer.sendOffsetsToTransaction(offsets, consumer.groupMetadata());
                     producer.commitTransaction();

@@ -7,9 +7,10 @@ import socket
 import struct
 from typing import Any
 
+from apis.context import build, nested
 from wire.headers import skip_tagged_fields
 from wire.schema import decode, encode, is_flexible, request_type, response_type
-from wire.versions import FETCH, is_supported
+from wire.versions import CREATE_TOPICS, FETCH, is_supported
 
 
 def request_frame(
@@ -51,6 +52,45 @@ def fetch_one(
         rack_id="",
     )
     return client.call(FETCH, 12, request).responses[0].partitions[0]
+
+
+def create_topics_request(
+    *specs: tuple[str, int, dict[str, str]],
+    replication_factor: int = -1,
+    validate_only: bool = False,
+    version: int = 7,
+) -> Any:
+    """A CreateTopics request for (name, partitions, configs) specs."""
+    cls = request_type(CREATE_TOPICS, version)
+    topic, config = nested(cls, "CreatableTopic"), nested(cls, "CreatableTopicConfig")
+    return build(
+        cls,
+        timeout=datetime.timedelta(seconds=30),
+        validate_only=validate_only,
+        topics=tuple(
+            topic(
+                name=name,
+                num_partitions=partitions,
+                replication_factor=replication_factor,
+                assignments=(),
+                configs=tuple(config(name=k, value=v) for k, v in configs.items()),
+            )
+            for name, partitions, configs in specs
+        ),
+    )
+
+
+def create_topic(
+    client: WireClient,
+    name: str,
+    partitions: int = 1,
+    configs: dict[str, str] | None = None,
+    **options: Any,
+) -> Any:
+    """CreateTopics for one topic; its result (``options`` as create_topics_request's)."""
+    version = options.get("version", 7)
+    request = create_topics_request((name, partitions, configs or {}), **options)
+    return client.call(CREATE_TOPICS, version, request).topics[0]
 
 
 class WireClient:

@@ -14,11 +14,10 @@ from kio.schema.errors import ErrorCode
 
 from apis.context import build, nested
 from compat_tests.broker import BrokerProcess
-from tests.kafka_wire import WireClient, request_frame
+from tests.kafka_wire import WireClient, create_topic, request_frame
 from wire.records import build_batch, decode_records, split_batches
 from wire.schema import request_type
 from wire.versions import (
-    CREATE_TOPICS,
     DELETE_TOPICS,
     DESCRIBE_CONFIGS,
     FETCH,
@@ -35,35 +34,6 @@ TIMEOUT = datetime.timedelta(seconds=5)
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     with BrokerProcess(tmp_path_factory.mktemp("api"), {"message.max.bytes": "20000"}) as b:
         yield b
-
-
-def create(
-    client: WireClient,
-    name: str,
-    partitions: int = 1,
-    configs: dict[str, str] | None = None,
-    validate_only: bool = False,
-    replication: int = -1,
-    version: int = 7,
-) -> Any:
-    cls = request_type(CREATE_TOPICS, version)
-    topic = nested(cls, "CreatableTopic")
-    config = nested(cls, "CreatableTopicConfig")
-    request = build(
-        cls,
-        timeout=TIMEOUT,
-        validate_only=validate_only,
-        topics=(
-            topic(
-                name=name,
-                num_partitions=partitions,
-                replication_factor=replication,
-                assignments=(),
-                configs=tuple(config(name=k, value=v) for k, v in (configs or {}).items()),
-            ),
-        ),
-    )
-    return client.call(CREATE_TOPICS, version, request).topics[0]
 
 
 def produce(
@@ -134,7 +104,7 @@ def records(n: int, start_ts: int = 1_000, size: int = 10, **kw: Any) -> bytes:
 
 
 def test_produce_then_fetch_returns_the_same_batch(client: WireClient) -> None:
-    create(client, "roundtrip")
+    create_topic(client, "roundtrip")
     batch = records(5)
     assert produce(client, "roundtrip", batch).error_code == ErrorCode.none
     data = fetch(client, "roundtrip", 0)
@@ -147,7 +117,7 @@ def test_produce_then_fetch_returns_the_same_batch(client: WireClient) -> None:
 
 
 def test_fetch_starts_at_the_batch_containing_the_offset(client: WireClient) -> None:
-    create(client, "whole-batches")
+    create_topic(client, "whole-batches")
     for _ in range(3):
         produce(client, "whole-batches", records(4))
     data = fetch(client, "whole-batches", 6)
@@ -156,7 +126,7 @@ def test_fetch_starts_at_the_batch_containing_the_offset(client: WireClient) -> 
 
 
 def test_fetch_limits_and_min_one_batch(client: WireClient) -> None:
-    create(client, "limits")
+    create_topic(client, "limits")
     for _ in range(4):
         produce(client, "limits", records(10, size=100))
     one = len(records(10, size=100))
@@ -166,7 +136,7 @@ def test_fetch_limits_and_min_one_batch(client: WireClient) -> None:
 
 
 def test_fetch_out_of_range(client: WireClient) -> None:
-    create(client, "oor")
+    create_topic(client, "oor")
     produce(client, "oor", records(2))
     data = fetch(client, "oor", 99)
     assert data.error_code == ErrorCode.offset_out_of_range
@@ -174,7 +144,7 @@ def test_fetch_out_of_range(client: WireClient) -> None:
 
 
 def test_fetch_long_poll_wakes_on_produce(broker: BrokerProcess, client: WireClient) -> None:
-    create(client, "longpoll")
+    create_topic(client, "longpoll")
     cls = request_type(FETCH, 12)
     t, p = nested(cls, "FetchTopic"), nested(cls, "FetchPartition")
     request = cls(
@@ -206,7 +176,7 @@ def test_fetch_long_poll_wakes_on_produce(broker: BrokerProcess, client: WireCli
 
 
 def test_fetch_long_poll_times_out_empty(client: WireClient) -> None:
-    create(client, "idle")
+    create_topic(client, "idle")
     started = time.monotonic()
     data = fetch(client, "idle", 0, max_wait_ms=300)
     assert time.monotonic() - started >= 0.29
@@ -214,7 +184,7 @@ def test_fetch_long_poll_times_out_empty(client: WireClient) -> None:
 
 
 def test_produce_errors(client: WireClient) -> None:
-    create(client, "errs")
+    create_topic(client, "errs")
     assert produce(client, "no-such-topic-x", records(1)).error_code in (
         ErrorCode.unknown_topic_or_partition,
     )
@@ -233,7 +203,7 @@ def test_produce_errors(client: WireClient) -> None:
 
 
 def test_log_append_time_topic(client: WireClient) -> None:
-    create(client, "lat", configs={"message.timestamp.type": "LogAppendTime"})
+    create_topic(client, "lat", configs={"message.timestamp.type": "LogAppendTime"})
     before = int(time.time() * 1000)
     response = produce(client, "lat", records(2, start_ts=5))
     assert response.log_append_time is not None
@@ -243,7 +213,7 @@ def test_log_append_time_topic(client: WireClient) -> None:
 
 
 def test_list_offsets_lookups(client: WireClient) -> None:
-    create(client, "times")
+    create_topic(client, "times")
     produce(client, "times", records(5, start_ts=1_000))
     produce(client, "times", records(5, start_ts=2_000))
     assert list_offset(client, "times", -2).offset == 0
@@ -257,7 +227,7 @@ def test_list_offsets_lookups(client: WireClient) -> None:
 
 
 def test_idempotent_producer_duplicates_and_gaps(client: WireClient) -> None:
-    create(client, "idem")
+    create_topic(client, "idem")
     init = request_type(INIT_PRODUCER_ID, 4)
     pid = client.call(
         INIT_PRODUCER_ID, 4, init(transactional_id=None, transaction_timeout=TIMEOUT)
@@ -276,24 +246,27 @@ def test_idempotent_producer_duplicates_and_gaps(client: WireClient) -> None:
 
 
 def test_create_topic_errors(client: WireClient) -> None:
-    create(client, "dupe")
-    assert create(client, "dupe").error_code == ErrorCode.topic_already_exists
-    assert create(client, "bad/name").error_code == ErrorCode.invalid_topic_exception
-    assert create(client, "x" * 250).error_code == ErrorCode.invalid_topic_exception
-    assert create(client, "zero", partitions=0).error_code == ErrorCode.invalid_partitions
-    assert create(client, "rf", replication=3).error_code == ErrorCode.invalid_replication_factor
-    bad = create(client, "badcfg", configs={"retention.ms": "soon"})
+    create_topic(client, "dupe")
+    assert create_topic(client, "dupe").error_code == ErrorCode.topic_already_exists
+    assert create_topic(client, "bad/name").error_code == ErrorCode.invalid_topic_exception
+    assert create_topic(client, "x" * 250).error_code == ErrorCode.invalid_topic_exception
+    assert create_topic(client, "zero", partitions=0).error_code == ErrorCode.invalid_partitions
+    assert (
+        create_topic(client, "rf", replication_factor=3).error_code
+        == ErrorCode.invalid_replication_factor
+    )
+    bad = create_topic(client, "badcfg", configs={"retention.ms": "soon"})
     assert bad.error_code == ErrorCode.invalid_config and "retention.ms" in bad.error_message
-    assert create(client, "unknowncfg", configs={"no.such": "1"}).error_code == (
+    assert create_topic(client, "unknowncfg", configs={"no.such": "1"}).error_code == (
         ErrorCode.invalid_config
     )
-    checked = create(client, "dry", partitions=4, validate_only=True)
+    checked = create_topic(client, "dry", partitions=4, validate_only=True)
     assert checked.error_code == ErrorCode.none and checked.num_partitions == 4
-    assert create(client, "dry").error_code == ErrorCode.none  # validate_only created nothing
+    assert create_topic(client, "dry").error_code == ErrorCode.none  # validate_only created nothing
 
 
 def test_delete_topic(client: WireClient) -> None:
-    create(client, "doomed")
+    create_topic(client, "doomed")
     produce(client, "doomed", records(1))
     cls = request_type(DELETE_TOPICS, 6)
     state = nested(cls, "DeleteTopicState")
@@ -310,7 +283,7 @@ def test_delete_topic(client: WireClient) -> None:
 
 
 def test_describe_configs_sources(client: WireClient) -> None:
-    create(client, "cfg", configs={"retention.ms": "1234"})
+    create_topic(client, "cfg", configs={"retention.ms": "1234"})
     cls = request_type(DESCRIBE_CONFIGS, 4)
     resource = nested(cls, "DescribeConfigsResource")
     response = client.call(
@@ -346,7 +319,7 @@ def test_describe_configs_sources(client: WireClient) -> None:
 def test_broker_fetch_max_bytes_caps_the_response(tmp_path: Path) -> None:
     with BrokerProcess(tmp_path, {"fetch.max.bytes": "3000"}) as b:
         c = WireClient(b.port)
-        create(c, "capped")
+        create_topic(c, "capped")
         for _ in range(5):
             produce(c, "capped", records(10, size=100))
         one = len(records(10, size=100))

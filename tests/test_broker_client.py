@@ -16,9 +16,10 @@ from kio.schema.errors import ErrorCode
 from apis.context import build, nested
 from compat_tests.broker import BrokerProcess
 from server.broker_client import BrokerUnavailable, InterBrokerClient, RequestTimedOut
+from tests.kafka_wire import create_topics_request
 from tests.test_api_behaviour import records
 from wire.schema import request_type
-from wire.versions import API_VERSIONS, CREATE_TOPICS, FETCH, METADATA, PRODUCE
+from wire.versions import API_VERSIONS, FETCH, METADATA, PRODUCE
 
 NODE = 0
 # Bounds on "promptly": far above any scheduling delay on a loaded machine, far below the
@@ -76,24 +77,6 @@ def metadata(*names: str, version: int = 12) -> Any:
     )
 
 
-def create_topic(name: str, partitions: int) -> Any:
-    cls = request_type(CREATE_TOPICS, 7)
-    topic = nested(cls, "CreatableTopic")
-    return cls(
-        timeout=datetime.timedelta(seconds=10),
-        validate_only=False,
-        topics=(
-            topic(
-                name=name,
-                num_partitions=partitions,
-                replication_factor=-1,
-                assignments=(),
-                configs=(),
-            ),
-        ),
-    )
-
-
 def produce(topic: str, partition: int, batch: bytes) -> Any:
     cls = request_type(PRODUCE, 11)
     t, p = nested(cls, "TopicProduceData"), nested(cls, "PartitionProduceData")
@@ -121,7 +104,7 @@ def fetch(topic: str, partitions: range, max_wait_ms: int) -> Any:
 
 
 async def make_topic(client: InterBrokerClient, name: str, partitions: int = 1) -> None:
-    result = (await client.send(NODE, create_topic(name, partitions), 7)).topics[0]
+    result = (await client.send(NODE, create_topics_request((name, partitions, {})), 7)).topics[0]
     assert result.error_code == ErrorCode.none, result
 
 

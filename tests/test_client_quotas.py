@@ -14,13 +14,12 @@ from kio.schema.errors import ErrorCode
 
 from apis.context import build, nested
 from compat_tests.broker import BrokerProcess
-from tests.kafka_wire import WireClient, request_frame
+from tests.kafka_wire import WireClient, create_topic, request_frame
 from wire.records import build_batch
 from wire.schema import request_type
 from wire.versions import (
     ALTER_CLIENT_QUOTAS,
     API_VERSIONS,
-    CREATE_TOPICS,
     DESCRIBE_CLIENT_QUOTAS,
     FETCH,
     METADATA,
@@ -244,19 +243,6 @@ def produce_request(version: int, topic: str, value: bytes, acks: int = 1) -> An
     )
 
 
-def create_topic(client: WireClient, name: str) -> None:
-    cls = request_type(CREATE_TOPICS, 7)
-    topic = nested(cls, "CreatableTopic")(
-        name=name, num_partitions=1, replication_factor=1, assignments=(), configs=()
-    )
-    response = client.call(
-        CREATE_TOPICS,
-        7,
-        cls(topics=(topic,), timeout=datetime.timedelta(seconds=10), validate_only=False),
-    )
-    assert response.topics[0].error_code == ErrorCode.none
-
-
 def muted_for(client: WireClient) -> float:
     """Seconds until the connection answers an ApiVersions request."""
     started = time.monotonic()
@@ -273,7 +259,7 @@ BIG = b"x" * 105_000
 @pytest.mark.parametrize("version", [3, 8, 11])
 def test_produce_over_quota_is_throttled_and_muted(client: WireClient, version: int) -> None:
     topic = f"quota-produce-{version}"
-    create_topic(client, topic)
+    assert create_topic(client, topic).error_code == ErrorCode.none
     client_id = f"tiny-{version}"
     assert alter(client, [({"client-id": client_id}, {"producer_byte_rate": QUOTA})])[0][0] == 0
     free = call_as(client, "free", PRODUCE, version, produce_request(version, topic, BIG))
@@ -289,7 +275,7 @@ def test_produce_over_quota_is_throttled_and_muted(client: WireClient, version: 
 
 def test_acks_0_producer_over_quota_is_muted_without_an_answer(client: WireClient) -> None:
     topic = "quota-produce-acks0"
-    create_topic(client, topic)
+    assert create_topic(client, topic).error_code == ErrorCode.none
     assert alter(client, [({"client-id": "tiny-0"}, {"producer_byte_rate": QUOTA})])[0][0] == 0
     client._next += 1
     request = produce_request(11, topic, BIG, acks=0)
@@ -300,7 +286,7 @@ def test_acks_0_producer_over_quota_is_muted_without_an_answer(client: WireClien
 
 def test_consumer_over_quota_gets_an_empty_throttled_fetch(client: WireClient) -> None:
     topic = "quota-fetch"
-    create_topic(client, topic)
+    assert create_topic(client, topic).error_code == ErrorCode.none
     call_as(client, "free", PRODUCE, 11, produce_request(11, topic, b"y" * 120_000))
     assert alter(client, [({"client-id": "tiny-c"}, {"consumer_byte_rate": QUOTA})])[0][0] == 0
 
@@ -347,7 +333,7 @@ def test_user_quota_applies_to_anonymous_clients(client: WireClient) -> None:
     """Without SASL every client is the user ANONYMOUS: a user quota covers them all, and
     outranks client-id quotas; removing it lifts it at once."""
     topic = "quota-user"
-    create_topic(client, topic)
+    assert create_topic(client, topic).error_code == ErrorCode.none
     user = {"user": "ANONYMOUS"}
     assert alter(client, [(user, {"producer_byte_rate": QUOTA})])[0][0] == 0
     throttled = call_as(client, "any-client", PRODUCE, 11, produce_request(11, topic, BIG))

@@ -12,7 +12,7 @@ from kio.schema.errors import ErrorCode
 
 from apis.context import build, nested
 from compat_tests.broker import BrokerProcess
-from tests.kafka_wire import WireClient
+from tests.kafka_wire import WireClient, create_topic
 from wire import versions as v
 from wire.schema import request_type
 
@@ -35,14 +35,6 @@ def req(api: int, version: int, **fields: Any) -> Any:
 
 def ms(n: int) -> datetime.timedelta:
     return datetime.timedelta(milliseconds=n)
-
-
-def make_topic(client: WireClient, name: str) -> None:
-    cls = request_type(v.CREATE_TOPICS, 5)
-    topic = nested(cls, "CreatableTopic")(
-        name=name, num_partitions=2, replication_factor=1, assignments=(), configs=()
-    )
-    client.call(v.CREATE_TOPICS, 5, cls(topics=(topic,), timeout=ms(10_000), validate_only=False))
 
 
 @pytest.mark.parametrize("version", range(0, 7))
@@ -221,7 +213,7 @@ def fetch(client: WireClient, version: int, group: str, topic: str) -> dict[int,
 @pytest.mark.parametrize("version", range(2, 10))
 def test_commit_and_fetch_every_version(client: WireClient, version: int) -> None:
     topic = f"offsets-{version}"
-    make_topic(client, topic)
+    assert create_topic(client, topic, 2).error_code == ErrorCode.none
     r = commit(client, version, f"simple-{version}", topic, 40 + version)
     assert [(t.name, [p.error_code for p in t.partitions]) for t in r.topics] == [
         (topic, [ErrorCode.none])
@@ -234,7 +226,7 @@ def test_commit_and_fetch_every_version(client: WireClient, version: int) -> Non
 
 def test_admin_apis_every_version(client: WireClient) -> None:
     topic = "admin-wire"
-    make_topic(client, topic)
+    assert create_topic(client, topic, 2).error_code == ErrorCode.none
     commit(client, 9, "admin-g", topic, 5)
     for version in range(0, 7):
         r = client.call(

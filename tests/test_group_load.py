@@ -7,7 +7,6 @@ COORDINATOR_LOAD_IN_PROGRESS (which clients retry) until it is done.
 
 from __future__ import annotations
 
-import datetime
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +17,7 @@ from kio.schema.errors import ErrorCode
 
 from apis.context import build, nested
 from compat_tests.broker import BrokerProcess
-from tests.kafka_wire import WireClient, request_frame
+from tests.kafka_wire import WireClient, create_topic, request_frame
 from wire import versions as v
 from wire.schema import request_type
 
@@ -90,15 +89,7 @@ def metadata_round_trip(client: WireClient) -> float:
 
 def fill_offsets_log(broker: BrokerProcess) -> None:
     client = WireClient(broker.port, timeout=60)
-    cls = request_type(v.CREATE_TOPICS, 5)
-    creatable = nested(cls, "CreatableTopic")(
-        name=TOPIC, num_partitions=PARTITIONS, replication_factor=1, assignments=(), configs=()
-    )
-    timeout = datetime.timedelta(seconds=30)
-    created = client.call(
-        v.CREATE_TOPICS, 5, cls(topics=(creatable,), timeout=timeout, validate_only=False)
-    )
-    assert created.topics[0].error_code == ErrorCode.none
+    assert create_topic(client, TOPIC, PARTITIONS).error_code == ErrorCode.none
     found = client.call(
         v.FIND_COORDINATOR, 0, build(request_type(v.FIND_COORDINATOR, 0), key=GROUP)
     )

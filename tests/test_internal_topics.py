@@ -17,7 +17,7 @@ from kio.schema.errors import ErrorCode
 
 from apis.context import build, nested
 from compat_tests.broker import BrokerProcess
-from tests.kafka_wire import WireClient
+from tests.kafka_wire import WireClient, create_topics_request
 from wire import versions as v
 from wire.schema import request_type
 
@@ -34,23 +34,7 @@ def req(api: int, version: int, **fields: Any) -> Any:
 
 
 def create(client: WireClient, *specs: tuple[str, int, dict[str, str]]) -> list[Any]:
-    cls = request_type(v.CREATE_TOPICS, 7)
-    topic, config = nested(cls, "CreatableTopic"), nested(cls, "CreatableTopicConfig")
-    request = cls(
-        timeout=TIMEOUT,
-        validate_only=False,
-        topics=tuple(
-            topic(
-                name=name,
-                num_partitions=partitions,
-                replication_factor=1,
-                assignments=(),
-                configs=tuple(config(name=k, value=x) for k, x in configs.items()),
-            )
-            for name, partitions, configs in specs
-        ),
-    )
-    return list(client.call(v.CREATE_TOPICS, 7, request).topics)
+    return list(client.call(v.CREATE_TOPICS, 7, create_topics_request(*specs)).topics)
 
 
 def create_one(client: WireClient, name: str, partitions: int = 1, **configs: str) -> Any:

@@ -25,11 +25,11 @@ from kio.schema.errors import ErrorCode
 
 from apis.context import build, nested
 from compat_tests.broker import BrokerProcess
-from tests.kafka_wire import WireClient, request_frame
+from tests.kafka_wire import WireClient, create_topic, request_frame
 from wire.compression import ZSTD
 from wire.records import build_batch, decode_records, split_batches
 from wire.schema import decode, request_type, response_type
-from wire.versions import API_VERSIONS, CREATE_TOPICS, DELETE_TOPICS, FETCH, METADATA, PRODUCE
+from wire.versions import API_VERSIONS, DELETE_TOPICS, FETCH, METADATA, PRODUCE
 
 TIMEOUT = datetime.timedelta(seconds=5)
 # A well-behaved request must be answered within this while an attack goes on; before
@@ -90,23 +90,7 @@ def metadata_frame(correlation_id: int) -> bytes:
 
 
 def create(client: WireClient, name: str, partitions: int = 1) -> None:
-    cls = request_type(CREATE_TOPICS, 7)
-    topic = nested(cls, "CreatableTopic")
-    request = build(
-        cls,
-        timeout=TIMEOUT,
-        validate_only=False,
-        topics=(
-            topic(
-                name=name,
-                num_partitions=partitions,
-                replication_factor=-1,
-                assignments=(),
-                configs=(),
-            ),
-        ),
-    )
-    assert client.call(CREATE_TOPICS, 7, request).topics[0].error_code == ErrorCode.none
+    assert create_topic(client, name, partitions).error_code == ErrorCode.none
 
 
 def delete(client: WireClient, name: str) -> None:

@@ -18,7 +18,7 @@ from kio.schema.errors import ErrorCode
 
 from apis.context import build, nested
 from compat_tests.broker import BrokerProcess
-from tests.kafka_wire import WireClient, request_frame
+from tests.kafka_wire import WireClient, create_topic, request_frame
 from wire import versions as v
 from wire.schema import request_type
 
@@ -50,11 +50,7 @@ OVERRIDES = {
 def broker(data_dir: Path) -> Iterator[BrokerProcess]:
     with BrokerProcess(data_dir, OVERRIDES) as b:
         c = WireClient(b.port)
-        cls = request_type(v.CREATE_TOPICS, 5)
-        topic = nested(cls, "CreatableTopic")(
-            name=TOPIC, num_partitions=2, replication_factor=1, assignments=(), configs=()
-        )
-        c.call(v.CREATE_TOPICS, 5, cls(topics=(topic,), timeout=ms(10_000), validate_only=False))
+        assert create_topic(c, TOPIC, 2).error_code == ErrorCode.none
         c.close()
         yield b
 

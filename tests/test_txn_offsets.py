@@ -20,7 +20,7 @@ from compat_tests.broker import BrokerProcess
 from coordinator.group import Group
 from coordinator.records import OffsetValue
 from coordinator.runtime import TxnOffsets, complete_txn_offsets, replay_offsets
-from tests.kafka_wire import WireClient
+from tests.kafka_wire import WireClient, create_topic
 from tests.test_txn_coordinator_wire import add_partitions_v3, init
 from wire import versions as v
 from wire.schema import request_type
@@ -116,11 +116,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     }
     with BrokerProcess(Path(tmp_path_factory.mktemp("txn-offsets")), overrides) as b:
         c = WireClient(b.port)
-        cls = request_type(v.CREATE_TOPICS, 5)
-        topic = nested(cls, "CreatableTopic")(
-            name=TP[0], num_partitions=2, replication_factor=1, assignments=(), configs=()
-        )
-        c.call(v.CREATE_TOPICS, 5, cls(topics=(topic,), timeout=ms(10_000), validate_only=False))
+        assert create_topic(c, TP[0], 2).error_code == ErrorCode.none
         c.close()
         yield b
 

@@ -281,17 +281,18 @@ def _admit(
 def _validate_all(appends: list[_Append], now_ms: int) -> list[Validated | Exception]:
     """Validate every partition's batch; one request shares one decompression budget.
     Touches no log state, so it may run in a worker thread."""
-    budget = Budget()
     outcomes: list[Validated | Exception] = []
-    for a in appends:
-        try:
-            outcomes.append(validate(a.records, a.partition.log.config, now_ms, budget=budget))
-        except STORAGE_ERRORS as e:
-            # Kept as a value, so without its traceback and context: their frames would hold
-            # this list (a cycle, freed only by the garbage collector) and the decompressed
-            # bytes of a refused bomb, up to the whole budget, for as long.
-            e.__context__ = None
-            outcomes.append(e.with_traceback(None))
+    with Budget() as budget:
+        for a in appends:
+            try:
+                config = a.partition.log.config
+                outcomes.append(validate(a.records, config, now_ms, budget=budget))
+            except STORAGE_ERRORS as e:
+                # Kept as a value, so without its traceback and context: their frames would
+                # hold this list (a cycle, freed only by the garbage collector) and the
+                # decompressed bytes of a refused bomb, up to the whole budget, for as long.
+                e.__context__ = None
+                outcomes.append(e.with_traceback(None))
     return outcomes
 
 

@@ -9,7 +9,9 @@ written afterwards, on the event loop.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
+from types import TracebackType
 
 from log.config import LogConfig
 from log.errors import (
@@ -17,7 +19,15 @@ from log.errors import (
     InvalidTimestampError,
     RecordTooLargeError,
 )
-from wire.compression import GZIP, LZ4, NONE, SNAPPY, ZSTD, CorruptRecordError
+from wire.compression import (
+    GZIP,
+    LZ4,
+    NONE,
+    SNAPPY,
+    ZSTD,
+    CorruptRecordError,
+    DecompressedSizeError,
+)
 from wire.records import (
     BatchHeader,
     decode_section,
@@ -34,6 +44,11 @@ CODEC_BY_NAME = {"uncompressed": NONE, "gzip": GZIP, "snappy": SNAPPY, "lz4": LZ
 # compression bomb is refused (CORRUPT_MESSAGE) before it can take memory or CPU. Far above
 # what a client's batch.size yields at any real compression ratio.
 MAX_DECOMPRESSED_PER_REQUEST = 64 << 20
+# What requests may decompress side by side; a request that needs more takes _large first,
+# so that bombs in every validation worker at once cost one request's budget of memory,
+# not one per worker.
+SHARED_DECOMPRESSED = 8 << 20
+_large = threading.Lock()
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _FRAMING, _NO_KEY = 1, 2  # the C walk's kinds of problem (3: a timestamp)
 
@@ -63,9 +78,41 @@ class RecordTimestampError(InvalidTimestampError, RecordErrors):
 
 @dataclass(slots=True)
 class Budget:
-    """Decompressed bytes still allowed for the rest of one request."""
+    """Decompressed bytes still allowed for the rest of one request; a context manager,
+    as past SHARED_DECOMPRESSED it holds _large until the request's validation ends."""
 
     remaining: int = MAX_DECOMPRESSED_PER_REQUEST
+    large: bool = False
+
+    def __enter__(self) -> Budget:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if self.large:
+            self.large = False
+            _large.release()
+
+    def decompress(self, data: bytearray | memoryview, h: BatchHeader) -> memoryview:
+        """The batch's records, decompressed within what is left."""
+        shared_left = SHARED_DECOMPRESSED - (MAX_DECOMPRESSED_PER_REQUEST - self.remaining)
+        if not self.large and shared_left > 0:
+            try:
+                return self._take(records_section(data, h, max_decompressed=shared_left))
+            except DecompressedSizeError:
+                pass  # more than requests may decompress side by side: again, alone
+        if not self.large:
+            _large.acquire()
+            self.large = True
+        return self._take(records_section(data, h, max_decompressed=self.remaining))
+
+    def _take(self, section: memoryview) -> memoryview:
+        self.remaining -= len(section)
+        return section
 
 
 @dataclass(slots=True)
@@ -91,6 +138,9 @@ def validate(
     (RECORD_TOO_LARGE, INVALID_TIMESTAMP); RecordKeyError and
     RecordTimestampError name every bad record. ``origin_client=False``
     marks batches the broker built itself: only the header checks apply."""
+    if budget is None:
+        with Budget() as own:
+            return validate(records, config, now_ms, origin_client=origin_client, budget=own)
     # Broker-owned fields are patched in place: in the request's own buffer when it is
     # writable (a large frame, received in place), else in the one copy made here.
     if isinstance(records, memoryview) and not records.readonly:
@@ -103,7 +153,7 @@ def validate(
         _check_size(h, config)
         validate_batch(data, h)
         if origin_client:
-            sections.append(_check_client_batch(data, h, config, now_ms, budget or Budget()))
+            sections.append(_check_client_batch(data, h, config, now_ms, budget))
         else:
             sections.append(None)
     codec = CODEC_BY_NAME.get(config.compression_type)
@@ -197,13 +247,11 @@ def _decompress(data: bytearray | memoryview, h: BatchHeader, budget: Budget) ->
     if h.compression == NONE:
         return records_section(data, h)
     try:
-        section = records_section(data, h, max_decompressed=budget.remaining)
+        return budget.decompress(data, h)
     except CorruptRecordError as e:
         raise CorruptRecordError(
             f"{e}; a produce request may decompress to at most {MAX_DECOMPRESSED_PER_REQUEST} bytes"
         ) from None
-    budget.remaining -= len(section)
-    return section
 
 
 def _recompress(

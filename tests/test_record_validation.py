@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 import struct
+import threading
 
 import pytest
 from crc32c import crc32c
@@ -12,6 +13,7 @@ from crc32c import crc32c
 from log.config import LogConfig
 from log.errors import InvalidRecordError, InvalidTimestampError
 from log.validator import (
+    Budget,
     RecordKeyError,
     RecordTimestampError,
     validate,
@@ -258,6 +260,21 @@ def test_a_compression_bomb_is_refused_within_the_request_budget() -> None:
     assert len(bomb) < 64 << 10
     with pytest.raises(CorruptRecordError, match="at most"):
         validate(bomb, config(), NOW)
+
+
+def test_one_request_at_a_time_decompresses_past_the_shared_allowance() -> None:
+    big = build_batch([(b"k", bytes(9 << 20), [], NOW)], compression=ZSTD)  # over 8 MiB
+    small = build_batch([(b"k", bytes(1 << 20), [], NOW)], compression=ZSTD)
+    done = threading.Event()
+    second = threading.Thread(target=lambda: (validate(big, config(), NOW), done.set()))
+    with Budget() as first:
+        validate(big, config(), NOW, budget=first)
+        assert first.large
+        validate(small, config(), NOW)  # small ones go on side by side
+        second.start()
+        assert not done.wait(0.5), "a second big decompression ran beside the first"
+    assert done.wait(30)
+    second.join()
 
 
 @pytest.mark.parametrize("target", ["uncompressed", "gzip", "snappy", "lz4", "zstd"])

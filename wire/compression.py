@@ -26,6 +26,10 @@ class CorruptRecordError(ValueError):
     """Batch bytes are damaged or malformed (Kafka error CORRUPT_MESSAGE)."""
 
 
+class DecompressedSizeError(CorruptRecordError):
+    """A payload decompresses to more than the caller's limit."""
+
+
 class UnsupportedCompressionError(ValueError):
     """Codec id outside 0-4 (Kafka error UNSUPPORTED_COMPRESSION_TYPE)."""
 
@@ -94,7 +98,7 @@ def decompress(
 
 def _check_limit(size: int, max_size: int | None) -> None:
     if max_size is not None and size > max_size:
-        raise CorruptRecordError(f"decompressed size exceeds the limit of {max_size} bytes")
+        raise DecompressedSizeError(f"decompressed size exceeds the limit of {max_size} bytes")
 
 
 def _grow(out: bytearray, chunk: bytes, max_size: int | None) -> None:

@@ -15,8 +15,8 @@ from kio.schema.errors import ErrorCode
 
 from apis.context import nested
 from compat_tests.broker import BrokerProcess
-from tests.kafka_wire import WireClient
-from tests.test_api_behaviour import TIMEOUT, create, fetch, produce, records
+from tests.kafka_wire import WireClient, create_topic
+from tests.test_api_behaviour import TIMEOUT, fetch, produce, records
 from wire.records import split_batches
 from wire.schema import request_type
 from wire.versions import (
@@ -66,7 +66,7 @@ def list_offset(client: WireClient, topic: str, timestamp: int, version: int = 1
 
 
 def test_delete_records_moves_the_log_start(client: WireClient) -> None:
-    create(client, "trim")
+    create_topic(client, "trim")
     for _ in range(4):
         produce(client, "trim", records(5))
     result = delete_records(client, "trim", 7)
@@ -90,9 +90,9 @@ def test_delete_records_moves_the_log_start(client: WireClient) -> None:
 
 def test_delete_records_errors(client: WireClient) -> None:
     assert delete_records(client, "no-such", 0).error_code == ErrorCode.unknown_topic_or_partition
-    create(client, "trim-errors", configs={"cleanup.policy": "compact"})
+    create_topic(client, "trim-errors", configs={"cleanup.policy": "compact"})
     assert delete_records(client, "trim-errors", 0).error_code == ErrorCode.policy_violation
-    create(client, "trim-one")
+    create_topic(client, "trim-one")
     assert delete_records(client, "trim-one", 0, partition=3).error_code == (
         ErrorCode.unknown_topic_or_partition
     )
@@ -102,7 +102,7 @@ def test_delete_records_errors(client: WireClient) -> None:
 
 def test_delete_records_survives_a_restart(broker: BrokerProcess) -> None:
     client = WireClient(broker.port)
-    create(client, "trim-kept")
+    create_topic(client, "trim-kept")
     produce(client, "trim-kept", records(10))
     assert delete_records(client, "trim-kept", 4).error_code == ErrorCode.none
     client.close()
@@ -117,7 +117,7 @@ def test_delete_records_survives_a_restart(broker: BrokerProcess) -> None:
 def test_list_offsets_v9_latest_tiered_is_none_without_tiered_storage(
     client: WireClient,
 ) -> None:
-    create(client, "tiers")
+    create_topic(client, "tiers")
     produce(client, "tiers", records(3))
     for version in (9, 10):
         tiered = list_offset(client, "tiers", -5, version=version)
@@ -141,8 +141,8 @@ def describe_partitions(
 
 
 def test_describe_topic_partitions_pages(client: WireClient) -> None:
-    create(client, "pages-b", partitions=3)
-    create(client, "pages-a", partitions=4)
+    create_topic(client, "pages-b", partitions=3)
+    create_topic(client, "pages-a", partitions=4)
     names = ["pages-b", "pages-a", "pages-none"]
     seen: list[tuple[str, int]] = []
     cursor = None
@@ -175,7 +175,7 @@ def test_describe_topic_partitions_pages(client: WireClient) -> None:
 
 
 def test_describe_producers(client: WireClient) -> None:
-    create(client, "producers")
+    create_topic(client, "producers")
     init = request_type(INIT_PRODUCER_ID, 4)
     pid = client.call(
         INIT_PRODUCER_ID, 4, init(transactional_id=None, transaction_timeout=TIMEOUT)
@@ -221,7 +221,7 @@ def fetch_all(client: WireClient, topic: str) -> bytes:
 
 
 def test_alter_replica_log_dirs_moves_the_log(broker: BrokerProcess, client: WireClient) -> None:
-    create(client, "moving", configs={"segment.bytes": "2000"})
+    create_topic(client, "moving", configs={"segment.bytes": "2000"})
     for _ in range(20):
         produce(client, "moving", records(5, size=50))
     before = fetch_all(client, "moving")
@@ -252,7 +252,7 @@ def test_alter_replica_log_dirs_moves_the_log(broker: BrokerProcess, client: Wir
 def test_a_move_under_appends_loses_nothing(broker: BrokerProcess, client: WireClient) -> None:
     """The active segment keeps growing while the inactive ones are copied: the mover rolls
     it and copies again until the swap is small; every acknowledged record is there."""
-    create(client, "busy-move", configs={"segment.bytes": "100000"})
+    create_topic(client, "busy-move", configs={"segment.bytes": "100000"})
     d1, d2 = (broker.tmp_dir / n for n in ("d1", "d2"))
     home, other = (d1, d2) if (d1 / "busy-move-0").is_dir() else (d2, d1)
     acknowledged = 0

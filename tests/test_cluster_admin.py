@@ -14,8 +14,8 @@ from kio.schema.errors import ErrorCode
 
 from apis.context import build, nested
 from compat_tests.broker import BrokerProcess
-from tests.kafka_wire import WireClient
-from tests.test_api_behaviour import create, fetch, produce, records
+from tests.kafka_wire import WireClient, create_topic
+from tests.test_api_behaviour import fetch, produce, records
 from tests.test_storage_full_disk import incompressible, small_fs  # noqa: F401 (a fixture)
 from wire import versions as v
 from wire.schema import request_type
@@ -71,7 +71,7 @@ def create_partitions(
 @pytest.mark.parametrize("version", range(4))
 def test_create_partitions(client: WireClient, version: int) -> None:
     topic = f"grow-{version}"
-    assert create(client, topic).error_code == ErrorCode.none
+    assert create_topic(client, topic).error_code == ErrorCode.none
     checked = create_partitions(client, (topic, 3, None), validate_only=True, version=version)
     assert checked[topic].error_code == ErrorCode.none
     assert partition_count(client, topic) == 1  # validate_only changed nothing
@@ -85,7 +85,7 @@ def test_create_partitions(client: WireClient, version: int) -> None:
 
 
 def test_create_partitions_errors(client: WireClient) -> None:
-    assert create(client, "fixed", partitions=2).error_code == ErrorCode.none
+    assert create_topic(client, "fixed", partitions=2).error_code == ErrorCode.none
     results = create_partitions(
         client,
         ("fixed", 2, None),
@@ -110,7 +110,7 @@ def test_create_partitions_errors(client: WireClient) -> None:
 def test_created_partitions_survive_a_restart(tmp_path: Path) -> None:
     with BrokerProcess(tmp_path) as broker:
         client = WireClient(broker.port)
-        create(client, "kept")
+        create_topic(client, "kept")
         assert create_partitions(client, ("kept", 2, None))["kept"].error_code == ErrorCode.none
         assert produce(client, "kept", records(3), partition=1).error_code == ErrorCode.none
         client.close()
@@ -168,7 +168,7 @@ def describe_log_dirs(
 @pytest.mark.parametrize("version", range(1, 5))
 def test_describe_log_dirs(broker: BrokerProcess, client: WireClient, version: int) -> None:
     topic = f"sized-{version}"
-    create(client, topic, partitions=2)
+    create_topic(client, topic, partitions=2)
     assert produce(client, topic, records(4)).error_code == ErrorCode.none
     response = describe_log_dirs(client, {topic: [0, 1, 9]}, version)
     (result,) = response.results
@@ -189,7 +189,7 @@ def test_describe_log_dirs_reports_an_offline_dir(tmp_path: Path, small_fs: Path
     healthy, doomed = tmp_path / "healthy", small_fs / "data"
     with BrokerProcess(tmp_path, {"log.dirs": f"{healthy},{doomed}"}) as broker:
         client = WireClient(broker.port, timeout=30)
-        assert create(client, "spread", partitions=2).error_code == ErrorCode.none
+        assert create_topic(client, "spread", partitions=2).error_code == ErrorCode.none
         placed = {
             result.log_dir: {p.partition_index for t in result.topics for p in t.partitions}
             for result in describe_log_dirs(client, None).results
@@ -229,7 +229,7 @@ def elect(
 @pytest.mark.parametrize(("version", "election"), [(0, 0), (1, 0), (1, 1), (2, 0), (2, 1)])
 def test_elect_leaders(client: WireClient, version: int, election: int) -> None:
     topic = f"elected-{version}-{election}"
-    create(client, topic, partitions=2)
+    create_topic(client, topic, partitions=2)
     response = elect(client, {topic: [0, 1, 5], "no-such-topic": [0]}, election, version)
     if version >= 1:
         assert response.error_code == ErrorCode.none
@@ -250,7 +250,7 @@ def test_elect_leaders(client: WireClient, version: int, election: int) -> None:
 
 def test_elect_leaders_of_an_unknown_type(client: WireClient) -> None:
     """Kafka cannot parse the type and answers its generic error for every partition."""
-    create(client, "typed")
+    create_topic(client, "typed")
     response = elect(client, {"typed": [0]}, 7, 2)
     assert response.error_code == ErrorCode.unknown_server_error
     (result,) = response.replica_election_results
@@ -294,7 +294,7 @@ def list_reassignments(client: WireClient, topics: dict[str, list[int]] | None) 
 
 
 def test_partition_reassignments(client: WireClient) -> None:
-    create(client, "moved", partitions=2)
+    create_topic(client, "moved", partitions=2)
     outcomes = alter_reassignments(
         client,
         {
@@ -331,9 +331,9 @@ def test_excessive_partition_counts_are_refused_before_anything_is_built(
     Kafka's controller answers, before any partition exists in memory (a count of 2^31-1
     once took the broker to 23 GB and the OOM killer)."""
     huge = 2**31 - 1
-    assert create(client, "huge", partitions=huge).error_code == ErrorCode.policy_violation
-    assert create(client, "huge", partitions=10_001).error_code == ErrorCode.policy_violation
-    assert create(client, "grows").error_code == ErrorCode.none
+    assert create_topic(client, "huge", partitions=huge).error_code == ErrorCode.policy_violation
+    assert create_topic(client, "huge", partitions=10_001).error_code == ErrorCode.policy_violation
+    assert create_topic(client, "grows").error_code == ErrorCode.none
     result = create_partitions(client, ("grows", huge, None))["grows"]
     assert result.error_code == ErrorCode.policy_violation
     assert result.error_message == "Excessively large number of partitions per request."

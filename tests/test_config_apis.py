@@ -26,8 +26,7 @@ from controller.configs import (
     check_group_configs,
 )
 from controller.topics import TopicError
-from tests.kafka_wire import WireClient
-from tests.test_api_behaviour import create
+from tests.kafka_wire import WireClient, create_topic
 from wire.schema import request_type
 from wire.versions import (
     ALTER_CONFIGS,
@@ -107,7 +106,7 @@ def errors(responses: list) -> list[tuple[ErrorCode, str | None]]:
 
 
 def test_request_shapes_refused_as_kafka_does(client: WireClient) -> None:
-    assert create(client, "shapes").error_code == ErrorCode.none
+    assert create_topic(client, "shapes").error_code == ErrorCode.none
     ok = ("retention.ms", SET, "1000")
     assert errors(
         incremental(
@@ -139,7 +138,9 @@ def test_request_shapes_refused_as_kafka_does(client: WireClient) -> None:
 
 
 def test_legacy_alter_configs_replaces_the_whole_set(client: WireClient) -> None:
-    assert create(client, "whole", configs={"retention.ms": "1000"}).error_code == ErrorCode.none
+    assert (
+        create_topic(client, "whole", configs={"retention.ms": "1000"}).error_code == ErrorCode.none
+    )
     assert legacy(client, TOPIC, "whole", {"segment.ms": "60000"}).error_code == ErrorCode.none
     configs = described(client, TOPIC, "whole")
     assert configs["segment.ms"] == ("60000", 1)
@@ -170,7 +171,7 @@ def test_group_and_default_broker_resources(client: WireClient) -> None:
 
 
 def test_authorized_operations_when_asked_and_when_not(client: WireClient) -> None:
-    assert create(client, "authz").error_code == ErrorCode.none
+    assert create_topic(client, "authz").error_code == ErrorCode.none
     for asked in (True, False):
         cls = request_type(METADATA, 10)
         request = build(

@@ -13,8 +13,8 @@ from kio.schema.errors import ErrorCode
 
 from apis.context import nested
 from compat_tests.broker import BrokerProcess
-from tests.kafka_wire import WireClient, request_frame
-from tests.test_api_behaviour import TIMEOUT, create, produce, records
+from tests.kafka_wire import WireClient, create_topic, request_frame
+from tests.test_api_behaviour import TIMEOUT, produce, records
 from wire.records import split_batches
 from wire.schema import request_type
 from wire.versions import DELETE_TOPICS, FETCH
@@ -88,7 +88,7 @@ def test_a_fetch_of_no_partitions_is_answered_at_once(broker: BrokerProcess, ver
 
 def test_a_parked_fetch_waits_for_min_bytes_across_partitions(broker: BrokerProcess) -> None:
     producer = WireClient(broker.port)
-    create(producer, "many", partitions=20)
+    create_topic(producer, "many", partitions=20)
     small, large = records(1), records(5, size=200)
     parked = park(broker, {"many": list(range(20))}, min_bytes=len(small) + len(large))
     produce(producer, "many", small, partition=3)  # not enough on its own
@@ -102,7 +102,7 @@ def test_a_parked_fetch_waits_for_min_bytes_across_partitions(broker: BrokerProc
 
 def test_a_parked_fetch_is_answered_when_its_segment_rolls(broker: BrokerProcess) -> None:
     producer = WireClient(broker.port)
-    create(producer, "rolling", configs={"segment.bytes": "2000"})
+    create_topic(producer, "rolling", configs={"segment.bytes": "2000"})
     first = records(10, size=100)
     produce(producer, "rolling", first)
     parked = park(broker, {"rolling": [0]}, min_bytes=10 << 20)
@@ -114,7 +114,7 @@ def test_a_parked_fetch_is_answered_when_its_segment_rolls(broker: BrokerProcess
 
 def test_a_parked_fetch_is_answered_when_its_topic_is_deleted(broker: BrokerProcess) -> None:
     admin = WireClient(broker.port)
-    create(admin, "deleted")
+    create_topic(admin, "deleted")
     parked = park(broker, {"deleted": [0]}, min_bytes=1)
     cls = request_type(DELETE_TOPICS, 6)
     state = nested(cls, "DeleteTopicState")
@@ -129,7 +129,7 @@ def test_a_fetch_behind_the_active_segment_is_not_parked(broker: BrokerProcess) 
     """Kafka answers at once a fetch whose offset lies in an older segment than the high
     watermark, whatever its min_bytes: more data is there to be read."""
     producer = WireClient(broker.port)
-    create(producer, "behind", configs={"segment.bytes": "2000"})
+    create_topic(producer, "behind", configs={"segment.bytes": "2000"})
     for _ in range(2):  # the second batch does not fit in the first segment
         produce(producer, "behind", records(10, size=100))
     producer.close()

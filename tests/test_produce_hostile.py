@@ -16,8 +16,8 @@ from kio.schema.errors import ErrorCode
 
 from apis.context import build, nested
 from compat_tests.broker import BrokerProcess
-from tests.kafka_wire import WireClient, request_frame
-from tests.test_api_behaviour import TIMEOUT, create, fetch, list_offset
+from tests.kafka_wire import WireClient, create_topic, request_frame
+from tests.test_api_behaviour import TIMEOUT, fetch, list_offset
 from wire import versions as v
 from wire.compression import GZIP, LZ4, NONE, SNAPPY, ZSTD
 from wire.records import BATCH_HEADER_SIZE, build_batch, decode_records, split_batches
@@ -118,7 +118,7 @@ def shuffled_records(data: bytes) -> bytes:
 
 
 def test_records_are_validated_one_by_one(client: WireClient) -> None:
-    create(client, "walk")
+    create_topic(client, "walk")
     assert produce(client, "walk", batch(2, tag=b"good")).error_code == ErrorCode.none
     good = batch(3)
     cases = {
@@ -148,7 +148,7 @@ def test_records_are_validated_one_by_one(client: WireClient) -> None:
 @pytest.mark.parametrize("codec", [GZIP, SNAPPY, LZ4, ZSTD])
 def test_compressed_batches_are_decompressed_and_walked(client: WireClient, codec: int) -> None:
     topic = f"codec-{codec}"
-    create(client, topic)
+    create_topic(client, topic)
     good = batch(3, codec)
     lying_count = patched(good, (">i", 23, 2**31 - 2), (">i", 57, 2**31 - 1))
     assert_refused(client, topic, lying_count, ErrorCode.invalid_record)
@@ -161,12 +161,12 @@ def test_compressed_batches_are_decompressed_and_walked(client: WireClient, code
 
 
 def test_a_compression_bomb_is_refused(client: WireClient) -> None:
-    create(client, "bomb", configs={"compression.type": "gzip"})
+    create_topic(client, "bomb", configs={"compression.type": "gzip"})
     bomb = build_batch([(b"k", bytes(100 << 20), [], NOW_MS)], compression=ZSTD)
     assert len(bomb) < 20_000
     assert_refused(client, "bomb", bomb, ErrorCode.corrupt_message)
     # One request's partitions share the budget: five 20 MiB batches are one bomb too.
-    create(client, "bomb5", partitions=5)
+    create_topic(client, "bomb5", partitions=5)
     piece = build_batch([(b"k", bytes(20 << 20), [], NOW_MS)], compression=ZSTD)
     request = produce_request(11, {"bomb5": [(i, piece) for i in range(5)]})
     partitions = client.call(v.PRODUCE, 11, request).responses[0].partition_responses
@@ -175,7 +175,7 @@ def test_a_compression_bomb_is_refused(client: WireClient) -> None:
 
 
 def test_one_batch_per_partition_and_request_rules(client: WireClient) -> None:
-    create(client, "rules", partitions=2)
+    create_topic(client, "rules", partitions=2)
     assert_refused(client, "rules", b"", ErrorCode.invalid_record)
     assert_refused(client, "rules", None, ErrorCode.invalid_record)
     assert_refused(client, "rules", batch() + batch(), ErrorCode.invalid_record)
@@ -193,7 +193,7 @@ def test_one_batch_per_partition_and_request_rules(client: WireClient) -> None:
 
 
 def test_a_retried_batch_beside_a_new_one_is_refused(client: WireClient) -> None:
-    create(client, "retry")
+    create_topic(client, "retry")
     init = request_type(v.INIT_PRODUCER_ID, 4)
     pid = client.call(
         v.INIT_PRODUCER_ID, 4, init(transactional_id=None, transaction_timeout=TIMEOUT)
@@ -208,12 +208,12 @@ def test_a_retried_batch_beside_a_new_one_is_refused(client: WireClient) -> None
 
 
 def test_keys_and_timestamps_report_the_record(client: WireClient) -> None:
-    create(client, "compacted", configs={"cleanup.policy": "compact"})
+    create_topic(client, "compacted", configs={"cleanup.policy": "compact"})
     records = [(b"k", b"v", [], NOW_MS), (None, b"v", [], NOW_MS)]
     response = produce(client, "compacted", build_batch(records, compression=LZ4))
     assert response.error_code == ErrorCode.invalid_record
     assert [e.batch_index for e in response.record_errors] == [1]
-    create(client, "recent", configs={"message.timestamp.before.max.ms": "3600000"})
+    create_topic(client, "recent", configs={"message.timestamp.before.max.ms": "3600000"})
     response = produce(client, "recent", build_batch([(b"k", b"v", [], 5)]))
     assert response.error_code == ErrorCode.invalid_timestamp
     assert [e.batch_index for e in response.record_errors] == [0]
@@ -233,7 +233,7 @@ def test_other_clients_are_served_while_a_heavy_batch_is_validated(
 ) -> None:
     """About 60 MiB to decompress, walk and recompress to gzip: the validation runs in a
     thread, so a second connection's requests are all answered before the heavy one."""
-    create(client, "heavy", configs={"compression.type": "gzip"})
+    create_topic(client, "heavy", configs={"compression.type": "gzip"})
     block = random.Random(3).randbytes(1024)
     heavy = build_batch([(None, block, [], NOW_MS)] * 60_000, compression=ZSTD)
     client.send(request_frame(v.PRODUCE, 11, 1, produce_request(11, {"heavy": [(0, heavy)]})))
@@ -260,7 +260,7 @@ def test_refused_overflowing_batches_then_kill_9_lose_nothing(tmp_path: Path) ->
     then acknowledged produces, kill -9 and restart: every acknowledged record is there."""
     with BrokerProcess(tmp_path) as b:
         c = WireClient(b.port)
-        create(c, "acked")
+        create_topic(c, "acked")
         claim = patched(batch(3, ZSTD), (">i", 23, 2**31 - 2), (">i", 57, 2**31 - 1))
         assert produce(c, "acked", claim * 3).error_code == ErrorCode.invalid_record
         assert produce(c, "acked", claim).error_code == ErrorCode.invalid_record
@@ -282,7 +282,7 @@ def test_acks_0_compressed_batches_validated_in_a_thread(broker: BrokerProcess) 
     """acks=0 gets no answer: a good batch is stored and the connection stays usable, a bad one
     closes the connection (the only way to tell the client), as for uncompressed batches."""
     c = WireClient(broker.port)
-    create(c, "acks0")
+    create_topic(c, "acks0")
     good = produce_request(11, {"acks0": [(0, batch(3, LZ4, tag=b"z"))]}, acks=0)
     c.send(request_frame(v.PRODUCE, 11, 1, good))
     assert stored(c, "acks0") == [b"z0", b"z1", b"z2"]
@@ -308,7 +308,7 @@ def test_refused_bombs_free_their_memory_at_once(tmp_path: Path) -> None:
     zeros = build_batch([(b"k", bytes(100 << 20), [], NOW_MS)], compression=ZSTD)
     with BrokerProcess(tmp_path) as b:
         c = WireClient(b.port)
-        create(c, "bombs")
+        create_topic(c, "bombs")
         frame = request_frame(v.PRODUCE, 11, 1, produce_request(11, {"bombs": [(0, zeros)]}))
         for _ in range(5):
             clients = [WireClient(b.port) for _ in range(8)]

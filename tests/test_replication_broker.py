@@ -14,8 +14,8 @@ from kio.schema.errors import ErrorCode
 
 from apis.context import nested
 from compat_tests.broker import BrokerProcess
-from tests.kafka_wire import WireClient
-from tests.test_api_behaviour import create, fetch, produce, records
+from tests.kafka_wire import WireClient, create_topic
+from tests.test_api_behaviour import fetch, produce, records
 from wire.schema import request_type
 from wire.versions import FETCH, OFFSET_FOR_LEADER_EPOCH
 
@@ -31,7 +31,7 @@ def log_end(client: WireClient, topic: str) -> int:
 
 
 def test_acks_all_refused_below_min_insync_replicas(client: WireClient) -> None:
-    assert create(client, "min-isr", configs={"min.insync.replicas": "2"}).error_code == 0
+    assert create_topic(client, "min-isr", configs={"min.insync.replicas": "2"}).error_code == 0
     refused = produce(client, "min-isr", records(3), acks=-1)
     assert refused.error_code == ErrorCode.not_enough_replicas
     assert refused.base_offset == -1
@@ -43,7 +43,7 @@ def test_acks_all_refused_below_min_insync_replicas(client: WireClient) -> None:
 
 def test_acks_all_answered_once_replicated(client: WireClient) -> None:
     """One replica, the ISR is this broker: the high watermark covers the append at once."""
-    assert create(client, "acks-all").error_code == 0
+    assert create_topic(client, "acks-all").error_code == 0
     first = produce(client, "acks-all", records(2), acks=-1)
     second = produce(client, "acks-all", records(2), acks=-1)
     assert (first.error_code, first.base_offset) == (0, 0)
@@ -55,7 +55,7 @@ def test_confluent_producer_acks_all_gets_not_enough_replicas(
     broker: BrokerProcess, client: WireClient
 ) -> None:
     topic = "min-isr-client"
-    assert create(client, topic, configs={"min.insync.replicas": "2"}).error_code == 0
+    assert create_topic(client, topic, configs={"min.insync.replicas": "2"}).error_code == 0
 
     def send(acks: str, n: int) -> list[KafkaError | None]:
         outcomes: list[KafkaError | None] = []
@@ -113,7 +113,7 @@ def offsets_for_epoch(
 
 
 def test_offset_for_leader_epoch(client: WireClient) -> None:
-    assert create(client, "epochs").error_code == 0
+    assert create_topic(client, "epochs").error_code == 0
     empty = offsets_for_epoch(client, "epochs", 0)
     # A new leader's epoch starts at its log end, before any append.
     assert (empty.error_code, empty.leader_epoch, empty.end_offset) == (0, 0, 0)
@@ -174,7 +174,7 @@ def fetch_v12(
 
 
 def test_fetch_answers_a_diverging_epoch(client: WireClient) -> None:
-    assert create(client, "diverge").error_code == 0
+    assert create_topic(client, "diverge").error_code == 0
     assert produce(client, "diverge", records(3), acks=1).error_code == 0
     # Epoch 0 ends at 3 here: a fetcher at offset 5 of epoch 0 diverged from this log.
     diverged = fetch_v12(client, "diverge", 5, last_fetched_epoch=0)
@@ -190,7 +190,7 @@ def test_fetch_answers_a_diverging_epoch(client: WireClient) -> None:
 
 
 def test_fetch_leader_epoch_checks_and_replica_ids(client: WireClient) -> None:
-    assert create(client, "fenced").error_code == 0
+    assert create_topic(client, "fenced").error_code == 0
     assert fetch_v12(client, "fenced", 0, current_leader_epoch=0).error_code == 0
     ahead = fetch_v12(client, "fenced", 0, current_leader_epoch=2)
     assert ahead.error_code == ErrorCode.unknown_leader_epoch
@@ -226,7 +226,7 @@ def session_fetch(
 
 def test_follower_fetch_sessions(client: WireClient) -> None:
     """Consumer sessions: tests/test_topic_ids_and_sessions.py."""
-    assert create(client, "sessions").error_code == 0
+    assert create_topic(client, "sessions").error_code == 0
     assert session_fetch(client, -1, 77, 1, None).error_code == (
         ErrorCode.fetch_session_id_not_found
     )

@@ -20,8 +20,8 @@ from kio.schema.errors import ErrorCode
 
 from compat_tests.broker import BrokerProcess
 from log.checkpoint import read_checkpoint
-from tests.kafka_wire import WireClient
-from tests.test_api_behaviour import create, produce
+from tests.kafka_wire import WireClient, create_topic
+from tests.test_api_behaviour import produce
 from wire.records import build_batch
 from wire.schema import request_type
 from wire.versions import API_VERSIONS
@@ -64,7 +64,7 @@ def test_round_trips_stay_short_across_rolls_and_recovery_point_advances(
     with BrokerProcess(tmp_path, overrides) as broker:
         producer = WireClient(broker.port, timeout=30)
         configs = {"segment.bytes": str(SEGMENT_BYTES)}
-        assert create(producer, "rolling", configs=configs).error_code == ErrorCode.none
+        assert create_topic(producer, "rolling", configs=configs).error_code == ErrorCode.none
         done = threading.Event()
         errors: list[int] = []
 

@@ -16,8 +16,8 @@ from kio.schema.errors import ErrorCode
 
 from apis.context import build, nested
 from compat_tests.broker import BrokerProcess
-from tests.kafka_wire import WireClient
-from tests.test_api_behaviour import create, fetch, produce
+from tests.kafka_wire import WireClient, create_topic
+from tests.test_api_behaviour import fetch, produce
 from wire.records import build_batch, split_batches
 from wire.schema import request_type
 from wire.versions import METADATA
@@ -70,8 +70,8 @@ def test_full_disk_gives_storage_error_and_keeps_acknowledged_data(
         client = WireClient(broker.port, timeout=30)
         # Small segments so that rolls (new index files, snapshots) happen as the disk fills.
         configs = {"segment.bytes": "100000", "index.interval.bytes": "0"}
-        assert create(client, "fill", configs=configs).error_code == 0
-        assert create(client, "bystander").error_code == 0
+        assert create_topic(client, "fill", configs=configs).error_code == 0
+        assert create_topic(client, "bystander").error_code == 0
         acknowledged: list[bytes] = []
         for i in range(10_000):
             batch = incompressible(batch_bytes, i)

@@ -15,8 +15,8 @@ from pathlib import Path
 from kio.schema.errors import ErrorCode
 
 from compat_tests.broker import BrokerProcess
-from tests.kafka_wire import WireClient
-from tests.test_api_behaviour import create, fetch, produce, records
+from tests.kafka_wire import WireClient, create_topic
+from tests.test_api_behaviour import fetch, produce, records
 from wire.records import split_batches
 
 TOPICS = 10
@@ -68,7 +68,7 @@ def test_ten_thousand_partitions_start_serve_and_restart(tmp_path: Path) -> None
             _, maps_before = fds_and_maps(broker)
             client = WireClient(broker.port, timeout=120)
             for t in range(TOPICS):
-                result = create(client, f"many{t}", partitions=PARTITIONS_PER_TOPIC)
+                result = create_topic(client, f"many{t}", partitions=PARTITIONS_PER_TOPIC)
                 assert result.error_code == ErrorCode.none, result
             fds, maps = fds_and_maps(broker)
             print(f"10,000 partitions: {fds} descriptors, {maps - maps_before} more maps")

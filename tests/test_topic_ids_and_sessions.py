@@ -13,8 +13,8 @@ from kio.schema.errors import ErrorCode
 
 from apis.context import build, nested
 from compat_tests.broker import BrokerProcess
-from tests.kafka_wire import WireClient
-from tests.test_api_behaviour import TIMEOUT, create, produce, records
+from tests.kafka_wire import WireClient, create_topic
+from tests.test_api_behaviour import TIMEOUT, produce, records
 from wire.schema import request_type
 from wire.versions import FETCH, METADATA, PRODUCE
 
@@ -85,7 +85,7 @@ def named(response: Any) -> dict[tuple[Any, int], Any]:
 
 
 def test_fetch_by_topic_id(client: WireClient) -> None:
-    create(client, "by-id")
+    create_topic(client, "by-id")
     produce(client, "by-id", records(3))
     tid = topic_id(client, "by-id")
     for version in (13, 15, 16, 17, 18):
@@ -112,7 +112,7 @@ def produce_by_id(client: WireClient, tid: uuid.UUID, batch: bytes) -> Any:
 
 
 def test_produce_by_topic_id(client: WireClient) -> None:
-    create(client, "produce-by-id")
+    create_topic(client, "produce-by-id")
     tid = topic_id(client, "produce-by-id")
     answer = produce_by_id(client, tid, records(4))
     assert answer.topic_id == tid
@@ -127,7 +127,7 @@ def test_produce_by_topic_id(client: WireClient) -> None:
 
 
 def test_consumer_incremental_session(client: WireClient) -> None:
-    create(client, "incremental", partitions=3)
+    create_topic(client, "incremental", partitions=3)
     tid = topic_id(client, "incremental")
     produce(client, "incremental", records(2), partition=0)
     first = fetch(client, {tid: {0: 0, 1: 0, 2: 0}}, session=(0, 0))
@@ -166,7 +166,7 @@ def test_consumer_incremental_session(client: WireClient) -> None:
 
 
 def test_session_by_name_before_v13(client: WireClient) -> None:
-    create(client, "named-session")
+    create_topic(client, "named-session")
     produce(client, "named-session", records(2))
     first = fetch(client, {"named-session": {0: 0}}, version=12, session=(0, 0))
     assert first.session_id != 0 and named(first)[("named-session", 0)].records

@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 from types import TracebackType
+from typing import NoReturn
 
 from log.config import LogConfig
 from log.errors import (
@@ -30,7 +31,7 @@ from wire.compression import (
 )
 from wire.records import (
     BatchHeader,
-    decode_section,
+    bad_records_of,
     rebuild_batch,
     records_section,
     set_max_timestamp,
@@ -50,7 +51,7 @@ MAX_DECOMPRESSED_PER_REQUEST = 64 << 20
 SHARED_DECOMPRESSED = 8 << 20
 _large = threading.Lock()
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
-_FRAMING, _NO_KEY = 1, 2  # the C walk's kinds of problem (3: a timestamp)
+_FRAMING = 1  # the C walk's kind of problem for malformed records (2: a key, 3: a timestamp)
 
 
 class RecordErrors:
@@ -195,37 +196,30 @@ def _check_client_batch(
     kind, index, value, reason = outcome
     if kind == _FRAMING:
         raise InvalidRecordError(f"record {index} of the batch is invalid: {reason} ({value})")
-    # A bad batch: only now are its records walked one by one, to name every bad one.
+    # A bad batch (rare): walked again, to name every bad record.
     _raise_record_errors(section, h, ts_min, ts_max, config.compact)
-    # Not reached unless the two walks disagree: then the C walk's record is named.
-    error = RecordKeyError if kind == _NO_KEY else RecordTimestampError
-    raise error(reason, [(index, reason)])
 
 
 def _raise_record_errors(
     section: memoryview, h: BatchHeader, ts_min: int, ts_max: int, need_keys: bool
-) -> None:
+) -> NoReturn:
     """Kafka's LogValidator.validateRecord for each record: a missing key, else a timestamp
     out of bounds; then the batch's error (INVALID_TIMESTAMP if any record's timestamp is
     bad, else INVALID_RECORD) with every record error."""
     errors: list[tuple[int, str]] = []
     bad_timestamps = False
-    for index, record in enumerate(decode_section(section, h)):
-        if need_keys and record.key is None:
+    for index, timestamp in bad_records_of(section, h, ts_min, ts_max, need_keys):
+        if timestamp is None:
             errors.append((index, "Compacted topic cannot accept message without key."))
             continue
-        ts = _wrap64(record.timestamp)
-        if ts != -1 and not ts_min <= ts <= ts_max:
-            bad_timestamps = True
-            errors.append(
-                (
-                    index,
-                    f"Timestamp {ts} of message with offset {record.offset} is out of range. "
-                    f"The timestamp should be within [{ts_min}, {ts_max}]",
-                )
+        bad_timestamps = True
+        errors.append(
+            (
+                index,
+                f"Timestamp {timestamp} of message with offset {h.base_offset + index} is out "
+                f"of range. The timestamp should be within [{ts_min}, {ts_max}]",
             )
-    if not errors:
-        return
+        )
     if bad_timestamps:
         raise RecordTimestampError(
             "One or more records have been rejected due to invalid timestamp", errors
@@ -236,11 +230,6 @@ def _raise_record_errors(
         f"total, and only showing the first three errors at most: [{shown}]",
         errors,
     )
-
-
-def _wrap64(value: int) -> int:
-    """A timestamp as Java's long addition yields it (and the C walker compares it)."""
-    return (value + 2**63) % 2**64 - 2**63
 
 
 def _decompress(data: bytearray | memoryview, h: BatchHeader, budget: Budget) -> memoryview:

@@ -22,6 +22,7 @@ from wire.compression import GZIP, LZ4, NONE, SNAPPY, ZSTD
 from wire.records import (
     BATCH_HEADER_SIZE,
     CorruptRecordError,
+    bad_records_of,
     build_batch,
     decode_records,
     parse_header,
@@ -149,6 +150,25 @@ def test_walker_matches_the_reference_on_random_and_mutated_records(seed: int) -
         header.record_count = count
         got = walk_records(section, header, ts_min, ts_max, need_keys)
         assert (got if isinstance(got, int) else got[:2]) == expected
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_bad_records_lists_what_decoding_each_record_finds(seed: int) -> None:
+    rng = random.Random(seed)
+    for _ in range(500):
+        batch = random_batch(rng)
+        header = parse_header(batch)
+        section = records_section(batch, header)
+        ts_min, ts_max = rng.choice([(INT64_MIN, INT64_MAX), (NOW - 1000, NOW + 1000)])
+        need_keys = rng.random() < 0.5
+        expected = [
+            (i, None if need_keys and r.key is None else r.timestamp)
+            for i, r in enumerate(decode_records(batch, header))
+            if (need_keys and r.key is None) or not ts_min <= r.timestamp <= ts_max
+        ]
+        assert bad_records_of(section, header, ts_min, ts_max, need_keys) == expected
+    with pytest.raises(ValueError, match="record 0"):
+        bad_records_of(b"\x00", header, INT64_MIN, INT64_MAX, False)
 
 
 def test_walker_accepts_what_build_batch_writes_and_returns_the_max_timestamp() -> None:

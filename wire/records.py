@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from crc32c import crc32c
 
-from wire._recordwalk import walk
+from wire._recordwalk import bad_records, walk
 from wire.compression import (
     NONE,
     ZSTD,
@@ -248,6 +248,16 @@ def walk_records(
     kind 1 the bytes are not `record_count` well-formed records with offset deltas 0..n-1,
     2 a record without a key (`need_keys`), 3 a timestamp (not -1) outside [ts_min, ts_max]."""
     return walk(section, header.record_count, header.base_timestamp, ts_min, ts_max, need_keys)
+
+
+def bad_records_of(
+    section: Buffer, header: BatchHeader, ts_min: int, ts_max: int, need_keys: bool
+) -> list[tuple[int, int | None]]:
+    """Every bad record of a batch whose records walk_records found well framed, in C:
+    (record index, None) for a record without a key (``need_keys``), else (record index,
+    timestamp) for a timestamp (not -1) outside [ts_min, ts_max]."""
+    count, base = header.record_count, header.base_timestamp
+    return bad_records(section, count, base, ts_min, ts_max, need_keys)
 
 
 def rebuild_batch(buf: Buffer, header: BatchHeader, codec: int, records: Buffer) -> bytearray:

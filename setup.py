@@ -1,5 +1,6 @@
-"""Builds the C record walker (wire/_recordwalk.c) and the request histogram counter
-(server/_histograms.c); everything else is in pyproject.toml."""
+"""Builds the C record walker (wire/_recordwalk.c), the request histogram counter
+(server/_histograms.c) and the log cleaner's offset map (log/_offsetmap.c); everything else
+is in pyproject.toml."""
 
 from setuptools import Extension, setup
 
@@ -7,5 +8,6 @@ setup(
     ext_modules=[
         Extension("wire._recordwalk", ["wire/_recordwalk.c"], extra_compile_args=["-O2"]),
         Extension("server._histograms", ["server/_histograms.c"], extra_compile_args=["-O2"]),
+        Extension("log._offsetmap", ["log/_offsetmap.c"], extra_compile_args=["-O2"]),
     ]
 )

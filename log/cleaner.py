@@ -1,14 +1,16 @@
 """One cleaning pass over one log (Kafka's Cleaner), run in a cleaner worker process.
 
 The pass maps every key of the dirty section [first dirty, first uncleanable) to its latest
-offset (within the bounded OffsetMap: a full map ends the section early), then recopies each
-group of segments below the map's end into one `<base>.log.cleaned` segment (with its
-`.index.cleaned`, `.timeindex.cleaned` and, if it keeps an aborted transaction,
-`.txnindex.cleaned`), keeping a record when no later record has its key, and a tombstone
-until the delete horizon of its batch (stamped now + delete.retention.ms the first time a
-pass keeps it, KIP-534). Batches keep their base offset, offset range, leader epoch, codec
-and producer id/epoch/sequence; a rewritten batch gets its record count, base and max
-timestamp, length and CRC recomputed.
+offset (within the bounded OffsetMap, a fixed table of log.cleaner.dedupe.buffer.size /
+threads bytes: a full map ends the section early, after the last batch mapped whole; a
+batch with more keys than the whole map is mapped as far as it fits and the section ends
+inside it), then recopies each group of segments below the map's end into one
+`<base>.log.cleaned` segment (with its `.index.cleaned`, `.timeindex.cleaned` and, if it
+keeps an aborted transaction, `.txnindex.cleaned`), keeping a record when no later record
+has its key, and a tombstone until the delete horizon of its batch (stamped now +
+delete.retention.ms the first time a pass keeps it, KIP-534). Batches keep their base
+offset, offset range, leader epoch, codec and producer id/epoch/sequence; a rewritten batch
+gets its record count, base and max timestamp, length and CRC recomputed.
 
 Transactions (the first uncleanable offset is at most the last stable offset, so each one
 met is decided; log.cleaner_txns follows them through the pass): control batches and the
@@ -24,6 +26,9 @@ active producer that wrote no data in it, and the batch ending right at the firs
 uncleanable offset.
 
 The worker only writes `.cleaned` files; the broker swaps them in (Log.replace_segments).
+Its memory is the offset map plus a constant: segments are read through mmap, and the pages
+it has walked are dropped from its mapping as it goes (they stay in the page cache), so a
+pass over gigabytes of log does not count them all in the worker's resident set.
 """
 
 from __future__ import annotations
@@ -43,7 +48,7 @@ from pathlib import Path
 from crc32c import crc32c
 
 from log.cleaner_txns import CleanedTransactions
-from log.offset_map import OffsetMap
+from log.offset_map import OffsetMap, new_offset_map
 from log.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, LogSegment
 from log.txn_index import CONTROL_KEY, AbortedTxn
 from wire.compression import NONE, compress
@@ -70,6 +75,8 @@ _CRC = struct.Struct(">I")
 _CRC_AT = 17
 _HEADER_FIELDS_AT = 21  # attributes onward: what the CRC covers
 _WRITE_CHUNK = 1 << 20
+# Segment pages walked are dropped from the worker's mapping every this many bytes.
+_RELEASE_EVERY = 8 << 20
 # A test hook: the named moment of a pass kills the broker (SIGKILL), as a crash would.
 CRASH_ENV = "GREGOR_CLEANER_CRASH_AT"
 
@@ -95,7 +102,8 @@ class CleanTask:
     segment_bytes: int
     segment_index_bytes: int
     index_interval_bytes: int
-    map_capacity: int
+    map_slots: int  # the offset map's 24-byte entries (log.offset_map.map_slots)
+    map_capacity: int  # the keys it takes (map_slots x log.cleaner.io.buffer.load.factor)
     # producer id -> offset of its last data batch, for producers the log still tracks
     producer_last_offsets: dict[int, int]
     # producer id -> epoch, for tracked producers with no data batch in that epoch (a marker
@@ -119,6 +127,8 @@ class CleanResult:
     map_entries: int = 0
     cpu_s: float = 0.0
     elapsed_s: float = 0.0
+    map_slots: int = 0
+    peak_rss: int = 0  # the worker process's peak resident set (VmHWM), bytes
     errors: list[str] = field(default_factory=list)
 
 
@@ -223,13 +233,24 @@ def _section(buf: mmap.mmap | bytes, h: BatchHeader) -> bytes:
 
 # -- building the offset map -------------------------------------------------------------------
 def _headers(mm: mmap.mmap | bytes, size: int) -> Iterator[BatchHeader]:
-    pos = 0
+    """The batches of a segment, first to last. The caller is done with a batch when it asks
+    for the next: the mapped pages behind it are dropped every _RELEASE_EVERY bytes, and all
+    of them at the end, so walking a segment costs the worker a few MB of resident memory
+    whatever its size."""
+    pos = released = 0
+    release = isinstance(mm, mmap.mmap)
     while pos + BATCH_HEADER_SIZE <= size:
         h = parse_header(mm, pos)
         if pos + h.size > size:
             raise CorruptRecordError(f"batch at position {pos} runs past the segment end")
         yield h
         pos += h.size
+        if release and pos - released >= _RELEASE_EVERY:
+            upto = pos - pos % mmap.PAGESIZE
+            mm.madvise(mmap.MADV_DONTNEED, released, upto - released)
+            released = upto
+    if release and size:
+        mm.madvise(mmap.MADV_DONTNEED)
 
 
 def control_type(records: list[Fields]) -> int | None:
@@ -253,7 +274,11 @@ def build_offset_map(
 ) -> int:
     """Map the keys of [first_dirty, first_uncleanable) until the map is full, leaving out
     control batches and aborted transactions' data; returns the dirty bytes mapped.
-    `segments` are the dirty ones, with the bases of the next ones."""
+    `segments` are the dirty ones, with the bases of the next ones.
+
+    A batch is mapped whole or not at all (the map then ends before it), except one with
+    more keys than an empty map takes: it is mapped up to the first record that does not
+    fit, and the map (so the pass) ends at the record before, so every pass moves on."""
     mapped = 0
     # Those whose marker lies before first_dirty are over before the walk starts.
     txns = CleanedTransactions(t for t in aborted_txns if t.last_offset >= first_dirty)
@@ -276,11 +301,16 @@ def build_offset_map(
                 continue
             if not offset_map.has_room_for(h.record_count):
                 return mapped
-            data = _section(mm, h)
-            base = h.base_offset
-            for _, _, _, _, _, delta, key, _ in iter_records(data, h.record_count):
-                if key is not None and base + delta >= first_dirty:
-                    offset_map.put(key, base + delta)
+            try:  # in C: the records are walked and their keys hashed without a Python object
+                stopped = offset_map.put_records(
+                    _section(mm, h), h.record_count, h.base_offset, first_dirty
+                )
+            except ValueError as exc:
+                raise CorruptRecordError(str(exc)) from None
+            if stopped >= 0:
+                # Only when the map was empty: its first put fits, so this is past it.
+                offset_map.latest_offset = stopped - 1
+                return mapped + h.size
             offset_map.latest_offset = h.last_offset
             mapped += h.size
             if throttle is not None:
@@ -548,7 +578,10 @@ def clean_log(task: CleanTask) -> CleanResult:
             if seg.size:
                 with open(directory / f"{seg.base_offset:020d}.log", "rb") as f:
                     maps[seg.base_offset] = mmap.mmap(f.fileno(), seg.size, prot=mmap.PROT_READ)
-        offset_map = OffsetMap(task.map_capacity)
+        # The dirty section holds no more keys than offsets: a small one gets a small map.
+        offset_map = new_offset_map(
+            task.map_slots, task.map_capacity, task.first_uncleanable - task.first_dirty
+        )
         dirty = [
             (maps.get(s.base_offset, b""), s)
             for i, s in enumerate(task.segments)
@@ -563,7 +596,13 @@ def clean_log(task: CleanTask) -> CleanResult:
             throttle,
         )
         end_offset = offset_map.latest_offset + 1
-        result = CleanResult(end_offset, [], dirty_bytes=dirty_bytes, map_entries=len(offset_map))
+        result = CleanResult(
+            end_offset,
+            [],
+            dirty_bytes=dirty_bytes,
+            map_entries=len(offset_map),
+            map_slots=offset_map.slots,
+        )
         crash_point("mapped", task.broker_pid)
         batch_filter = BatchFilter(
             offset_map,
@@ -594,6 +633,18 @@ def clean_log(task: CleanTask) -> CleanResult:
 _FRAME = struct.Struct(">I")
 
 
+def peak_rss(pid: int | str = "self") -> int:
+    """A process's peak resident set size (VmHWM), in bytes; 0 where /proc does not say."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
 def frame(value: object) -> bytes:
     """A task or answer as the broker and its workers exchange them: length, then pickle."""
     payload = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
@@ -616,7 +667,9 @@ def serve(broker_pid: int) -> None:
             return
         task: CleanTask = pickle.loads(stdin.read(_FRAME.unpack(head)[0]))
         try:
-            answer: CleanResult | str = clean_log(task)
+            result = clean_log(task)
+            result.peak_rss = peak_rss()
+            answer: CleanResult | str = result
         except (OSError, ValueError) as exc:  # CorruptRecordError is a ValueError
             for seg in task.segments:
                 for path in cleaned_paths(Path(task.directory), seg.base_offset):

@@ -38,7 +38,7 @@ from log.config import LONG_MAX
 from log.errors import KafkaStorageError
 from log.log import Log, largest_timestamp
 from log.manager import LogManager, TopicPartition
-from log.offset_map import map_capacity
+from log.offset_map import map_capacity, map_slots
 from log.segment import LogSegment
 
 CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
@@ -214,6 +214,7 @@ class LogCleaner:
             segment_bytes=config.segment_bytes,
             segment_index_bytes=config.segment_index_bytes,
             index_interval_bytes=config.index_interval_bytes,
+            map_slots=map_slots(self.config.dedupe_buffer_size, threads),
             map_capacity=map_capacity(
                 self.config.dedupe_buffer_size, threads, self.config.io_buffer_load_factor
             ),
@@ -359,7 +360,8 @@ class LogCleaner:
         logger.info(
             "Cleaned log %s-%d up to offset %d: %d of %d segment groups swapped in, "
             "%.1f MB read, %.1f MB written (%.0f%% of records kept) in %.2f s (%.1f MB/s, "
-            "%.2f CPU s), %d dirty MB mapped into %d keys",
+            "%.2f CPU s), %d dirty MB mapped into %d keys (map of %d slots), worker peak RSS "
+            "%.0f MB",
             topic,
             partition,
             answer.end_offset,
@@ -373,6 +375,8 @@ class LogCleaner:
             answer.cpu_s,
             answer.dirty_bytes // 1_000_000,
             answer.map_entries,
+            answer.map_slots,
+            answer.peak_rss / 1e6,
         )
 
 

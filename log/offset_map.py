@@ -1,47 +1,68 @@
 """The cleaner's key -> latest offset map of a log's dirty section (Kafka's SkimpyOffsetMap).
 
-Keys are stored as their MD5 digest, as Kafka does (a collision between two keys' digests
-could make the cleaner drop a live record, which at 128 bits never happens in practice);
-keys shorter than a digest are stored as they are, which is exact and spares the hashing
-(they cannot equal a digest: those are 16 bytes).
-The capacity is Kafka's: log.cleaner.dedupe.buffer.size / threads buys 24-byte slots (16-byte
-digest, 8-byte offset), filled to log.cleaner.io.buffer.load.factor. A Python dict entry
-costs about five times that, so the worker process's memory is some 5x the configured
-buffer at most.
+The map is one preallocated table (log/_offsetmap.c) of 24-byte entries, as Kafka's: the
+MD5 digest of a key (16 bytes; a collision between two keys' digests could make the cleaner
+drop a live record, which at 128 bits never happens in practice) and its latest offset (8
+bytes). log.cleaner.dedupe.buffer.size / log.cleaner.threads buys the slots, filled to
+log.cleaner.io.buffer.load.factor; a full map ends the pass, and the next one goes on from
+there. So a worker's memory is that buffer plus a constant, whatever the number of keys (a
+Python dict took about 140 bytes a key: 833 MB for 6 million keys).
+
+A dirty section of fewer offsets than the map takes gets a table just big enough for them
+(it cannot hold more keys than offsets), so a small pass neither allocates nor touches the
+whole buffer.
 """
 
 from __future__ import annotations
 
-from hashlib import md5
+from log._offsetmap import OffsetMap, md5
 
-_DIGEST = 16
-BYTES_PER_ENTRY = _DIGEST + 8
+__all__ = ["BYTES_PER_ENTRY", "OffsetMap", "map_capacity", "map_slots", "md5", "new_offset_map"]
+
+BYTES_PER_ENTRY = 24
+_MAX_BUFFER = (1 << 31) - 1  # Kafka's: the map is one Java array
+
+
+def _is_prime(n: int) -> bool:
+    if n < 4:
+        return n >= 2
+    if n % 2 == 0 or n % 3 == 0:
+        return False
+    i = 5
+    while i * i <= n:
+        if n % i == 0 or n % (i + 2) == 0:
+            return False
+        i += 6
+    return True
+
+
+def map_slots(buffer_bytes: int, threads: int) -> int:
+    """The entries a worker's share of log.cleaner.dedupe.buffer.size holds: the largest
+    prime that fits (double hashing visits every slot of a prime-sized table), at least 2."""
+    n = min(buffer_bytes // max(threads, 1), _MAX_BUFFER) // BYTES_PER_ENTRY
+    while n > 2 and not _is_prime(n):
+        n -= 1
+    return max(n, 2)
+
+
+def _capacity(slots: int, load_factor: float) -> int:
+    # At least one key, and one empty slot at least: a probe ends on one.
+    return max(min(int(slots * load_factor), slots - 1), 1)
 
 
 def map_capacity(buffer_bytes: int, threads: int, load_factor: float) -> int:
-    """Entries the map takes before it counts as full."""
-    slots = min(buffer_bytes // max(threads, 1), (1 << 31) - 1) // BYTES_PER_ENTRY
-    return max(int(slots * load_factor), 1)
+    """Keys the map takes before it counts as full."""
+    return _capacity(map_slots(buffer_bytes, threads), load_factor)
 
 
-class OffsetMap:
-    __slots__ = ("capacity", "latest_offset", "_offsets")
-
-    def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
-        self.latest_offset = -1  # the last offset the map accounts for
-        self._offsets: dict[bytes, int] = {}
-
-    def __len__(self) -> int:
-        return len(self._offsets)
-
-    def has_room_for(self, records: int) -> bool:
-        """A batch goes in whole or not at all; an empty map takes any batch."""
-        return not self._offsets or len(self._offsets) + records <= self.capacity
-
-    def put(self, key: bytes, offset: int) -> None:
-        self._offsets[key if len(key) < _DIGEST else md5(key).digest()] = offset
-
-    def get(self, key: bytes) -> int:
-        """The latest offset of `key` in the dirty section; -1 if it is not there."""
-        return self._offsets.get(key if len(key) < _DIGEST else md5(key).digest(), -1)
+def new_offset_map(slots: int, capacity: int, keys_at_most: int) -> OffsetMap:
+    """A map of at most `slots` entries taking `capacity` keys; smaller when `keys_at_most`
+    (the offsets of the dirty section) is below that capacity, with the same load factor."""
+    if 0 <= keys_at_most < capacity:
+        want = -(-keys_at_most * slots // capacity) + 1
+        n = max(want, 2)
+        while not _is_prime(n):
+            n += 1
+        if n < slots:
+            return OffsetMap(n, max(min(capacity, n - 1), 1))
+    return OffsetMap(slots, capacity)

@@ -20,26 +20,75 @@ from apis.context import (
 from wire.schema import response_type
 from wire.versions import DESCRIBE_CLUSTER, INIT_PRODUCER_ID
 
+# Kafka's EndpointType ids (DescribeCluster v1+): which kind of endpoint the client thinks
+# it is talking to. A Gregor broker is always a BROKER endpoint (there is no separate
+# KRaft controller listener).
+ENDPOINT_UNKNOWN = 0
+ENDPOINT_BROKER = 1
+ENDPOINT_CONTROLLER = 2
+_ENDPOINT_NAMES = {ENDPOINT_BROKER: "BROKER", ENDPOINT_CONTROLLER: "CONTROLLER"}
+
 
 def handle_describe_cluster(services: Services, ctx: RequestContext, request: Any) -> Any:
+    """Kafka's AuthHelper.computeDescribeClusterResponse with the broker's nodes.
+
+    v2 adds IncludeFencedBrokers and, per broker, IsFenced. Fencing is KRaft's: a broker
+    registered with the controller but not yet (or no longer) heartbeating. In ZooKeeper
+    mode, and on an embedded node, a broker is in the metadata only while its ephemeral
+    registration lives, so there are no fenced brokers to include: the list is the same
+    either way and every IsFenced is false (what Kafka 3.x ZooKeeper brokers answered too).
+    """
     cls = response_type(DESCRIBE_CLUSTER, ctx.api_version)
+    endpoint_type = getattr(request, "endpoint_type", ENDPOINT_BROKER)
+    if endpoint_type != ENDPOINT_BROKER:
+        # v0 has no EndpointType (always BROKER), so only v1+ get here; the v0 codes are
+        # kept for the day a v0 request could.
+        if endpoint_type not in _ENDPOINT_NAMES:
+            code = ErrorCode.unsupported_endpoint_type
+            message = f"Unsupported endpoint type {endpoint_type}"
+        else:
+            code = ErrorCode.mismatched_endpoint_type
+            message = (
+                "The request was sent to an endpoint of type BROKER, but we wanted an "
+                f"endpoint of type {_ENDPOINT_NAMES[endpoint_type]}"
+            )
+        if ctx.api_version == 0:
+            code = ErrorCode.invalid_request
+        return build(
+            cls,
+            throttle_time=NO_THROTTLE,
+            error_code=code,
+            error_message=message,
+            cluster_id="",
+            brokers=(),
+        )
     broker_cls = nested(cls, "DescribeClusterBroker")
     brokers = []
     for broker in services.metadata.brokers.values():
         endpoint = broker.endpoint(ctx.listener)
         if endpoint is not None:
             brokers.append(
-                broker_cls(
-                    broker_id=broker.node_id, host=endpoint[0], port=endpoint[1], rack=broker.rack
+                build(
+                    broker_cls,
+                    broker_id=broker.node_id,
+                    host=endpoint[0],
+                    port=endpoint[1],
+                    rack=broker.rack,
+                    is_fenced=False,
                 )
             )
+    controller_id = services.metadata.controller_id
+    if all(b.broker_id != controller_id for b in brokers):
+        # As Kafka: a controller not among the nodes listed would confuse the client.
+        controller_id = -1
     return build(
         cls,
         throttle_time=NO_THROTTLE,
         error_code=ErrorCode.none,
         error_message=None,
+        endpoint_type=ENDPOINT_BROKER,
         cluster_id=services.metadata.cluster_id,
-        controller_id=services.metadata.controller_id,
+        controller_id=controller_id,
         brokers=tuple(brokers),
         cluster_authorized_operations=authorized_operations(
             request, "include_cluster_authorized_operations", CLUSTER_OPERATIONS

@@ -32,6 +32,7 @@ from apis import (
     fetch,
     groups,
     leader_and_isr,
+    list_config_resources,
     list_offsets,
     log_dirs,
     metadata,
@@ -47,6 +48,7 @@ from apis import (
 )
 from apis.context import CloseConnection, RawResponse, RequestContext, Services, field_names
 from apis.timing import FOLLOWER_FETCH, LOCAL_DONE, SENT, THROTTLE_MS, RequestTiming
+from server.ratelimit import RateLimitedLog
 from wire import versions
 from wire.fetch import decode_fetch_request
 from wire.headers import (
@@ -60,6 +62,9 @@ from wire.produce import decode_produce_request
 from wire.schema import SchemaDecodeError, decode, encode, is_flexible, request_type
 
 logger = logging.getLogger(__name__)
+# A flood of bad frames must not flood the log: one line per kind per interval, with the
+# count of those left out.
+limited_log = RateLimitedLog(logger)
 
 Handler = Callable[[Services, RequestContext, Any], Any]
 
@@ -77,6 +82,7 @@ HANDLERS: dict[int, Handler] = {
     versions.ALTER_CONFIGS: alter_configs.handle_alter,
     versions.INCREMENTAL_ALTER_CONFIGS: alter_configs.handle_incremental,
     versions.DESCRIBE_CLUSTER: cluster.handle_describe_cluster,
+    versions.LIST_CONFIG_RESOURCES: list_config_resources.handle,
     versions.CREATE_PARTITIONS: topics.handle_create_partitions,
     versions.DESCRIBE_LOG_DIRS: log_dirs.handle,
     versions.ELECT_LEADERS: elections.handle,
@@ -150,6 +156,10 @@ _INTER_BROKER = frozenset(
     }
 )
 _I32 = struct.Struct(">i")
+# Refused requests (unsupported API or version) are logged once per client, API and version
+# in this many seconds; the table of them is emptied past this many entries.
+_REFUSED_LOG_INTERVAL_S = 600.0
+_REFUSED_LOG_KEYS = 4096
 # Request time is recorded as a percentage of one handler per second (Kafka's unit).
 _NANOS_TO_PERCENTAGE = 100 / 1e9
 
@@ -157,6 +167,9 @@ _NANOS_TO_PERCENTAGE = 100 / 1e9
 class Dispatcher:
     def __init__(self, services: Services) -> None:
         self.services = services
+        # (client host, client id, api key, version) of refused requests -> [when last
+        # logged (monotonic s), how many refused since without a log line]
+        self._refused: dict[tuple[str, str | None, int, int], list[Any]] = {}
 
     def __call__(self, conn: Channel, frame: bytes | bytearray) -> None:
         metrics = self.services.metrics
@@ -164,7 +177,9 @@ class Dispatcher:
         try:
             api_key, version, correlation_id = peek_api(frame)
         except MalformedHeaderError as e:
-            logger.warning("Closing connection from %s: %s", conn.peer, e)
+            limited_log.log(
+                "malformed-header", logging.WARNING, "Closing connection from %s: %s", conn.peer, e
+            )
             conn.close()
             return
         if not versions.is_supported(api_key, version):
@@ -172,13 +187,7 @@ class Dispatcher:
                 # Answer in v0 with our range so the client can pick a version we serve.
                 self._send(conn, correlation_id, False, api_versions.unsupported_version_response())
                 return
-            logger.warning(
-                "Closing connection from %s: unsupported API key %d version %d",
-                conn.peer,
-                api_key,
-                version,
-            )
-            conn.close()
+            self._refuse(conn, frame, api_key, version)
             return
         flexible = is_flexible(api_key, version)
         try:
@@ -191,7 +200,9 @@ class Dispatcher:
                 frame = bytes(frame) if isinstance(frame, bytearray) else frame
                 body = decode(request_type(api_key, version), frame, header.body_offset)
         except (MalformedHeaderError, SchemaDecodeError) as e:
-            logger.warning(
+            limited_log.log(
+                "malformed-request",
+                logging.WARNING,
                 "Closing connection from %s: malformed %s v%d request: %s",
                 conn.peer,
                 request_type(api_key, version).__name__,
@@ -209,7 +220,9 @@ class Dispatcher:
         try:
             result = HANDLERS[api_key](self.services, ctx, body)
         except CloseConnection as e:
-            logger.info("Closing connection from %s: %s", conn.peer, e)
+            limited_log.log(
+                "refused-request", logging.INFO, "Closing connection from %s: %s", conn.peer, e
+            )
             conn.close()
             return
         if timed:
@@ -238,6 +251,42 @@ class Dispatcher:
         else:
             self._send(conn, correlation_id, flexible_response, result, ctx.throttle_ms, timing)
 
+    def _refuse(self, conn: Channel, frame: bytes | bytearray, api_key: int, version: int) -> None:
+        """An API or version we do not serve (e.g. Produce v0-v2, Fetch v0-v3, ListOffsets
+        v0, all removed in Kafka 4, or SaslHandshake without SASL): the connection is
+        closed without an answer, as Kafka 4's SocketServer does (Processor.
+        parseRequestHeader throws UnsupportedVersionException, or InvalidRequestException
+        for an API the listener does not serve, and processChannelException closes the
+        channel). A client that reconnects and retries would log a line per attempt, so
+        one line per (client host, client id, api, version) per interval is logged, with
+        the count of those left out since."""
+        try:
+            client_id = decode_request_header(frame, False).client_id
+        except MalformedHeaderError:
+            client_id = None
+        if client_id is not None:
+            client_id = client_id[:200]  # the table's and the line's size stay bounded
+        host = conn.peer.rpartition(":")[0] or conn.peer
+        key = (host, client_id, api_key, version)
+        now = time.monotonic()
+        seen = self._refused.get(key)
+        if seen is not None and now - seen[0] < _REFUSED_LOG_INTERVAL_S:
+            seen[1] += 1
+        else:
+            if len(self._refused) >= _REFUSED_LOG_KEYS:
+                self._refused.clear()
+            left_out = 0 if seen is None else seen[1]
+            self._refused[key] = [now, 0]
+            logger.warning(
+                "Closing connection from %s (client id %r): unsupported API key %d version %d%s",
+                conn.peer,
+                client_id,
+                api_key,
+                version,
+                f" ({left_out} more since the last such line)" if left_out else "",
+            )
+        conn.close()
+
     def _complete(
         self,
         conn: Channel,
@@ -250,7 +299,9 @@ class Dispatcher:
         try:
             response = future.result()
         except CloseConnection as e:
-            logger.info("Closing connection from %s: %s", conn.peer, e)
+            limited_log.log(
+                "refused-request", logging.INFO, "Closing connection from %s: %s", conn.peer, e
+            )
             conn.close()
             return
         except Exception:  # a parked operation that failed: its purgatory logged why

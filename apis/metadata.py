@@ -240,4 +240,9 @@ def _respond(
         cluster_authorized_operations=authorized_operations(
             request, "include_cluster_authorized_operations", CLUSTER_OPERATIONS
         ),
+        # v13's top-level error (KIP-1102) exists for REBOOTSTRAP_REQUIRED, which tells the
+        # client to go back to its bootstrap servers (a proxy or a cluster moved behind the
+        # same address). A Kafka 4.1 broker never sets it, nor does Gregor: its errors are
+        # per topic and partition as before.
+        error_code=ErrorCode.none,
     )

@@ -8,7 +8,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from apis.context import NO_THROTTLE, RequestContext, Services, later, nested
+from apis.context import NO_THROTTLE, RequestContext, Services, build, later, nested
 from controller.base import TopicPartition
 from controller.topics import TopicError
 from wire.schema import response_type
@@ -28,7 +28,11 @@ async def _alter(services: Services, ctx: RequestContext, request: Any) -> Any:
         for t in request.topics
         for p in t.partitions
     }
-    outcomes = await services.controller.alter_partition_reassignments(targets)
+    # v1 (KIP-860): the client may forbid a change of replication factor; v0 allows it.
+    allow_rf_change = getattr(request, "allow_replication_factor_change", True)
+    outcomes = await services.controller.alter_partition_reassignments(
+        targets, allow_replication_factor_change=allow_rf_change
+    )
     # Every topic asked about is answered, in order, even one that named no partitions.
     by_topic: dict[str, list[Any]] = {t.name: [] for t in request.topics}
     for (topic, index), error in outcomes.items():
@@ -39,8 +43,10 @@ async def _alter(services: Services, ctx: RequestContext, request: Any) -> Any:
                 error_message=None if error is None else error.message,
             )
         )
-    return cls(
+    return build(
+        cls,
         throttle_time=NO_THROTTLE,
+        allow_replication_factor_change=allow_rf_change,  # echoed, as Kafka's controller does
         error_code=ErrorCode.none,
         error_message=None,
         responses=tuple(

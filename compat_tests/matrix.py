@@ -91,6 +91,7 @@ FEATURES = {
     "quotas": "quotas",
     "connect": "Kafka Connect",
     "spark": "Spark source/sink",
+    "pinned": "pinned protocol versions",
 }
 
 

@@ -103,10 +103,15 @@ class Controller(Protocol):
         ...
 
     async def alter_partition_reassignments(
-        self, targets: Mapping[TopicPartition, Sequence[int] | None]
+        self,
+        targets: Mapping[TopicPartition, Sequence[int] | None],
+        *,
+        allow_replication_factor_change: bool = True,
     ) -> dict[TopicPartition, TopicError | None]:
         """Start moving each partition to its target replicas (None cancels its ongoing
-        reassignment)."""
+        reassignment). Without `allow_replication_factor_change` (KIP-860), a target whose
+        length differs from the replica count the partition is headed for is refused
+        with INVALID_REPLICATION_FACTOR."""
         ...
 
     async def list_partition_reassignments(

@@ -315,12 +315,20 @@ class EmbeddedController(Controller):
         )
 
     async def alter_partition_reassignments(
-        self, targets: Mapping[TopicPartition, Sequence[int] | None]
+        self,
+        targets: Mapping[TopicPartition, Sequence[int] | None],
+        *,
+        allow_replication_factor_change: bool = True,
     ) -> dict[TopicPartition, TopicError | None]:
         """None is ever ongoing: a valid target is this broker alone, the replicas already."""
-        return {tp: self._reassign(tp, target) for tp, target in targets.items()}
+        return {
+            tp: self._reassign(tp, target, allow_replication_factor_change)
+            for tp, target in targets.items()
+        }
 
-    def _reassign(self, tp: TopicPartition, target: Sequence[int] | None) -> TopicError | None:
+    def _reassign(
+        self, tp: TopicPartition, target: Sequence[int] | None, allow_rf_change: bool
+    ) -> TopicError | None:
         partition = self.cache.partition(*tp)
         if partition is None:
             return _unknown_partition(tp)
@@ -328,6 +336,12 @@ class EmbeddedController(Controller):
             return TopicError(
                 ErrorCode.no_reassignment_in_progress,
                 f"No partition reassignment is in progress for {tp[0]}:{tp[1]}.",
+            )
+        if not allow_rf_change and len(target) != len(partition.replicas):
+            return TopicError(
+                ErrorCode.invalid_replication_factor,
+                "The replication factor is changed from "
+                f"{len(partition.replicas)} to {len(target)}",
             )
         try:
             check_replicas(target, self.cache.brokers, None)

@@ -502,11 +502,16 @@ class ZkBroker:
         }
 
     async def alter_partition_reassignments(
-        self, targets: Mapping[TopicPartition, Sequence[int] | None]
+        self,
+        targets: Mapping[TopicPartition, Sequence[int] | None],
+        *,
+        allow_replication_factor_change: bool = True,
     ) -> dict[TopicPartition, TopicError | None]:
         """The controller's (clients send reassignments to it), else NOT_CONTROLLER."""
         try:
-            outcome = await self._controller().alter_partition_reassignments(targets)
+            outcome = await self._controller().alter_partition_reassignments(
+                targets, allow_replication_factor_change=allow_replication_factor_change
+            )
         except ControllerError as e:
             return {tp: TopicError(e.code, e.message) for tp in targets}
         return {

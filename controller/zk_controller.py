@@ -775,14 +775,19 @@ class ZkController:
     # --- reassignment (KIP-455) ----------------------------------------------------------------
 
     async def alter_partition_reassignments(
-        self, targets: Mapping[TP, Sequence[int] | None]
+        self,
+        targets: Mapping[TP, Sequence[int] | None],
+        *,
+        allow_replication_factor_change: bool = True,
     ) -> dict[TP, tuple[ErrorCode, str | None]]:
         """AlterPartitionReassignments: start moving each partition to its target replicas
         (None cancels its reassignment, back to the replicas it had); per partition the
         error code and message Kafka gives. Raises ControllerError (NOT_CONTROLLER)."""
         if not self.active:
             raise _not_controller()
-        return await self._submit(self._alter_reassignments, targets)
+        return await self._submit(
+            self._alter_reassignments, targets, allow_replication_factor_change
+        )
 
     async def list_partition_reassignments(
         self, partitions: Collection[TP] | None
@@ -805,7 +810,7 @@ class ZkController:
         }
 
     async def _alter_reassignments(
-        self, targets: Mapping[TP, Sequence[int] | None]
+        self, targets: Mapping[TP, Sequence[int] | None], allow_rf_change: bool = True
     ) -> dict[TP, tuple[ErrorCode, str | None]]:
         if not self.active:
             raise _not_controller()
@@ -827,6 +832,17 @@ class ZkController:
                     )
                     continue
                 target = self._origin(tp)
+            elif not allow_rf_change:
+                # KIP-860, as Kafka's ReplicationControlManager: the count to keep is the
+                # one the partition is headed for (an ongoing reassignment's target).
+                removing = self.reassigning.get(tp, ((), ()))[1]
+                current = len(self.assignments[tp]) - len(removing)
+                if len(target) != current:
+                    results[tp] = (
+                        ErrorCode.invalid_replication_factor,
+                        f"The replication factor is changed from {current} to {len(target)}",
+                    )
+                    continue
             error = self._check_target(target)
             if error is not None:
                 results[tp] = (ErrorCode.invalid_replica_assignment, error)

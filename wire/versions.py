@@ -1,6 +1,12 @@
 """The API versions this broker serves: api key -> (min, max).
 
-Bounded by what our handlers implement, not by what kio can parse.
+Bounded by what our handlers implement, not by what kio can parse. The client APIs match
+one Kafka release, 4.1: every API Gregor serves at exactly 4.1's range (so a client that
+infers the broker's release from the ranges, as kafka-python does, gets one coherent
+answer), plus the ZooKeeper-era inter-broker APIs of cluster mode. APIs Gregor does not
+serve at all (ACLs, SASL, delegation tokens, SCRAM, features, KRaft, the KIP-848/932/1071
+group protocols, telemetry) are left out of ApiVersions, as tests/test_api_versions_release.py
+lists.
 """
 
 from __future__ import annotations
@@ -51,35 +57,39 @@ DESCRIBE_CLUSTER = 60
 DESCRIBE_PRODUCERS = 61
 DESCRIBE_TRANSACTIONS = 65
 LIST_TRANSACTIONS = 66
+LIST_CONFIG_RESOURCES = 74
 DESCRIBE_TOPIC_PARTITIONS = 75
 
 SUPPORTED: dict[int, tuple[int, int]] = {
+    # Served from v3; ApiVersions advertises v0 (ADVERTISED_MIN), as Kafka 4 does.
     PRODUCE: (3, 13),
     FETCH: (4, 18),
     LIST_OFFSETS: (1, 10),
-    METADATA: (0, 12),
-    API_VERSIONS: (0, 3),
+    METADATA: (0, 13),
+    API_VERSIONS: (0, 4),
     CREATE_TOPICS: (2, 7),
     DELETE_TOPICS: (1, 6),
-    # Transactions (protocol version 1: EndTxn v5 and TxnOffsetCommit v5 are version 2's).
+    # Transactions: EndTxn v5 and TxnOffsetCommit v5 have transaction version 2's semantics
+    # (KIP-890 part 2), chosen per request as by Kafka.
     INIT_PRODUCER_ID: (0, 5),
     ADD_PARTITIONS_TO_TXN: (0, 5),
     ADD_OFFSETS_TO_TXN: (0, 4),
-    END_TXN: (0, 4),
-    TXN_OFFSET_COMMIT: (0, 4),
+    END_TXN: (0, 5),
+    TXN_OFFSET_COMMIT: (0, 5),
     DESCRIBE_TRANSACTIONS: (0, 0),
-    LIST_TRANSACTIONS: (0, 1),
+    LIST_TRANSACTIONS: (0, 2),
     # v0-v1 lack a schema in kio; clients since Kafka 2.1 send v2 or later.
     OFFSET_FOR_LEADER_EPOCH: (2, 4),
     DESCRIBE_CONFIGS: (1, 4),
     ALTER_CONFIGS: (0, 2),
     INCREMENTAL_ALTER_CONFIGS: (0, 1),
-    DESCRIBE_CLUSTER: (0, 1),
+    DESCRIBE_CLUSTER: (0, 2),
+    LIST_CONFIG_RESOURCES: (0, 1),
     # Cluster administration (Kafka 4's ranges; DescribeLogDirs v0 is gone from Kafka 4).
     CREATE_PARTITIONS: (0, 3),
     DESCRIBE_LOG_DIRS: (1, 4),
     ELECT_LEADERS: (0, 2),
-    ALTER_PARTITION_REASSIGNMENTS: (0, 0),
+    ALTER_PARTITION_REASSIGNMENTS: (0, 1),
     LIST_PARTITION_REASSIGNMENTS: (0, 0),
     DELETE_RECORDS: (0, 2),
     ALTER_REPLICA_LOG_DIRS: (1, 2),
@@ -109,6 +119,19 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     # From the transaction coordinators (v1, flexible: what Kafka 3.x and 4 brokers send).
     WRITE_TXN_MARKERS: (1, 1),
 }
+
+
+# Minimum versions ApiVersions advertises below the served ones. Kafka 4 removed Produce
+# v0-v2 but still advertises v0 (ApiKeys.PRODUCE_API_VERSIONS_RESPONSE_MIN_VERSION,
+# KAFKA-18659): librdkafka turns compression off unless Produce v0 is in the range. Clients
+# pick the highest common version, so none sends v0-v2 to a broker advertising v13; one
+# that does has its connection closed, as by Kafka (apis/dispatch.py).
+ADVERTISED_MIN: dict[int, int] = {PRODUCE: 0}
+
+
+def advertised() -> dict[int, tuple[int, int]]:
+    """What ApiVersions answers: the served ranges, with the advertised minimums."""
+    return {k: (ADVERTISED_MIN.get(k, lo), hi) for k, (lo, hi) in SUPPORTED.items()}
 
 
 def is_supported(api_key: int, version: int) -> bool:

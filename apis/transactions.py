@@ -1,15 +1,21 @@
 """The transaction coordinator's APIs: AddPartitionsToTxn (v4+ batched, with verify_only),
 AddOffsetsToTxn, EndTxn, DescribeTransactions, ListTransactions, and the group
-coordinator's TxnOffsetCommit."""
+coordinator's TxnOffsetCommit.
+
+EndTxn v5 and TxnOffsetCommit v5 are transaction protocol version 2 (KIP-890 part 2), chosen
+per request by its version as Kafka does: the epoch bumps at every EndTxn v5 (the new id and
+epoch answered), and TxnOffsetCommit v5 adds the group's partition to the transaction
+itself. ListTransactions v2 filters by a TransactionalIdPattern (KIP-1152)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections import defaultdict
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Protocol, cast
 
 from kio.schema.errors import ErrorCode
 
@@ -20,6 +26,7 @@ from coordinator.partitions import Producer
 from coordinator.records import OFFSETS_TOPIC
 from coordinator.txn_coordinator import TransactionCoordinator
 from coordinator.txn_records import TxnState
+from coordinator.txn_state import TV_2
 from replica.partition import Partition
 from wire.schema import response_type
 from wire.versions import (
@@ -49,6 +56,19 @@ def client_error(ctx: RequestContext, error: ErrorCode) -> ErrorCode:
     if error == ErrorCode.producer_fenced and ctx.api_version < _FENCED_SINCE.get(ctx.api_key, 0):
         return ErrorCode.invalid_producer_epoch
     return error
+
+
+class _ImplicitAdd(Protocol):
+    """What coordinator/txn_verifier.py's CoordinatorVerifier adds to apis.context's
+    TxnVerifier for TxnOffsetCommit v5 (transaction protocol version 2)."""
+
+    async def add_offset_partition(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partition: tuple[str, int],
+    ) -> ErrorCode: ...
 
 
 # -- AddPartitionsToTxn ---------------------------------------------------------------------
@@ -130,8 +150,14 @@ async def _add_one(
             else ErrorCode.operation_not_attempted
             for tp in wanted
         }
+    # As Kafka's transactionVersionForAddPartitionsToTxn: v4+ (sent by brokers adding a
+    # partition for a client of transaction protocol version 2) is version 2.
     error = await transactions(services).add_partitions(
-        transactional_id, producer_id, producer_epoch, set(wanted)
+        transactional_id,
+        producer_id,
+        producer_epoch,
+        set(wanted),
+        TV_2 if ctx.api_version > 3 else 0,
     )
     return dict.fromkeys(wanted, client_error(ctx, error))
 
@@ -144,7 +170,7 @@ def handle_add_offsets(services: Services, ctx: RequestContext, request: Any) ->
 async def _add_offsets(services: Services, ctx: RequestContext, request: Any) -> Any:
     partition = (OFFSETS_TOPIC, coordinator(services).partition_for(request.group_id))
     error = await transactions(services).add_partitions(
-        request.transactional_id, request.producer_id, request.producer_epoch, {partition}
+        request.transactional_id, request.producer_id, request.producer_epoch, {partition}, 0
     )
     return build(
         response_type(ADD_OFFSETS_TO_TXN, ctx.api_version),
@@ -158,6 +184,23 @@ def handle_end_txn(services: Services, ctx: RequestContext, request: Any) -> Any
 
 
 async def _end_txn(services: Services, ctx: RequestContext, request: Any) -> Any:
+    if ctx.api_version >= 5:
+        # Transaction protocol version 2 (KIP-890 part 2), chosen by the request's version
+        # as Kafka's transactionVersionForEndTxn does: the epoch bumped at every end and
+        # the producer's new id and epoch in the answer.
+        result = await transactions(services).end_txn_v2(
+            request.transactional_id,
+            request.producer_id,
+            request.producer_epoch,
+            request.committed,
+        )
+        return build(
+            response_type(END_TXN, ctx.api_version),
+            throttle_time=NO_THROTTLE,
+            error_code=result.error,
+            producer_id=result.producer_id,
+            producer_epoch=result.producer_epoch,
+        )
     error = await transactions(services).end_txn(
         request.transactional_id, request.producer_id, request.producer_epoch, request.committed
     )
@@ -235,25 +278,57 @@ def handle_txn_offset_commit(services: Services, ctx: RequestContext, request: A
         or not request.group_id
         or group.owner_error(request.group_id) is not None
         or offsets_partition is None
-        or offsets_partition.log.producer_state.has_ongoing_txn(request.producer_id)
+        or _in_transaction(offsets_partition, request, ctx.api_version)
     ):
         return commit(ErrorCode.none)
     if services.txn is None:
         return commit(ErrorCode.invalid_txn_state)
-    return later(_verify_offsets(services, request, offsets_partition, commit))
+    # v5 is transaction protocol version 2 (KIP-890 part 2): no AddOffsetsToTxn comes, the
+    # guard adds the partition to the transaction itself (Kafka's txnOffsetCommit request
+    # version to "addPartition").
+    add = ctx.api_version >= 5
+    return later(_verify_offsets(services, request, offsets_partition, commit, add=add))
+
+
+def _in_transaction(partition: Partition, request: Any, version: int) -> bool:
+    """Whether the producer already has an ongoing transaction in the group's partition (no
+    need to ask the coordinator). From v5 (transaction protocol version 2, whose epoch
+    bumps at every end) only at the request's epoch, as Kafka 4's
+    hasOngoingTransaction(producerId, producerEpoch): the previous transaction's marker may
+    not be written yet when the next one's first offsets come."""
+    state = partition.log.producer_state
+    if version < 5:
+        return state.has_ongoing_txn(request.producer_id)
+    entry = state.producers.get(request.producer_id)
+    return (
+        entry is not None
+        and entry.current_txn_first_offset >= 0
+        and entry.producer_epoch == request.producer_epoch
+    )
 
 
 async def _verify_offsets(
-    services: Services, request: Any, partition: Partition, commit: Callable[[ErrorCode], Any]
+    services: Services,
+    request: Any,
+    partition: Partition,
+    commit: Callable[[ErrorCode], Any],
+    *,
+    add: bool = False,
 ) -> Any:
     """Ask the transaction coordinator about the TxnOffsetCommit's ``__consumer_offsets``
-    partition, then ``commit`` with what it answered."""
+    partition (with ``add``, have it added to the transaction), then ``commit`` with what
+    it answered."""
     assert services.txn is not None
     producer_id = request.producer_id
     state = partition.log.producer_state
     guard = state.begin_verification(producer_id)
+    ask = (
+        cast(_ImplicitAdd, services.txn).add_offset_partition
+        if add
+        else services.txn.verify_offset_commit
+    )
     try:
-        error = await services.txn.verify_offset_commit(
+        error = await ask(
             request.transactional_id,
             producer_id,
             request.producer_epoch,
@@ -264,8 +339,10 @@ async def _verify_offsets(
         logger.exception("Verifying the transaction of %r failed", request.transactional_id)
         error = ErrorCode.coordinator_load_in_progress
     if not state.end_verification(producer_id, guard) and error == ErrorCode.none:
-        # The transaction ended (a marker came) while the coordinator was asked.
-        error = ErrorCode.invalid_txn_state
+        # The transaction ended (a marker came) while the coordinator was asked. Under
+        # version 2 that is the previous transaction's marker, written while this one's
+        # add was under way: the client retries, and the next attempt is verified afresh.
+        error = ErrorCode.coordinator_load_in_progress if add else ErrorCode.invalid_txn_state
     # No await from here to the append: no marker can come in between.
     answer = commit(error)
     return await answer if isinstance(answer, asyncio.Future) else answer
@@ -334,6 +411,19 @@ def handle_list(services: Services, ctx: RequestContext, request: Any) -> Any:
             states.add(state)
     producer_ids = set(request.producer_id_filters)
     duration_ms = getattr(request, "duration_filter", -1)
+    pattern_text = getattr(request, "transactional_id_pattern", None)
+    pattern: re.Pattern[str] | None = None
+    error = ErrorCode.coordinator_load_in_progress if txn.loading() else ErrorCode.none
+    if pattern_text and error == ErrorCode.none:
+        pattern = transactional_id_pattern(pattern_text)
+        if pattern is None:
+            return build(
+                cls,
+                throttle_time=NO_THROTTLE,
+                error_code=ErrorCode.invalid_regular_expression,
+                unknown_state_filters=(),
+                transaction_states=(),
+            )
     now = services.now_ms()
     listed = []
     for meta in txn.txns.values():
@@ -346,6 +436,8 @@ def handle_list(services: Services, ctx: RequestContext, request: Any) -> Any:
             continue
         if duration_ms >= 0 and now - value.start_ms <= duration_ms:
             continue
+        if pattern is not None and pattern.fullmatch(meta.transactional_id) is None:
+            continue
         listed.append(
             listed_cls(
                 transactional_id=meta.transactional_id,
@@ -353,7 +445,6 @@ def handle_list(services: Services, ctx: RequestContext, request: Any) -> Any:
                 transaction_state=value.state.display,
             )
         )
-    error = ErrorCode.coordinator_load_in_progress if txn.loading() else ErrorCode.none
     return build(
         cls,
         throttle_time=NO_THROTTLE,
@@ -361,3 +452,43 @@ def handle_list(services: Services, ctx: RequestContext, request: Any) -> Any:
         unknown_state_filters=tuple(unknown_states),
         transaction_states=tuple(listed),
     )
+
+
+def _beyond_re2(text: str) -> bool:
+    """Constructs Java's Pattern (and Python's re) accept but RE2/J, which Kafka compiles
+    the filter with, refuses: lookaround, atomic groups, backreferences, possessive
+    quantifiers."""
+    i, in_class, n = 0, False, len(text)
+    while i < n:
+        c = text[i]
+        if c == "\\":
+            if i + 1 < n and (text[i + 1] in "123456789" or text[i + 1] == "k"):
+                return True
+            i += 2
+            continue
+        if in_class:
+            in_class = c != "]"
+        elif c == "[":
+            in_class = True
+            if text.startswith("]", i + 1):
+                i += 1  # a leading ] is a member
+            elif text.startswith("^]", i + 1):
+                i += 2
+        elif c == "(" and text.startswith(("(?=", "(?!", "(?<=", "(?<!", "(?>"), i):
+            return True
+        elif c in "*+?}" and text.startswith("+", i + 1):
+            return True
+        i += 1
+    return False
+
+
+def transactional_id_pattern(text: str) -> re.Pattern[str] | None:
+    """ListTransactions v2's TransactionalIdPattern (KIP-1152): a regular expression the
+    whole transactional id must match (Java's ``matches()``, so Python's ``fullmatch``);
+    None when it does not compile, which Kafka answers with INVALID_REGULAR_EXPRESSION."""
+    if _beyond_re2(text):
+        return None
+    try:
+        return re.compile(text)
+    except (re.error, RecursionError, OverflowError):
+        return None

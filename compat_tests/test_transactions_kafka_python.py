@@ -97,3 +97,71 @@ def test_offsets_become_visible_on_commit_only(broker: BrokerProcess, topic: str
         assert group_offsets(broker, group) == {0: 5}
     finally:
         p.close()
+
+
+# kafka-python's table of what a Kafka 2.4 broker serves caps TxnOffsetCommit at v2 (the
+# versions without member fields); pinning api_version makes the client use that table
+# instead of asking the broker.
+OLD_BROKER = (2, 4)
+
+
+def test_consume_transform_produce_with_txn_offset_commit_v2(
+    broker: BrokerProcess, new_topic: Callable[[str], str]
+) -> None:
+    """A consume-transform-produce loop whose TxnOffsetCommit is v2 commits while its own
+    consumer is a live member of the group (Kafka exempts v0-v2 from the member checks;
+    Gregor answered UNKNOWN_MEMBER_ID)."""
+    from kafka.protocol.broker_version_data import BROKER_API_VERSIONS
+
+    assert BROKER_API_VERSIONS[OLD_BROKER][28] == (0, 2)  # TxnOffsetCommit
+    source = create_topic(broker, new_topic("kafka-python-ctp-in"), PARTITIONS)
+    sink = create_topic(broker, new_topic("kafka-python-ctp-out"), PARTITIONS)
+    broker.wait_for_topic(source, PARTITIONS)
+    broker.wait_for_topic(sink, PARTITIONS)
+    count = 20
+    plain = KafkaProducer(bootstrap_servers=broker.bootstrap)
+    for i in range(count):
+        plain.send(source, f"v{i}".encode(), partition=i % PARTITIONS)
+    plain.flush(TIMEOUT)
+    plain.close()
+
+    group = f"ctp-{uuid.uuid4().hex[:8]}"
+    consumer = KafkaConsumer(
+        source,
+        bootstrap_servers=broker.bootstrap,
+        group_id=group,
+        api_version=OLD_BROKER,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        isolation_level="read_committed",
+    )
+    p = KafkaProducer(
+        bootstrap_servers=broker.bootstrap,
+        transactional_id=f"ctp-{uuid.uuid4().hex[:8]}",
+        api_version=OLD_BROKER,
+    )
+    p.init_transactions()
+    copied = 0
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while copied < count:
+            assert time.monotonic() < deadline, f"copied {copied} of {count} in time"
+            polled = consumer.poll(timeout_ms=500)
+            if not polled:
+                continue
+            assert consumer.assignment(), "the consumer is a member with partitions"
+            p.begin_transaction()
+            offsets = {}
+            for tp, records in polled.items():
+                for r in records:
+                    p.send(sink, r.value.upper(), partition=r.partition)
+                offsets[tp] = OffsetAndMetadata(records[-1].offset + 1, "", -1)
+                copied += len(records)
+            p.send_offsets_to_transaction(offsets, consumer.group_metadata())
+            p.commit_transaction()
+        wait_for_offsets(broker, group, {i: count // PARTITIONS for i in range(PARTITIONS)})
+    finally:
+        p.close()
+        consumer.close()
+    expected = sorted(f"V{i}" for i in range(count))
+    assert sorted(read_values(broker, sink, "read_committed")) == expected

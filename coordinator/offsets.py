@@ -55,7 +55,10 @@ class Offsets:
         ``retention_ms`` is OffsetCommit v2-v4's retention time; -1 means the broker's.
         With ``producer`` (TxnOffsetCommit) the offsets are the producer's transaction's,
         visible once it commits."""
-        error = self._commit_error(group_id, generation, member_id, instance_id)
+        if producer is None:
+            error = self._commit_error(group_id, generation, member_id, instance_id)
+        else:
+            error = self._txn_commit_error(group_id, generation, member_id, instance_id)
         if error is not None:
             return {(o[0], o[1]): error for o in offsets}
         now = self._now()
@@ -116,6 +119,43 @@ class Offsets:
         if generation != group.generation:
             return ErrorCode.illegal_generation
         self._membership.schedule_heartbeat(group, member, member.session_timeout_ms)
+        return None
+
+    def _txn_commit_error(
+        self, group_id: str, generation: int, member_id: str, instance_id: str | None
+    ) -> ErrorCode | None:
+        """TxnOffsetCommit's checks, as Kafka's classic group (validateOffsetCommit with
+        isTransactional): v0-v2 carry no member fields (member id "", generation -1, no
+        instance id), and neither does a v3+ request from a producer that is not given
+        the consumer's group metadata; such a commit is accepted whatever the group's
+        state. Member fields that are present are checked (KIP-447): the instance id
+        first (unknown: UNKNOWN_MEMBER_ID, mapped to another member: FENCED_INSTANCE_ID),
+        then the member id, then the generation. The group's state is not enforced: no
+        REBALANCE_IN_PROGRESS, and no heartbeat is counted."""
+        if not group_id:
+            return ErrorCode.invalid_group_id
+        error = self._runtime.owner_error(group_id)
+        if error is not None:
+            return error
+        group = self._groups.get(group_id)
+        if group is None:
+            return None if generation < 0 else ErrorCode.illegal_generation
+        if group.is_(GroupState.DEAD):
+            return ErrorCode.coordinator_not_available
+        if generation < 0 and group.is_(GroupState.EMPTY):
+            return None
+        if generation < 0 and not member_id and instance_id is None:
+            return None
+        if instance_id is not None:
+            known = group.static_members.get(instance_id)
+            if known is None:
+                return ErrorCode.unknown_member_id
+            if known != member_id:
+                return ErrorCode.fenced_instance_id
+        if member_id not in group.members:
+            return ErrorCode.unknown_member_id
+        if generation != group.generation:
+            return ErrorCode.illegal_generation
         return None
 
     def fetch_offsets(

@@ -34,12 +34,15 @@ from coordinator.txn_records import (
 )
 from coordinator.txn_state import (
     PREPARED,
+    AlreadyEnded,
     FenceFirst,
+    NeedProducerId,
     Transition,
     TxnMetadata,
     add_partitions,
     complete_end,
     end_txn,
+    end_txn_v2,
     epoch_exhausted,
     expire,
     init_producer,
@@ -77,6 +80,16 @@ class TxnSettings:
             remove_interval_ms=config["transaction.remove.expired.transaction.cleanup.interval.ms"],
             commit_timeout_ms=config["offsets.commit.timeout.ms"],
         )
+
+
+@dataclass(frozen=True, slots=True)
+class EndResult:
+    """EndTxn v5's answer: the error, and the producer id and epoch the producer goes on
+    with (-1 and -1 on an error)."""
+
+    error: ErrorCode
+    producer_id: int = -1
+    producer_epoch: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,12 +253,17 @@ class TransactionCoordinator:
         producer_id: int,
         producer_epoch: int,
         partitions: set[TopicPartition],
+        client_transaction_version: int | None = None,
     ) -> ErrorCode:
+        """``client_transaction_version`` 2: a broker's implicit add for a client of
+        transaction protocol version 2 (AddPartitionsToTxn v5 without verify_only)."""
         error = self._lookup_error(transactional_id)
         if error is not None:
             return error
         meta = self.txns[transactional_id]
-        outcome = add_partitions(meta, producer_id, producer_epoch, partitions, self._now())
+        outcome = add_partitions(
+            meta, producer_id, producer_epoch, partitions, self._now(), client_transaction_version
+        )
         if outcome is None:
             return ErrorCode.none
         if isinstance(outcome, ErrorCode):
@@ -293,6 +311,40 @@ class TransactionCoordinator:
         if isinstance(outcome, ErrorCode):
             return outcome
         return await self._end(meta, commit, transition=outcome)
+
+    async def end_txn_v2(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
+    ) -> EndResult:
+        """EndTxn v5 (transaction protocol version 2): the epoch bumped at every end, the
+        new id and epoch answered; an exhausted epoch rotates the producer id."""
+        error = self._lookup_error(transactional_id)
+        if error is not None:
+            return EndResult(error)
+        meta = self.txns[transactional_id]
+        outcome = end_txn_v2(meta, producer_id, producer_epoch, commit, self._now())
+        if isinstance(outcome, NeedProducerId):
+            next_producer_id = await self._allocate()
+            error = self._lookup_error(transactional_id)  # the allocation may have taken long
+            if error is not None:
+                return EndResult(error)
+            meta = self.txns[transactional_id]
+            outcome = end_txn_v2(
+                meta, producer_id, producer_epoch, commit, self._now(), next_producer_id
+            )
+        if isinstance(outcome, ErrorCode):
+            return EndResult(outcome)
+        if isinstance(outcome, AlreadyEnded):
+            return EndResult(ErrorCode.none, outcome.producer_id, outcome.producer_epoch)
+        assert not isinstance(outcome, NeedProducerId)
+        error = await self._end(meta, commit, transition=outcome)
+        if error != ErrorCode.none:
+            return EndResult(error)
+        # What the producer goes on with is what CompleteX will hold (Kafka answers the
+        # pre-send completion's id and epoch): the new id at epoch 0 after an overflow.
+        prepared = outcome.value
+        if prepared.next_producer_id >= 0:
+            return EndResult(ErrorCode.none, prepared.next_producer_id, 0)
+        return EndResult(ErrorCode.none, prepared.producer_id, prepared.producer_epoch)
 
     async def _end(
         self,

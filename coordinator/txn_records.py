@@ -95,7 +95,12 @@ def decode_key(key: bytes) -> str:
 
 
 def encode_value(value: TxnLogValue) -> bytes:
-    """Version 0: the partitions array is written even when empty, as Kafka does."""
+    """Version 0 (transaction protocol version 1; the partitions array is written even when
+    empty, as Kafka does), or version 1 for a transaction of protocol version 2, whose next
+    producer id (an epoch rotation in flight) and client transaction version a coordinator
+    that loads it needs (tagged fields, written when not at their defaults)."""
+    if value.client_transaction_version >= 2:
+        return _encode_value_v1(value)
     out = bytearray(
         _VALUE_HEAD.pack(
             VALUE_VERSION,
@@ -112,6 +117,45 @@ def encode_value(value: TxnLogValue) -> bytes:
         for index in parts:
             out += _I32.pack(index)
     out += _TIMES.pack(value.last_update_ms, value.start_ms)
+    return bytes(out)
+
+
+def _uvarint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _compact_string(value: str) -> bytes:
+    raw = value.encode()
+    return _uvarint(len(raw) + 1) + raw
+
+
+def _encode_value_v1(value: TxnLogValue) -> bytes:
+    out = bytearray(
+        _VALUE_HEAD.pack(1, value.producer_id, value.producer_epoch, value.timeout_ms, value.state)
+    )
+    out += _uvarint(len(value.partitions) + 1)
+    for topic, parts in value.partitions:
+        out += _compact_string(topic)
+        out += _uvarint(len(parts) + 1)
+        for index in parts:
+            out += _I32.pack(index)
+        out += b"\x00"  # no tagged fields
+    out += _TIMES.pack(value.last_update_ms, value.start_ms)
+    tags: list[tuple[int, bytes]] = []
+    if value.previous_producer_id != -1:
+        tags.append((0, _I64.pack(value.previous_producer_id)))
+    if value.next_producer_id != -1:
+        tags.append((1, _I64.pack(value.next_producer_id)))
+    if value.client_transaction_version != 0:
+        tags.append((2, _I16.pack(value.client_transaction_version)))
+    out += _uvarint(len(tags))
+    for tag, raw in tags:
+        out += _uvarint(tag) + _uvarint(len(raw)) + raw
     return bytes(out)
 
 

@@ -16,7 +16,11 @@ from kio.schema.errors import ErrorCode
 from coordinator.txn_records import TxnLogValue, TxnState, group_partitions
 
 NO_PRODUCER_EPOCH = -1
+NO_PRODUCER_ID = -1
 MAX_EPOCH = 32767  # Short.MAX_VALUE
+# Kafka's TransactionVersion levels: 2 is KIP-890 part 2 (EndTxn v5, TxnOffsetCommit v5, the
+# broker's AddPartitionsToTxn v5 that adds a partition).
+TV_2 = 2
 
 # The states each state may be reached from (Kafka's TransactionState.validPreviousStates).
 VALID_PREVIOUS: dict[TxnState, frozenset[TxnState]] = {
@@ -25,7 +29,16 @@ VALID_PREVIOUS: dict[TxnState, frozenset[TxnState]] = {
         {TxnState.ONGOING, TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT}
     ),
     TxnState.PREPARE_COMMIT: frozenset({TxnState.ONGOING}),
-    TxnState.PREPARE_ABORT: frozenset({TxnState.ONGOING, TxnState.PREPARE_EPOCH_FENCE}),
+    # Transaction protocol version 2 may abort with no transaction open (KIP-890 part 2).
+    TxnState.PREPARE_ABORT: frozenset(
+        {
+            TxnState.ONGOING,
+            TxnState.PREPARE_EPOCH_FENCE,
+            TxnState.EMPTY,
+            TxnState.COMPLETE_COMMIT,
+            TxnState.COMPLETE_ABORT,
+        }
+    ),
     TxnState.COMPLETE_COMMIT: frozenset({TxnState.PREPARE_COMMIT}),
     TxnState.COMPLETE_ABORT: frozenset({TxnState.PREPARE_ABORT}),
     TxnState.DEAD: frozenset({TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT}),
@@ -177,7 +190,22 @@ def init_producer(
     )
 
 
+def _rotation_pending(meta: TxnMetadata, producer_id: int, epoch: int) -> bool:
+    """A version-2 producer already given the id its last EndTxn rotated to, while that
+    transaction still completes under the old id: it must wait (CONCURRENT_TRANSACTIONS),
+    not be told its id is unknown."""
+    value = meta.value
+    return (
+        value.next_producer_id != NO_PRODUCER_ID
+        and producer_id == value.next_producer_id
+        and epoch == 0
+        and (meta.pending is not None or meta.state in PREPARED)
+    )
+
+
 def _check_producer(meta: TxnMetadata, producer_id: int, epoch: int) -> ErrorCode | None:
+    if _rotation_pending(meta, producer_id, epoch):
+        return ErrorCode.concurrent_transactions
     if producer_id != meta.producer_id:
         return ErrorCode.invalid_producer_id_mapping
     if epoch != meta.producer_epoch:
@@ -193,9 +221,12 @@ def add_partitions(
     epoch: int,
     partitions: set[tuple[str, int]],
     now_ms: int,
+    client_transaction_version: int | None = None,
 ) -> ErrorCode | Transition | None:
     """AddPartitionsToTxn (and AddOffsetsToTxn's offsets partition): None when they are
-    all in the ongoing transaction already."""
+    all in the ongoing transaction already. ``client_transaction_version`` (2 for a
+    broker's implicit add of transaction protocol version 2) is recorded with the
+    transaction, as Kafka's prepareAddPartitions does."""
     error = _check_producer(meta, producer_id, epoch)
     if error is not None:
         return error
@@ -213,6 +244,9 @@ def add_partitions(
             partitions=group_partitions(current | partitions),
             last_update_ms=now_ms,
             start_ms=value.start_ms if state == TxnState.ONGOING else now_ms,
+            client_transaction_version=value.client_transaction_version
+            if client_transaction_version is None
+            else client_transaction_version,
         ),
         meta.last_producer_epoch,
     )
@@ -223,6 +257,8 @@ def verify(
 ) -> ErrorCode | dict[tuple[str, int], ErrorCode]:
     """AddPartitionsToTxn's verify_only (KIP-890): NONE for the partitions of the ongoing
     transaction, INVALID_TXN_STATE for the others."""
+    if _rotation_pending(meta, producer_id, epoch):
+        return ErrorCode.concurrent_transactions
     if producer_id != meta.producer_id:
         return ErrorCode.invalid_producer_id_mapping
     if epoch != meta.producer_epoch:
@@ -272,6 +308,10 @@ def prepare_end(meta: TxnMetadata, commit: bool, now_ms: int, *, fence: bool = F
             producer_epoch=epoch,
             state=TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT,
             last_update_ms=now_ms,
+            # Version 1's end (EndTxn v0-v4, and the coordinator's own aborts, as Kafka's
+            # run at the cluster's level): no epoch bump at completion, no rotation.
+            next_producer_id=NO_PRODUCER_ID,
+            client_transaction_version=0,
         ),
         last_epoch,
     )
@@ -282,9 +322,22 @@ def complete_end(meta: TxnMetadata, now_ms: int) -> Transition:
     written."""
     value = meta.value
     commit = value.state == TxnState.PREPARE_COMMIT
+    producer_id, epoch, previous = (
+        value.producer_id,
+        value.producer_epoch,
+        value.previous_producer_id,
+    )
+    if value.client_transaction_version >= TV_2 and value.next_producer_id != NO_PRODUCER_ID:
+        # Version 2's epoch overflow: the markers went out at Short.MAX_VALUE under the old
+        # id; the producer carries on with the new id at epoch 0 (Kafka's prepareComplete).
+        previous, producer_id, epoch = producer_id, value.next_producer_id, 0
     return Transition(
         replace(
             value,
+            producer_id=producer_id,
+            producer_epoch=epoch,
+            previous_producer_id=previous,
+            next_producer_id=NO_PRODUCER_ID,
             state=TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT,
             partitions=(),
             last_update_ms=now_ms,
@@ -298,4 +351,113 @@ def expire(meta: TxnMetadata, now_ms: int) -> Transition:
     return Transition(
         replace(meta.value, state=TxnState.DEAD, partitions=(), last_update_ms=now_ms),
         meta.last_producer_epoch,
+    )
+
+
+# -- transaction protocol version 2 (KIP-890 part 2): EndTxn v5 --------------------------
+@dataclass(frozen=True, slots=True)
+class NeedProducerId:
+    """EndTxn v5 bumps an epoch that is exhausted: the coordinator allocates a producer id
+    and asks again with it."""
+
+
+@dataclass(frozen=True, slots=True)
+class AlreadyEnded:
+    """EndTxn v5 retried after it completed: NONE, with the producer's current id and
+    epoch."""
+
+    producer_id: int
+    producer_epoch: int
+
+
+def end_txn_v2(
+    meta: TxnMetadata,
+    producer_id: int,
+    epoch: int,
+    commit: bool,
+    now_ms: int,
+    next_producer_id: int | None = None,
+) -> ErrorCode | Transition | AlreadyEnded | NeedProducerId:
+    """EndTxn v5, as Kafka's endTransaction under transaction version 2: every end bumps
+    the epoch (PrepareX carries epoch + 1, the markers go out with it); an abort is allowed
+    with no transaction open; a retry names the epoch before the bump (or, after an epoch
+    overflow rotated the id, the old id at Short.MAX_VALUE - 1)."""
+    if _rotation_pending(meta, producer_id, epoch):
+        return ErrorCode.concurrent_transactions
+    value = meta.value
+    state = meta.state
+    retry_on_overflow = (
+        value.previous_producer_id == producer_id
+        and epoch == MAX_EPOCH - 1
+        and value.producer_epoch == 0
+    )
+    retry_on_bump = value.producer_epoch == epoch + 1
+    if state in PREPARED:
+        valid_epoch = retry_on_bump
+    elif state in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
+        valid_epoch = retry_on_bump or retry_on_overflow or epoch == value.producer_epoch
+    else:  # Ongoing, Empty (Dead and PrepareEpochFence are never committed states here)
+        valid_epoch = epoch == value.producer_epoch
+    is_retry = retry_on_bump or retry_on_overflow
+    if producer_id != value.producer_id and not retry_on_overflow:
+        return ErrorCode.invalid_producer_id_mapping
+    if not valid_epoch:
+        return ErrorCode.producer_fenced
+    if meta.pending is not None:
+        return ErrorCode.concurrent_transactions
+    if state == TxnState.ONGOING:
+        return _prepare_end_v2(meta, commit, now_ms, next_producer_id, no_partition_added=False)
+    if state == TxnState.COMPLETE_COMMIT:
+        if commit:
+            return (
+                AlreadyEnded(value.producer_id, value.producer_epoch)
+                if is_retry
+                else (ErrorCode.invalid_txn_state)
+            )
+        if is_retry:
+            return ErrorCode.invalid_txn_state
+        return _prepare_end_v2(meta, False, now_ms, next_producer_id, no_partition_added=True)
+    if state == TxnState.COMPLETE_ABORT:
+        if commit:
+            return ErrorCode.invalid_txn_state
+        if is_retry:
+            return AlreadyEnded(value.producer_id, value.producer_epoch)
+        return _prepare_end_v2(meta, False, now_ms, next_producer_id, no_partition_added=True)
+    if state in PREPARED:
+        same = (state == TxnState.PREPARE_COMMIT) == commit
+        return ErrorCode.concurrent_transactions if same else ErrorCode.invalid_txn_state
+    if state == TxnState.EMPTY:
+        if commit:
+            return ErrorCode.invalid_txn_state
+        return _prepare_end_v2(meta, False, now_ms, next_producer_id, no_partition_added=True)
+    return ErrorCode.concurrent_transactions  # Dead or PrepareEpochFence: being removed
+
+
+def _prepare_end_v2(
+    meta: TxnMetadata,
+    commit: bool,
+    now_ms: int,
+    next_producer_id: int | None,
+    *,
+    no_partition_added: bool,
+) -> Transition | NeedProducerId:
+    """PrepareCommit/PrepareAbort at epoch + 1 (Kafka's prepareAbortOrCommit with epoch
+    bump); an exhausted epoch also names the producer id to rotate to once complete."""
+    value = meta.value
+    next_id = NO_PRODUCER_ID
+    if epoch_exhausted(value.producer_epoch):
+        if next_producer_id is None:
+            return NeedProducerId()
+        next_id = next_producer_id
+    return Transition(
+        replace(
+            value,
+            producer_epoch=value.producer_epoch + 1,
+            next_producer_id=next_id,
+            client_transaction_version=TV_2,
+            state=TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT,
+            start_ms=now_ms if no_partition_added else value.start_ms,
+            last_update_ms=now_ms,
+        ),
+        value.producer_epoch,
     )

@@ -23,6 +23,7 @@ from kio.schema.add_partitions_to_txn.v4.request import (
 from kio.schema.errors import ErrorCode
 
 from coordinator.txn_coordinator import TransactionCoordinator
+from coordinator.txn_state import TV_2
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +83,85 @@ class CoordinatorVerifier:
         answers."""
         errors = await self._ask(transactional_id, producer_id, producer_epoch, [partition])
         return _for_offset_commit(errors.get(partition, ErrorCode.invalid_txn_state))
+
+    async def add_offset_partition(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partition: TopicPartition,
+    ) -> ErrorCode:
+        """TxnOffsetCommit v5 (transaction protocol version 2, KIP-890 part 2): there is no
+        AddOffsetsToTxn, so the group's ``__consumer_offsets`` partition is added to the
+        producer's transaction here, as Kafka's verification guard does in its
+        ``addPartition`` mode (AddPartitionsToTxn without verify_only). NONE once it is
+        in the transaction, else the error the TxnOffsetCommit answers."""
+        coordinator = self._coordinator
+        node = self._coordinator_of(coordinator.partition_for(transactional_id))
+        if (
+            coordinator.owner_error(transactional_id) != ErrorCode.not_coordinator
+            or node == self._broker_id
+        ):
+            error = await coordinator.add_partitions(
+                transactional_id, producer_id, producer_epoch, {partition}, TV_2
+            )
+        elif node is None or node < 0 or self._send is None:
+            error = ErrorCode.coordinator_not_available
+        else:
+            error = await self._send_add(
+                node, transactional_id, producer_id, producer_epoch, partition
+            )
+        return _for_implicit_add(error)
+
+    async def _send_add(
+        self,
+        node: int,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partition: TopicPartition,
+    ) -> ErrorCode:
+        assert self._send is not None
+        topic, index = partition
+        # v4 without verify_only: Kafka's coordinator takes any AddPartitionsToTxn above v3
+        # for transaction version 2 (transactionVersionForAddPartitionsToTxn), and v4 is
+        # what the inter-broker client sends.
+        request = AddPartitionsToTxnRequest(
+            transactions=(
+                AddPartitionsToTxnTransaction(
+                    transactional_id=transactional_id,
+                    producer_id=producer_id,
+                    producer_epoch=producer_epoch,
+                    verify_only=False,
+                    topics=(AddPartitionsToTxnTopic(name=topic, partitions=(index,)),),
+                ),
+            )
+        )
+        try:
+            response = await self._send(node, request)
+        except (ConnectionError, TimeoutError) as e:
+            logger.warning(
+                "Adding %s-%d to the transaction of %r with node %d failed: %s",
+                topic,
+                index,
+                transactional_id,
+                node,
+                e,
+            )
+            return ErrorCode.network_exception
+        if response.error_code != ErrorCode.none:
+            error = ErrorCode(response.error_code)
+            return (
+                ErrorCode.invalid_txn_state
+                if error == ErrorCode.cluster_authorization_failed
+                else error
+            )
+        for result in response.results_by_transaction:
+            for t in result.topic_results:
+                for p in t.results_by_partition:
+                    if (t.name, p.partition_index) == partition:
+                        return ErrorCode(p.partition_error_code)
+        return ErrorCode.invalid_txn_state
 
     async def _ask(
         self,
@@ -158,5 +238,17 @@ def _for_offset_commit(error: ErrorCode) -> ErrorCode:
     if error == ErrorCode.producer_fenced:
         return ErrorCode.invalid_producer_epoch
     if error == ErrorCode.network_exception:
+        return ErrorCode.coordinator_load_in_progress
+    return error
+
+
+def _for_implicit_add(error: ErrorCode) -> ErrorCode:
+    """What a TxnOffsetCommit v5 answers for the coordinator's error on the implicit add:
+    INVALID_PRODUCER_EPOCH for PRODUCER_FENCED, and the retriable ones (the previous
+    transaction still completing, the coordinator moving or unreachable) as
+    COORDINATOR_LOAD_IN_PROGRESS, which clients retry on the same group coordinator."""
+    if error == ErrorCode.producer_fenced:
+        return ErrorCode.invalid_producer_epoch
+    if error in _RETRIABLE:
         return ErrorCode.coordinator_load_in_progress
     return error

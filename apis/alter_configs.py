@@ -2,8 +2,10 @@
 SET, DELETE, APPEND, SUBTRACT) for topics, brokers and groups.
 
 As in Kafka, the receiving broker checks the request's shape and validates BROKER changes
-itself (its own id, or "" for the cluster default; only dynamic keys, INVALID_REQUEST
-otherwise); TOPIC and GROUP changes are validated by the controller (INVALID_CONFIG,
+itself (its own id, or "" for the cluster default; Kafka's DynamicBrokerConfig rules:
+read-only keys, per-listener-only and per-broker-only keys, types, and the
+reconfigurations' own checks, all INVALID_REQUEST; unknown keys stored as given); TOPIC
+and GROUP changes are validated by the controller (INVALID_CONFIG,
 UNKNOWN_TOPIC_OR_PARTITION), which persists every change."""
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from controller.configs import (
     TOPIC,
     ConfigResource,
     apply_operations,
+    base_key,
+    broker_synonyms,
     check_broker_configs,
 )
 from controller.topics import TopicError
@@ -103,19 +107,31 @@ def _change(services: Services, resource: Any, incremental: bool) -> Change:
     else:
         configs = {c.name: c.value for c in resource.configs}
     if target.type == BROKER:
-        check_broker_configs(configs, _broker_props_with(services, target, configs))
+        check_broker_configs(
+            configs,
+            per_broker=target.name != DEFAULT_BROKER,
+            current=_broker_props_with(services, None, {}),
+            new=_broker_props_with(services, target, configs),
+            advertised=services.config.advertised_listener_names,
+        )
     return target, configs
 
 
 def _broker_props_with(
-    services: Services, target: ConfigResource, configs: dict[str, str]
+    services: Services, target: ConfigResource | None, configs: dict[str, str]
 ) -> dict[str, str]:
-    """This broker's effective properties with `configs` in place at `target`'s level."""
+    """This broker's effective properties with `configs` in place at `target`'s level
+    (None: as they are). As Kafka's overrideProps, a key set at a level hides the other
+    keys of its chain below it (a dynamic log.retention.ms over a static .hours)."""
     cache = services.metadata
     default = ConfigResource(BROKER, DEFAULT_BROKER)
     own = ConfigResource(BROKER, str(services.config.broker_id))
-    return {
-        **services.config.raw,
-        **(configs if target == default else cache.dynamic_configs(default)),
-        **(configs if target == own else cache.dynamic_configs(own)),
-    }
+    props = dict(services.config.raw)
+    for level in (default, own):
+        for name, value in (configs if target == level else cache.dynamic_configs(level)).items():
+            if base_key(name) == name:  # a listener's key leaves the base key in place
+                for synonym in broker_synonyms(name):
+                    if synonym != name:
+                        props.pop(synonym, None)
+            props[name] = value
+    return props

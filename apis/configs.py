@@ -11,13 +11,16 @@ from kio.schema.errors import ErrorCode
 
 from apis.context import NO_THROTTLE, RequestContext, Services, build, nested
 from controller.configs import (
+    ALL_DYNAMIC_BROKER_KEYS,
     BROKER,
+    BROKER_KEYS,
     DEFAULT_BROKER,
-    DYNAMIC_BROKER_KEYS,
     GROUP,
     GROUP_CONFIGS,
     TOPIC,
     ConfigResource,
+    broker_key,
+    broker_synonyms,
 )
 from controller.topics import TopicError
 from log.config import TOPIC_CONFIGS, resolve_config
@@ -72,14 +75,20 @@ def format_value(value: Any) -> str | None:
 
 
 def broker_layers(services: Services) -> Layers:
-    """This broker's config levels, highest precedence first (KIP-226)."""
+    """This broker's config levels, highest precedence first (KIP-226), the defaults last."""
     cache = services.metadata
     own = ConfigResource(BROKER, str(services.config.broker_id))
     return [
         (DYNAMIC_BROKER_CONFIG, cache.dynamic_configs(own)),
         (DYNAMIC_DEFAULT_BROKER_CONFIG, cache.dynamic_configs(ConfigResource(BROKER, ""))),
         (STATIC_BROKER_CONFIG, services.config.raw),
+        (DEFAULT_CONFIG, _defaults()),
     ]
+
+
+def _defaults() -> dict[str, str]:
+    """Kafka's staticDefaultConfigs: the broker keys that have a default, as text."""
+    return {k: key.default for k, key in BROKER_KEYS.items() if key.default is not None}
 
 
 def _merged(layers: Layers) -> dict[str, str]:
@@ -89,106 +98,110 @@ def _merged(layers: Layers) -> dict[str, str]:
     return props
 
 
-def _source(layers: Layers, key: str) -> int:
-    return next((source for source, layer in layers if key in layer), DEFAULT_CONFIG)
-
-
-def _synonyms(layers: Layers, keys: list[str]) -> list[Synonym]:
-    """Each key set at each level, level by level as Kafka lists them."""
-    return [(k, layer[k], source) for source, layer in layers for k in keys if k in layer]
+def _synonyms(layers: Layers, name: str, keys: list[str], sensitive: bool) -> list[Synonym]:
+    """Kafka's ConfigHelper.configSynonyms: each of `keys` set at each level, level by
+    level, then everything before the first entry for `name` dropped (so a chain's
+    lower keys, e.g. log.retention.hours, are listed for log.retention.ms only after an
+    entry of log.retention.ms itself)."""
+    found = [
+        (k, None if sensitive else layer[k], source)
+        for source, layer in layers
+        for k in keys
+        if k in layer
+    ]
+    first = next((i for i, (k, _, _) in enumerate(found) if k == name), len(found))
+    return found[first:]
 
 
 def describe_topic_configs(
     services: Services, overrides: Mapping[str, str], keys: Collection[str] | None, synonyms: bool
 ) -> list[ConfigEntry]:
+    """Kafka's ConfigHelper.createTopicConfigEntry: the synonyms of a topic config are its
+    override, then its first broker key's chain (configSynonyms over that key)."""
     layers = broker_layers(services)
-    broker_props = _merged(layers)
+    broker_props = _merged(layers[:-1])
     entries = []
     for definition in TOPIC_CONFIGS.values():
         name = definition.name
         if keys and name not in keys:
             continue
-        value, source_key = resolve_config(definition, broker_props, overrides)
+        value, _ = resolve_config(definition, broker_props, overrides)
+        found: list[Synonym] = []
         if name in overrides:
-            source = DYNAMIC_TOPIC_CONFIG
-        elif source_key is None:
-            source = DEFAULT_CONFIG
-        else:
-            source = _source(layers, source_key)
+            found.append((name, format_value(value), DYNAMIC_TOPIC_CONFIG))
+        if definition.synonyms:
+            first = definition.synonyms[0][0]
+            found += _synonyms(layers, first, broker_synonyms(first), False)
+        source = found[0][2] if found else DEFAULT_CONFIG
         entry = ConfigEntry(
             name, format_value(value), source, _CONFIG_TYPES.get(definition.type, 0)
         )
         if synonyms:
-            if name in overrides:
-                entry.synonyms.append((name, overrides[name], DYNAMIC_TOPIC_CONFIG))
-            entry.synonyms += _synonyms(layers, [k for k, _ in definition.synonyms])
-            default_key = definition.synonyms[0][0] if definition.synonyms else name
-            entry.synonyms.append((default_key, format_value(definition.default), DEFAULT_CONFIG))
+            entry.synonyms = found
         entries.append(entry)
     return entries
+
+
+def _broker_entry(
+    layers: Layers, name: str, value: str | None, per_broker: bool, synonyms: bool
+) -> ConfigEntry:
+    """Kafka's ConfigHelper.createBrokerConfigEntry. A key Gregor does not know is of an
+    unknown type, so sensitive, as Kafka treats it."""
+    key = broker_key(name)
+    sensitive = key is None or key.sensitive
+    found = _synonyms(layers, name, broker_synonyms(name), sensitive)
+    if not per_broker:
+        found = [s for s in found if s[2] == DYNAMIC_DEFAULT_BROKER_CONFIG]
+    entry = ConfigEntry(
+        name,
+        None if sensitive else value,
+        found[0][2] if found else DEFAULT_CONFIG,
+        0 if key is None else _CONFIG_TYPES.get(key.type, 0),
+        read_only=name not in ALL_DYNAMIC_BROKER_KEYS,
+        is_sensitive=sensitive,
+    )
+    if synonyms:
+        entry.synonyms = found
+    return entry
+
+
+def _value(props: Mapping[str, str], name: str) -> str | None:
+    """A broker key's value in `props` as Kafka prints it (lists without spaces)."""
+    text = props.get(name)
+    if text is None:
+        return None
+    key = broker_key(name)
+    if key is not None and key.type == "list":
+        return ",".join(item.strip() for item in text.split(",") if item.strip())
+    return text.strip() if key is not None and key.type != "password" else text
 
 
 def describe_broker_configs(
     services: Services, keys: Collection[str] | None, synonyms: bool
 ) -> list[ConfigEntry]:
-    """Every key of this broker: its own table, then the broker-level topic defaults (the
-    dynamic ones)."""
-    config = services.config
+    """Every broker key Gregor knows, then every other key set at some level (unknown
+    ones, listener-prefixed ones), with the value this broker runs with."""
     layers = broker_layers(services)
-    entries = []
-    own_keys = config.key_types()
-    for name, type_ in own_keys.items():
-        if name in DYNAMIC_BROKER_KEYS or (keys and name not in keys):
-            continue
-        source = DEFAULT_CONFIG if config.is_default(name) else STATIC_BROKER_CONFIG
-        sensitive = type_ == "password"
-        value = None if sensitive else format_value(config[name])
-        entry = ConfigEntry(
-            name, value, source, _CONFIG_TYPES[type_], read_only=True, is_sensitive=sensitive
-        )
-        if synonyms:
-            entry.synonyms.append((name, value, source))
-        entries.append(entry)
-    for name in DYNAMIC_BROKER_KEYS:
-        if keys and name not in keys:
-            continue
-        default = format_value(config[name]) if name in own_keys else None
-        entries.append(_dynamic_broker_entry(name, layers, synonyms, default))
-    return entries
-
-
-def _dynamic_broker_entry(
-    name: str, layers: Layers, synonyms: bool, default: str | None = None
-) -> ConfigEntry:
-    """A dynamic broker key; `default` is its value in this broker's own key table."""
-    definition = DYNAMIC_BROKER_KEYS[name]
-    source = _source(layers, name)
-    if source != DEFAULT_CONFIG:
-        value = next(layer[name] for s, layer in layers if s == source)
-    elif default is not None:
-        value = default
-    else:
-        value = format_value(definition.default) if name == definition.synonyms[0][0] else None
-    entry = ConfigEntry(name, value, source, _CONFIG_TYPES.get(definition.type, 0))
-    if synonyms:
-        entry.synonyms = _synonyms(layers, [k for k, _ in definition.synonyms])
-        if source == DEFAULT_CONFIG and value is not None:
-            entry.synonyms.append((name, value, DEFAULT_CONFIG))
-        else:
-            topic_default = format_value(definition.default)
-            entry.synonyms.append((definition.synonyms[0][0], topic_default, DEFAULT_CONFIG))
-    return entry
+    props = _merged(layers)
+    names = list(BROKER_KEYS)
+    names += sorted({k for _, layer in layers[:-1] for k in layer} - set(BROKER_KEYS))
+    return [
+        _broker_entry(layers, name, _value(props, name), True, synonyms)
+        for name in names
+        if not (keys and name not in keys)
+    ]
 
 
 def describe_default_broker_configs(
     services: Services, keys: Collection[str] | None, synonyms: bool
 ) -> list[ConfigEntry]:
     """The cluster-wide dynamic defaults only, as Kafka answers the resource name ""."""
-    layers = broker_layers(services)[1:]
+    layers = broker_layers(services)
+    defaults = layers[1][1]
     return [
-        _dynamic_broker_entry(name, layers, synonyms)
-        for name in layers[0][1]
-        if name in DYNAMIC_BROKER_KEYS and not (keys and name not in keys)
+        _broker_entry(layers, name, _value(defaults, name), False, synonyms)
+        for name in defaults
+        if not (keys and name not in keys)
     ]
 
 

@@ -253,7 +253,9 @@ def test_confluent_broker_default_applies_to_topics_without_override(
             value_source(own["log.retention.ms"])[1] == ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG
         )
         assert not own["log.retention.ms"].is_read_only
-        assert own["num.io.threads"].is_read_only
+        # As Kafka: num.io.threads is dynamic, num.partitions read-only.
+        assert not own["num.io.threads"].is_read_only
+        assert own["num.partitions"].is_read_only
     finally:
         assert java_alter(broker, "broker:", delete="log.retention.ms")["error"] is None
     wait_for(
@@ -347,7 +349,7 @@ def test_confluent_errors_and_validate_only(
     assert (
         error_name(
             lambda: incremental(
-                broker, ResourceType.BROKER, leader, [("num.io.threads", "4", set_)]
+                broker, ResourceType.BROKER, leader, [("num.partitions", "4", set_)]
             )
         )
         == "INVALID_REQUEST"

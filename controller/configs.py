@@ -5,14 +5,19 @@ incremental alters, KIP-848 group configs)."""
 
 from __future__ import annotations
 
+import logging
+import re
 from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import quote, unquote
 
 from kio.schema.errors import ErrorCode
 
 from controller.topics import TopicError, check_configs
 from log.config import TOPIC_CONFIGS, ConfigDef, LogConfig
+
+logger = logging.getLogger(__name__)
 
 # ConfigResource.Type ids
 TOPIC = 2
@@ -59,9 +64,18 @@ class ConfigResource:
         return cls(resource_type, name)
 
 
-# Broker keys that take effect without a restart: the broker-level synonyms of topic configs
-# (Kafka's DynamicLogConfig), which every log picks up at once.
+# The broker key of each topic config that has one, highest precedence first (Kafka's
+# ServerTopicConfigSynonyms.TOPIC_CONFIG_SYNONYMS: the first of each chain). These are the
+# dynamic log keys (Kafka's DynamicLogConfig): every log picks them up at once. The other
+# keys of a chain (log.retention.minutes/.hours, log.roll.hours, log.roll.jitter.hours,
+# log.flush.scheduler.interval.ms) are read-only, as in Kafka.
 DYNAMIC_BROKER_KEYS: dict[str, ConfigDef] = {
+    definition.synonyms[0][0]: definition
+    for definition in TOPIC_CONFIGS.values()
+    if definition.synonyms
+}
+# Every broker key that is a topic config's synonym, with its topic config.
+LOG_BROKER_KEYS: dict[str, ConfigDef] = {
     key: definition for definition in TOPIC_CONFIGS.values() for key, _ in definition.synonyms
 }
 
@@ -114,12 +128,16 @@ _GROUP_BOUND_KEYS = {
 }
 
 
-def _list_key(resource_type: int, key: str) -> ConfigDef | None:
-    """The definition of a list-typed key of the resource type (APPEND and SUBTRACT apply
-    to those only), else None."""
-    table = {TOPIC: TOPIC_CONFIGS, BROKER: DYNAMIC_BROKER_KEYS}.get(resource_type, {})
-    definition = table.get(key)
-    return definition if definition is not None and definition.type == "list" else None
+def _list_default(resource_type: int, key: str) -> str | None:
+    """The default of a list-typed key of the resource type (APPEND and SUBTRACT apply to
+    those only, from the default when unset), else None."""
+    if resource_type == BROKER:
+        broker = broker_key(key)
+        return (broker.default or "") if broker is not None and broker.type == "list" else None
+    definition = TOPIC_CONFIGS.get(key) if resource_type == TOPIC else None
+    if definition is None or definition.type != "list":
+        return None
+    return str(definition.default)
 
 
 def apply_operations(
@@ -134,14 +152,14 @@ def apply_operations(
         elif op == DELETE:
             result.pop(name, None)
         elif op in (APPEND, SUBTRACT):
-            definition = _list_key(resource_type, name)
-            if definition is None:
+            default = _list_default(resource_type, name)
+            if default is None:
                 verb = "append" if op == APPEND else "subtract"
                 raise TopicError(
                     ErrorCode.invalid_config,
                     f"Config value {verb} is not allowed for config key: {name}",
                 )
-            old = [v for v in result.get(name, str(definition.default)).split(",") if v]
+            old = [v.strip() for v in result.get(name, default).split(",") if v.strip()]
             given = (value or "").split(",")
             if op == APPEND:
                 new = old + [v for v in given if v not in old]
@@ -151,21 +169,6 @@ def apply_operations(
         else:
             raise TopicError(ErrorCode.invalid_request, f"Unknown operations type {op}")
     return result
-
-
-def check_broker_configs(configs: Mapping[str, str], effective: Mapping[str, str]) -> None:
-    """A dynamic broker config set (per broker or the cluster default); `effective` is the
-    broker's whole configuration with it in place. Kafka answers INVALID_REQUEST here."""
-    fixed = sorted(k for k in configs if k not in DYNAMIC_BROKER_KEYS)
-    if fixed:
-        raise TopicError(
-            ErrorCode.invalid_request,
-            f"Cannot update these configs dynamically: Set({', '.join(fixed)})",
-        )
-    try:
-        LogConfig.from_properties(effective, {})
-    except ValueError as e:
-        raise TopicError(ErrorCode.invalid_request, str(e)) from None
 
 
 def check_group_configs(configs: Mapping[str, str]) -> None:
@@ -238,3 +241,593 @@ def check_config_change(
         check_group_configs(configs)
     elif resource.type != BROKER:
         raise TopicError(ErrorCode.invalid_request, f"Unknown resource type {resource.type}")
+
+
+# -- Dynamic broker configs (KIP-226), as Kafka 4.1's DynamicBrokerConfig -----------------
+
+# SslConfigs.RECONFIGURABLE_CONFIGS: dynamic only per listener (listener.name.<l>.<key>).
+SSL_RECONFIGURABLE = frozenset(
+    {
+        "ssl.keystore.type",
+        "ssl.keystore.location",
+        "ssl.keystore.password",
+        "ssl.key.password",
+        "ssl.truststore.type",
+        "ssl.truststore.location",
+        "ssl.truststore.password",
+        "ssl.keystore.certificate.chain",
+        "ssl.keystore.key",
+        "ssl.truststore.certificates",
+    }
+)
+# DynamicListenerConfig.ReconfigurableConfigs.
+LISTENER_RECONFIGURABLE = frozenset(
+    {
+        "listeners",
+        "listener.security.protocol.map",
+        "principal.builder.class",
+        "ssl.protocol",
+        "ssl.provider",
+        "ssl.cipher.suites",
+        "ssl.enabled.protocols",
+        "ssl.keystore.type",
+        "ssl.keystore.location",
+        "ssl.keystore.password",
+        "ssl.key.password",
+        "ssl.truststore.type",
+        "ssl.truststore.location",
+        "ssl.truststore.password",
+        "ssl.keymanager.algorithm",
+        "ssl.trustmanager.algorithm",
+        "ssl.endpoint.identification.algorithm",
+        "ssl.secure.random.implementation",
+        "ssl.client.auth",
+        "ssl.engine.factory.class",
+        "sasl.mechanism.inter.broker.protocol",
+        "sasl.jaas.config",
+        "sasl.enabled.mechanisms",
+        "sasl.kerberos.service.name",
+        "sasl.kerberos.kinit.cmd",
+        "sasl.kerberos.ticket.renew.window.factor",
+        "sasl.kerberos.ticket.renew.jitter",
+        "sasl.kerberos.min.time.before.relogin",
+        "sasl.kerberos.principal.to.local.rules",
+        "sasl.login.refresh.window.factor",
+        "sasl.login.refresh.window.jitter",
+        "sasl.login.refresh.min.period.seconds",
+        "sasl.login.refresh.buffer.seconds",
+        "max.connections",
+        "max.connection.creation.rate",
+        "num.network.threads",
+    }
+)
+# Listener keys that may also be set for the whole cluster.
+CLUSTER_LEVEL_LISTENER = frozenset(
+    {"max.connections", "max.connection.creation.rate", "num.network.threads"}
+)
+PER_BROKER_KEYS = (SSL_RECONFIGURABLE | LISTENER_RECONFIGURABLE) - CLUSTER_LEVEL_LISTENER
+# Keys set per listener that a listener's own reconfiguration takes (SocketServer's and the
+# acceptor's ListenerReconfigurableConfigs), besides the SSL ones.
+_LISTENER_MUTABLE = SSL_RECONFIGURABLE | CLUSTER_LEVEL_LISTENER
+LOG_CLEANER_RECONFIGURABLE = frozenset(
+    {
+        "log.cleaner.threads",
+        "log.cleaner.dedupe.buffer.size",
+        "log.cleaner.io.buffer.load.factor",
+        "log.cleaner.io.buffer.size",
+        "message.max.bytes",
+        "log.cleaner.io.max.bytes.per.second",
+        "log.cleaner.backoff.ms",
+    }
+)
+THREAD_POOL_RECONFIGURABLE = frozenset(
+    {
+        "num.io.threads",
+        "num.replica.fetchers",
+        "num.recovery.threads.per.data.dir",
+        "background.threads",
+    }
+)
+SOCKET_SERVER_RECONFIGURABLE = frozenset(
+    {
+        "max.connections.per.ip",
+        "max.connections.per.ip.overrides",
+        "max.connections",
+        "max.connection.creation.rate",
+    }
+)
+REMOTE_LOG_RECONFIGURABLE = frozenset(
+    {
+        "remote.log.index.file.cache.total.size.bytes",
+        "remote.fetch.max.wait.ms",
+        "remote.log.manager.copy.max.bytes.per.second",
+        "remote.log.manager.fetch.max.bytes.per.second",
+        "remote.list.offsets.request.timeout.ms",
+        "remote.log.manager.copier.thread.pool.size",
+        "remote.log.manager.expiration.thread.pool.size",
+        "remote.log.manager.follower.thread.pool.size",
+        "remote.log.reader.threads",
+    }
+)
+_REMOTE_THREAD_POOLS = frozenset(k for k in REMOTE_LOG_RECONFIGURABLE if "thread" in k)
+ALL_DYNAMIC_BROKER_KEYS = (
+    SSL_RECONFIGURABLE
+    | LOG_CLEANER_RECONFIGURABLE
+    | frozenset(DYNAMIC_BROKER_KEYS)
+    | THREAD_POOL_RECONFIGURABLE
+    | {"metric.reporters"}
+    | LISTENER_RECONFIGURABLE
+    | SOCKET_SERVER_RECONFIGURABLE
+    | {"producer.id.expiration.ms", "transaction.partition.verification.enable"}
+    | REMOTE_LOG_RECONFIGURABLE
+    | {"follower.fetch.last.tiered.offset.enable"}
+    | {"config.providers"}
+    | {"group.coordinator.cached.buffer.max.bytes"}  # GroupCoordinatorConfig's
+    | {"share.coordinator.cached.buffer.max.bytes"}  # ShareCoordinatorConfig's
+)
+_LISTENER_KEY = re.compile(r"listener\.name\.([^.]*)\.(.*)")
+# Listener-prefixed SASL keys also name the mechanism: listener.name.<l>.<mechanism>.<key>.
+_LISTENER_MECHANISM_KEYS = (
+    "sasl.jaas.config",
+    "sasl.login.callback.handler.class",
+    "sasl.login.class",
+    "sasl.server.callback.handler.class",
+    "connections.max.reauth.ms",
+)
+# The chains of broker keys for one setting, highest precedence first (Kafka's
+# DynamicBrokerConfig.brokerConfigSynonyms): log.flush.scheduler.interval.ms is the default
+# of log.flush.interval.ms, not the other way round.
+_CHAINS = (
+    ("log.roll.ms", "log.roll.hours"),
+    ("log.roll.jitter.ms", "log.roll.jitter.hours"),
+    ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
+)
+
+
+def broker_synonyms(name: str) -> list[str]:
+    """The broker keys that set `name`'s value, highest precedence first, `name` among
+    them (a listener-prefixed key's base key follows it)."""
+    for chain in _CHAINS:
+        if name in chain:
+            return list(chain)
+    if name == "log.flush.interval.ms":
+        return [name, "log.flush.scheduler.interval.ms"]
+    match = _LISTENER_KEY.fullmatch(name)
+    if match:
+        base = match.group(2)
+        mechanism = next((k for k in _LISTENER_MECHANISM_KEYS if base.endswith(k)), None)
+        return [name, mechanism or base]
+    return [name]
+
+
+def base_key(name: str) -> str:
+    """A listener-prefixed key's base key (listener.name.<l>.<key> -> <key>)."""
+    match = _LISTENER_KEY.fullmatch(name)
+    return match.group(2) if match else name
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerKey:
+    """A broker key's Kafka type (int, long, short, double, boolean, string, list, password,
+    class), default (as text; None: no default) and bounds."""
+
+    name: str
+    type: str
+    default: str | None
+    low: float | None = None
+    high: float | None = None
+    choices: tuple[str, ...] | None = None
+
+    @property
+    def sensitive(self) -> bool:
+        return self.type == "password"
+
+
+_INT_RANGE = {"int": 1 << 31, "short": 1 << 15, "long": 1 << 63}
+_NO_DEFAULT = frozenset(
+    {
+        "log.retention.ms",
+        "log.retention.minutes",
+        "log.roll.ms",
+        "log.roll.jitter.ms",
+        "log.flush.interval.ms",
+    }
+)
+_CHAIN_DEFAULTS = {
+    "log.retention.hours": "168",
+    "log.roll.hours": "168",
+    "log.roll.jitter.hours": "0",
+}
+_HOUR_KEYS = frozenset(
+    {"log.retention.minutes", "log.retention.hours", "log.roll.hours", "log.roll.jitter.hours"}
+)
+
+
+def _log_broker_key(key: str, definition: ConfigDef) -> BrokerKey:
+    if key in _HOUR_KEYS:
+        return BrokerKey(
+            key, "int", _CHAIN_DEFAULTS.get(key), 1 if key == "log.roll.hours" else None
+        )
+    if key in _NO_DEFAULT:
+        return BrokerKey(key, definition.type, None)
+    default = definition.default
+    text = ("true" if default else "false") if isinstance(default, bool) else str(default)
+    return BrokerKey(key, definition.type, text)
+
+
+_LONG_MAX = str((1 << 63) - 1)
+_INT_MAX = str((1 << 31) - 1)
+# Kafka's keys that Gregor's server.properties table (server/config.py) does not have, and
+# that Kafka reconfigures at run time: stored and described (types, defaults and bounds as
+# Kafka's), not acted on (no TLS or SASL yet, no tiered storage, no metrics reporters).
+_EXTRA_BROKER_KEYS = [
+    BrokerKey("ssl.keystore.type", "string", "JKS"),
+    BrokerKey("ssl.keystore.location", "string", None),
+    BrokerKey("ssl.keystore.password", "password", None),
+    BrokerKey("ssl.key.password", "password", None),
+    BrokerKey("ssl.truststore.type", "string", "JKS"),
+    BrokerKey("ssl.truststore.location", "string", None),
+    BrokerKey("ssl.truststore.password", "password", None),
+    BrokerKey("ssl.keystore.certificate.chain", "password", None),
+    BrokerKey("ssl.keystore.key", "password", None),
+    BrokerKey("ssl.truststore.certificates", "password", None),
+    BrokerKey("ssl.protocol", "string", "TLSv1.3"),
+    BrokerKey("ssl.provider", "string", None),
+    BrokerKey("ssl.cipher.suites", "list", None),
+    BrokerKey("ssl.enabled.protocols", "list", "TLSv1.2,TLSv1.3"),
+    BrokerKey("ssl.keymanager.algorithm", "string", "SunX509"),
+    BrokerKey("ssl.trustmanager.algorithm", "string", "PKIX"),
+    BrokerKey("ssl.endpoint.identification.algorithm", "string", "https"),
+    BrokerKey("ssl.secure.random.implementation", "string", None),
+    BrokerKey("ssl.client.auth", "string", "none", choices=("required", "requested", "none")),
+    BrokerKey("ssl.engine.factory.class", "class", None),
+    BrokerKey(
+        "principal.builder.class",
+        "class",
+        "org.apache.kafka.common.security.authenticator.DefaultKafkaPrincipalBuilder",
+    ),
+    BrokerKey("sasl.mechanism.inter.broker.protocol", "string", "GSSAPI"),
+    BrokerKey("sasl.jaas.config", "password", None),
+    BrokerKey("sasl.enabled.mechanisms", "list", "GSSAPI"),
+    BrokerKey("sasl.kerberos.service.name", "string", None),
+    BrokerKey("sasl.kerberos.kinit.cmd", "string", "/usr/bin/kinit"),
+    BrokerKey("sasl.kerberos.ticket.renew.window.factor", "double", "0.8"),
+    BrokerKey("sasl.kerberos.ticket.renew.jitter", "double", "0.05"),
+    BrokerKey("sasl.kerberos.min.time.before.relogin", "long", "60000"),
+    BrokerKey("sasl.kerberos.principal.to.local.rules", "list", "DEFAULT"),
+    BrokerKey("sasl.login.refresh.window.factor", "double", "0.8", 0.5, 1.0),
+    BrokerKey("sasl.login.refresh.window.jitter", "double", "0.05", 0.0, 0.25),
+    BrokerKey("sasl.login.refresh.min.period.seconds", "short", "60", 0, 900),
+    BrokerKey("sasl.login.refresh.buffer.seconds", "short", "300", 0, 3600),
+    BrokerKey("max.connection.creation.rate", "int", _INT_MAX, 0),
+    BrokerKey("num.recovery.threads.per.data.dir", "int", "2", 1),
+    BrokerKey("background.threads", "int", "10", 1),
+    BrokerKey("metric.reporters", "list", ""),
+    BrokerKey("transaction.partition.verification.enable", "boolean", "true"),
+    BrokerKey("remote.log.index.file.cache.total.size.bytes", "long", "1073741824", 1),
+    BrokerKey("remote.fetch.max.wait.ms", "int", "500", 1),
+    BrokerKey("remote.log.manager.copy.max.bytes.per.second", "long", _LONG_MAX, 1),
+    BrokerKey("remote.log.manager.fetch.max.bytes.per.second", "long", _LONG_MAX, 1),
+    BrokerKey("remote.list.offsets.request.timeout.ms", "long", "30000", 1),
+    BrokerKey("remote.log.manager.copier.thread.pool.size", "int", "10", 1),
+    BrokerKey("remote.log.manager.expiration.thread.pool.size", "int", "10", 1),
+    BrokerKey("remote.log.manager.follower.thread.pool.size", "int", "2", 1),
+    BrokerKey("remote.log.reader.threads", "int", "10", 1),
+    BrokerKey("follower.fetch.last.tiered.offset.enable", "boolean", "false"),
+    BrokerKey("config.providers", "list", ""),
+    BrokerKey("group.coordinator.cached.buffer.max.bytes", "int", "1048588", 512 * 1024),
+    BrokerKey("share.coordinator.cached.buffer.max.bytes", "int", "1048588", 512 * 1024),
+]
+
+# Every broker key Gregor knows (Kafka's names): server/config.py registers its
+# server.properties table here at import (register_broker_keys), over the log keys and the
+# extra dynamic keys above. A key not in it is unknown: Kafka stores those as given.
+BROKER_KEYS: dict[str, BrokerKey] = {
+    **{k.name: k for k in _EXTRA_BROKER_KEYS},
+    **{key: _log_broker_key(key, d) for key, d in LOG_BROKER_KEYS.items()},
+}
+
+
+# Kafka's read-only broker keys that Gregor does not have (KRaft, security and plug-in
+# settings among them): refused as Kafka refuses them, never described.
+KAFKA_READ_ONLY_KEYS = frozenset(
+    {
+        "process.roles",
+        "controller.listener.names",
+        "controller.quorum.voters",
+        "controller.quorum.bootstrap.servers",
+        "metadata.log.dir",
+        "early.start.listeners",
+        "authorizer.class.name",
+        "sasl.mechanism.controller.protocol",
+        "sasl.server.callback.handler.class",
+        "sasl.login.class",
+        "sasl.login.callback.handler.class",
+        "connections.max.reauth.ms",
+        "ssl.principal.mapping.rules",
+        "security.providers",
+        "password.encoder.secret",
+        "delegation.token.secret.key",
+        "reserved.broker.max.id",
+        "broker.id.generation.enable",
+        "replica.selector.class",
+        "alter.config.policy.class.name",
+        "create.topic.policy.class.name",
+        "client.quota.callback.class",
+        "metrics.num.samples",
+        "metrics.sample.window.ms",
+        "metrics.recording.level",
+        "unstable.api.versions.enable",
+        "num.replica.alter.log.dirs.threads",
+        "log.dir.failure.timeout.ms",
+    }
+)
+
+
+def register_broker_keys(keys: Iterable[BrokerKey]) -> None:
+    for key in keys:
+        if key.name not in LOG_BROKER_KEYS:
+            BROKER_KEYS[key.name] = key
+
+
+def broker_key(name: str) -> BrokerKey | None:
+    """The key's definition; a listener-prefixed key has its base key's type."""
+    return BROKER_KEYS.get(name) or BROKER_KEYS.get(base_key(name))
+
+
+def _invalid(name: str, value: object, reason: str) -> TopicError:
+    return TopicError(
+        ErrorCode.invalid_request, f"Invalid value {value} for configuration {name}: {reason}"
+    )
+
+
+def _number(text: str) -> str:
+    return text[:-2] if text.endswith(".0") else text
+
+
+def parse_broker_value(key: BrokerKey, text: str, name: str | None = None) -> object:
+    """A value of `key` parsed and checked as Kafka's ConfigDef does (its messages);
+    TopicError(INVALID_REQUEST) otherwise."""
+    name = name or key.name
+    kind = key.type
+    value: object
+    trimmed = text.strip()
+    if kind in _INT_RANGE:
+        try:
+            value = int(trimmed)
+        except ValueError:
+            raise _invalid(name, text, f"Not a number of type {kind.upper()}") from None
+        bound = _INT_RANGE[kind]
+        if not -bound <= value < bound:
+            raise _invalid(name, text, f"Not a number of type {kind.upper()}")
+    elif kind == "double":
+        try:
+            value = float(trimmed)
+        except ValueError:
+            raise _invalid(name, text, "Not a number of type DOUBLE") from None
+    elif kind == "boolean" or kind == "bool":
+        if trimmed.lower() not in ("true", "false"):
+            raise _invalid(name, text, "Expected value to be either true or false")
+        value = trimmed.lower() == "true"
+    elif kind == "list":
+        value = [item.strip() for item in text.split(",") if item.strip()]
+    else:
+        value = trimmed if kind != "password" else text
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        if key.low is not None and value < key.low:
+            raise _invalid(name, value, f"Value must be at least {_number(str(key.low))}")
+        if key.high is not None and value > key.high:
+            raise _invalid(name, value, f"Value must be no more than {_number(str(key.high))}")
+    if key.choices is not None and value not in key.choices:
+        raise _invalid(name, value, "String must be one of: " + ", ".join(key.choices))
+    return value
+
+
+def _set(names: Iterable[str]) -> str:
+    # Kafka prints a Scala Set; sorted here so that the message is stable.
+    return f"Set({', '.join(sorted(names))})"
+
+
+def check_broker_configs(
+    configs: Mapping[str, str],
+    *,
+    per_broker: bool,
+    current: Mapping[str, str],
+    new: Mapping[str, str],
+    advertised: Iterable[str],
+) -> None:
+    """A dynamic broker config set as Kafka's DynamicBrokerConfig.validate checks it:
+    `configs` is the resource's whole new set (per broker, or the cluster default),
+    `current` and `new` the broker's effective properties before and with it, `advertised`
+    this broker's advertised listener names. Raises TopicError(INVALID_REQUEST) with
+    Kafka's message. Unknown keys are accepted (stored as given), as Kafka does."""
+    fixed = [
+        k
+        for k in configs
+        if (k in BROKER_KEYS or k in KAFKA_READ_ONLY_KEYS) and k not in ALL_DYNAMIC_BROKER_KEYS
+    ]
+    if fixed:
+        raise TopicError(
+            ErrorCode.invalid_request, f"Cannot update these configs dynamically: {_set(fixed)}"
+        )
+    unprefixed = [k for k in configs if k in SSL_RECONFIGURABLE]
+    if unprefixed:
+        raise TopicError(
+            ErrorCode.invalid_request,
+            "These security configs can be dynamically updated only per-listener using the "
+            f"listener prefix: {_set(unprefixed)}",
+        )
+    for name, text in configs.items():
+        key = BROKER_KEYS.get(base_key(name))
+        if key is not None and base_key(name) in ALL_DYNAMIC_BROKER_KEYS:
+            parse_broker_value(key, text, base_key(name))
+    if not per_broker:
+        only_per_broker = [
+            k
+            for k in configs
+            if k in PER_BROKER_KEYS
+            or (_LISTENER_KEY.fullmatch(k) and base_key(k) not in CLUSTER_LEVEL_LISTENER)
+        ]
+        if only_per_broker:
+            raise TopicError(
+                ErrorCode.invalid_request,
+                "Cannot update these configs at default cluster level, broker id must be "
+                f"specified: {_set(only_per_broker)}",
+            )
+    try:
+        LogConfig.from_properties(new, {})
+    except ValueError as e:
+        raise TopicError(ErrorCode.invalid_request, str(e)) from None
+    try:
+        _check_reconfiguration(current, new, set(advertised))
+    except ValueError as e:
+        # Kafka wraps a reconfigurable's refusal: its reason is only logged.
+        logger.info("Invalid dynamic broker configuration: %s", e)
+        raise TopicError(ErrorCode.invalid_request, "Invalid dynamic configuration") from None
+
+
+def effective_value(props: Mapping[str, str], name: str) -> object:
+    """A broker key's typed value in `props` (its default when unset)."""
+    key = broker_key(name)
+    text = props.get(name, None if key is None else key.default)
+    if key is None or text is None:
+        return text
+    try:
+        return parse_broker_value(key, text, name)
+    except TopicError:
+        return None
+
+
+def _changed(current: Mapping[str, str], new: Mapping[str, str], keys: Container[str]) -> bool:
+    names = set(current) | set(new)
+    return any(n in keys and current.get(n) != new.get(n) for n in names)
+
+
+def _check_thread_count(name: str, old: int, new: int) -> None:
+    if new == old:
+        return
+    reason = f"Dynamic thread count update validation failed for {name}={new}"
+    if new <= 0:
+        raise ValueError(f"{reason}, value should be at least 1")
+    if new < old // 2:
+        raise ValueError(f"{reason}, value should be at least half the current value {old}")
+    if new > old * 2:
+        raise ValueError(
+            f"{reason}, value should not be greater than double the current value {old}"
+        )
+
+
+def _check_reconfiguration(
+    current: Mapping[str, str], new: Mapping[str, str], advertised: set[str]
+) -> None:
+    """The checks of Kafka's reconfigurables whose keys changed (BrokerDynamicThreadPool,
+    LogCleaner, DynamicLogConfig, SocketServer, DynamicListenerConfig, the acceptors'
+    num.network.threads, DynamicRemoteLogConfig); ValueError with the reason."""
+
+    def value(props: Mapping[str, str], name: str) -> Any:
+        return effective_value(props, name)
+
+    if _changed(current, new, THREAD_POOL_RECONFIGURABLE):
+        for name in sorted(THREAD_POOL_RECONFIGURABLE):
+            _check_thread_count(name, value(current, name), value(new, name))
+    network = {k for k in set(current) | set(new) if base_key(k) == "num.network.threads"}
+    for name in sorted(network | {"num.network.threads"}):
+        if current.get(name) != new.get(name):
+            old = value(current, name) or value(current, "num.network.threads")
+            _check_thread_count(name, old, value(new, name) or value(new, "num.network.threads"))
+    if _changed(current, new, LOG_CLEANER_RECONFIGURABLE):
+        threads, old = value(new, "log.cleaner.threads"), value(current, "log.cleaner.threads")
+        if threads < 1:
+            raise ValueError("Log cleaner threads should be at least 1")
+        if threads < old // 2:
+            raise ValueError(
+                f"Log cleaner threads cannot be reduced to less than half the current value {old}"
+            )
+        if threads > old * 2:
+            raise ValueError(
+                "Log cleaner threads cannot be increased to more than double the current "
+                f"value {old}"
+            )
+    if _changed(current, new, DYNAMIC_BROKER_KEYS):
+        log = LogConfig.from_properties(new, {})
+        for local, total, key in (
+            (log.local_retention_ms, log.retention_ms, "log.retention.ms"),
+            (log.local_retention_bytes, log.retention_bytes, "log.retention.bytes"),
+        ):
+            if total != -1 and local != -2:
+                if local == -1:
+                    raise ValueError(f"Value must not be -1 as {key} value is set as {total}.")
+                if local > total:
+                    raise ValueError(f"Value must not be more than {key} property value: {total}")
+    if _changed(current, new, SOCKET_SERVER_RECONFIGURABLE):
+        parse_ip_overrides(str(value(new, "max.connections.per.ip.overrides") or ""))
+    if _changed(current, new, REMOTE_LOG_RECONFIGURABLE):
+        for name in sorted(_REMOTE_THREAD_POOLS):
+            _check_thread_count(name, value(current, name), value(new, name))
+    if _changed(current, new, LISTENER_RECONFIGURABLE):
+        _check_listeners(current, new, advertised)
+
+
+def parse_ip_overrides(text: str) -> dict[str, int]:
+    """max.connections.per.ip.overrides (`host:count,...`) by host; ValueError if malformed."""
+    overrides = {}
+    for entry in (e.strip() for e in text.split(",")):
+        if not entry:
+            continue
+        host, sep, count = entry.rpartition(":")
+        if not sep or not host or not count.strip().isdigit():
+            raise ValueError(f"Invalid max.connections.per.ip.overrides entry {entry!r}")
+        overrides[host.strip()] = int(count)
+    return overrides
+
+
+def _listener_names(props: Mapping[str, str]) -> set[str]:
+    text = str(props.get("listeners", BROKER_KEYS["listeners"].default or ""))
+    return {item.partition("://")[0].strip().upper() for item in text.split(",") if item.strip()}
+
+
+def _protocols(props: Mapping[str, str]) -> dict[str, str]:
+    text = str(props.get("listener.security.protocol.map") or "")
+    default = BROKER_KEYS["listener.security.protocol.map"].default or ""
+    protocols = {}
+    for entry in (text or default).split(","):
+        name, _, protocol = entry.partition(":")
+        if name.strip():
+            protocols[name.strip().upper()] = protocol.strip().upper()
+    return protocols
+
+
+def _listener_overrides(props: Mapping[str, str], listener: str) -> dict[str, str]:
+    """The listener's own keys (prefix stripped) that no reconfiguration of it takes."""
+    prefix = f"listener.name.{listener.lower()}."
+    return {
+        k[len(prefix) :]: v
+        for k, v in props.items()
+        if k.startswith(prefix) and k[len(prefix) :] not in _LISTENER_MUTABLE
+    }
+
+
+def _check_listeners(
+    current: Mapping[str, str], new: Mapping[str, str], advertised: set[str]
+) -> None:
+    """DynamicListenerConfig.validateReconfiguration: listeners may be added and removed,
+    but not the advertised ones, nor an existing listener's own keys or protocol."""
+    new_names, old_names = _listener_names(new), _listener_names(current)
+    if not advertised <= new_names:
+        raise ValueError(
+            f"Advertised listeners '{sorted(advertised)}' must be a subset of listeners "
+            f"'{sorted(new_names)}'"
+        )
+    new_protocols, old_protocols = _protocols(new), _protocols(current)
+    if not new_names <= set(new_protocols):
+        raise ValueError(
+            f"Listeners '{sorted(new_names)}' must be subset of listener map '{new_protocols}'"
+        )
+    for name in sorted(new_names & old_names):
+        if _listener_overrides(new, name) != _listener_overrides(current, name):
+            raise ValueError(
+                f"Configs cannot be updated dynamically for existing listener {name}, "
+                "restart broker or create a new listener for update"
+            )
+        if old_protocols.get(name) != new_protocols.get(name):
+            raise ValueError(f"Security protocol cannot be updated for existing listener {name}")

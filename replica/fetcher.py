@@ -320,12 +320,13 @@ class FetcherManager:
         self._config = config
         self._fetchers: dict[tuple[int, int], Fetcher] = {}
         self._owner: dict[TopicPartition, tuple[tuple[int, int], Fetcher]] = {}
+        self.num_fetchers = config.num_fetchers  # per source broker; resize() changes it
 
     def add(self, leader: int, partitions: Iterable[Partition]) -> None:
         for partition in partitions:
             tp = (partition.topic, partition.index)
             self.remove([tp])
-            key = (leader, fetcher_id(partition.topic, partition.index, self._config.num_fetchers))
+            key = (leader, fetcher_id(partition.topic, partition.index, self.num_fetchers))
             fetcher = self._fetchers.get(key)
             if fetcher is None:
                 fetcher = self._fetchers[key] = Fetcher(
@@ -344,6 +345,35 @@ class FetcherManager:
                 if not fetcher.partitions:
                     fetcher.stop()
                     del self._fetchers[key]
+
+    @property
+    def count(self) -> int:
+        """The fetchers running (at most num.replica.fetchers per source broker)."""
+        return len(self._fetchers)
+
+    def resize(self, num_fetchers: int) -> None:
+        """num.replica.fetchers changed at run time (Kafka's resizeFetcherThreadPool): the
+        partitions are spread over the new number of fetchers per source broker. A
+        partition's fetch position is its log end, so moving it loses nothing; a response
+        in flight to a stopped fetcher is dropped and its partitions fetched again."""
+        if num_fetchers == self.num_fetchers:
+            return
+        self.num_fetchers = num_fetchers
+        by_leader: dict[int, list[Partition]] = {}
+        for tp, (_, fetcher) in self._owner.items():
+            state = fetcher.partitions.get(tp)
+            if state is not None:
+                by_leader.setdefault(fetcher.leader, []).append(state.partition)
+        self.shutdown()
+        for leader, partitions in by_leader.items():
+            self.add(leader, partitions)
+        logger.info(
+            "Resized the replica fetchers to %d per source broker (num.replica.fetchers): "
+            "%d fetchers for %d partitions",
+            num_fetchers,
+            len(self._fetchers),
+            len(self._owner),
+        )
 
     def shutdown(self) -> None:
         for fetcher in self._fetchers.values():

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from controller.configs import BrokerKey, register_broker_keys
 from log.config import TOPIC_CONFIGS, ConfigDef, LogConfig, resolve_config
 
 logger = logging.getLogger(__name__)
@@ -193,6 +194,13 @@ KEYS: dict[str, ConfigKey] = {
     )
 }
 
+# The dynamic broker config rules (controller/configs.py) know these keys' types and bounds.
+register_broker_keys(
+    BrokerKey(
+        k.name, "boolean" if k.type == "bool" else k.type, k.default, k.minimum, None, k.choices
+    )
+    for k in KEYS.values()
+)
 
 # Keys Gregor accepts and does not act on, with why; the README lists them too, and each
 # one set explicitly is logged at start-up.
@@ -239,8 +247,12 @@ CLUSTER_ONLY = frozenset(
 
 
 def _is_security_key(name: str) -> bool:
-    if name.startswith("listener.name."):  # listener.name.<listener>.<key>
-        name = name.split(".", 3)[3] if name.count(".") >= 3 else ""
+    if name.startswith("listener.name."):
+        # listener.name.<listener>.<key>, or for SASL keys also
+        # listener.name.<listener>.<mechanism>.<key> (sasl.jaas.config, callback handlers)
+        rest = name.split(".", 3)[3] if name.count(".") >= 3 else ""
+        after_mechanism = rest.split(".", 1)[1] if "." in rest else ""
+        return _is_security_key(rest) or after_mechanism.startswith("sasl.")
     return name.startswith(_SECURITY_PREFIXES) or name in _SECURITY_KEYS
 
 
@@ -419,6 +431,11 @@ class BrokerConfig:
         return self["advertised.listeners"] or []
 
     @property
+    def advertised_listener_names(self) -> list[str]:
+        """The names of the listeners advertised (the listeners, when none are)."""
+        return [parse_listener(x)[0] for x in self.advertised_listeners or self.listeners]
+
+    @property
     def security_protocols(self) -> dict[str, str]:
         """listener.security.protocol.map as {listener name: protocol}."""
         protocols = {}
@@ -434,25 +451,31 @@ class BrokerConfig:
 
     def _per_ip_overrides(self) -> dict[str, int]:
         """max.connections.per.ip.overrides (``host:count,...``) by IP address."""
-        overrides = {}
-        for entry in _parse_list(self["max.connections.per.ip.overrides"]):
-            host, sep, count = entry.rpartition(":")
-            problem = None
-            if not sep or not host or not count.isdigit():
-                problem = "expected host:count"
-            else:
-                try:
-                    infos = socket.getaddrinfo(host.strip("[]"), None, type=socket.SOCK_STREAM)
-                except OSError as e:
-                    problem = f"cannot resolve {host}: {e}"
-            if problem:
-                raise ConfigError(
-                    f"Invalid value {entry!r} for configuration "
-                    f"max.connections.per.ip.overrides: {problem}"
-                )
-            for info in infos:
-                overrides[str(info[4][0])] = int(count)
-        return overrides
+        return resolve_ip_overrides(self["max.connections.per.ip.overrides"])
+
+
+def resolve_ip_overrides(text: str) -> dict[str, int]:
+    """max.connections.per.ip.overrides (``host:count,...``) by IP address, hosts resolved;
+    ConfigError naming the key if malformed."""
+    overrides = {}
+    for entry in _parse_list(text):
+        host, sep, count = entry.rpartition(":")
+        problem = None
+        if not sep or not host or not count.isdigit():
+            problem = "expected host:count"
+        else:
+            try:
+                infos = socket.getaddrinfo(host.strip("[]"), None, type=socket.SOCK_STREAM)
+            except OSError as e:
+                problem = f"cannot resolve {host}: {e}"
+        if problem:
+            raise ConfigError(
+                f"Invalid value {entry!r} for configuration "
+                f"max.connections.per.ip.overrides: {problem}"
+            )
+        for info in infos:
+            overrides[str(info[4][0])] = int(count)
+    return overrides
 
 
 def parse_listener(listener: str, key: str = "listeners") -> tuple[str, str, int]:

@@ -119,6 +119,9 @@ class RequestChannel:
 
     def submit(self, request: Request) -> None:
         self._queue.append(request)
+        self._wake_one()
+
+    def _wake_one(self) -> None:
         while self._waiters:
             waiter = self._waiters.popleft()
             if not waiter.done():
@@ -140,7 +143,14 @@ class RequestChannel:
         while not self._queue:
             waiter = asyncio.get_running_loop().create_future()
             self._waiters.append(waiter)
-            await waiter
+            try:
+                await waiter
+            except asyncio.CancelledError:
+                # A handler retired (the pool shrank) just after it was woken: wake
+                # another one for the request, or it would wait for the next arrival.
+                if waiter.done() and not waiter.cancelled():
+                    self._wake_one()
+                raise
         request = self._queue.popleft()
         if self._blocked and not self.full:
             blocked, self._blocked = self._blocked, []
@@ -151,49 +161,90 @@ class RequestChannel:
 
 class MemoryPool:
     """``queued.max.request.bytes``: the bytes of requests received and not yet answered,
-    summed over all connections. While it is used up, connections stop reading, except
-    one that is in the middle of a frame (the finisher), so frames keep completing and
-    memory keeps being released; the overshoot is at most one frame, as in Kafka's pool.
-    A capacity of 0 or less is unbounded (Kafka's -1)."""
+    summed over all connections, with the responses Python still holds for clients that
+    do not read them.
+
+    A frame of ``_LARGE_FRAME`` bytes or more is *admitted* before its bytes are
+    received: its whole size is reserved (the memory itself is committed only as the bytes
+    arrive). Large frames may reserve up to ``capacity - reserve``; a frame bigger than
+    that is admitted only when no other large frame holds a reservation, so the total is
+    never more than the capacity or one frame. Frames wait for admission in arrival
+    order, each connection's reading paused meanwhile. Small frames (prefixes, ApiVersions,
+    Metadata, heartbeats, small produces) need no admission: they are read while the pool
+    has room, and while it has none, while the small frames held stay under ``reserve``,
+    so they keep flowing while large ones wait. (Kafka's pool stops every channel.) A
+    capacity of 0 or less is unbounded (Kafka's -1)."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
-        self.used = 0
-        self._finisher: Connection | None = None
+        self.reserve = min(capacity // 8, _SMALL_RESERVE) if capacity > 0 else 0
+        self.used = 0  # every byte counted, reservations whole
+        self.large = 0  # reserved for admitted large frames
+        self.stranded = 0  # read bytes of large frames that wait for admission
+        self.peak = 0  # the most ``used`` has been
+        self._queue: collections.deque[Connection] = collections.deque()
         self._muted: set[Connection] = set()
+        self._releasing = False
 
     @property
     def exhausted(self) -> bool:
         return 0 < self.capacity <= self.used
 
-    def may_read(self, connection: Connection) -> bool:
-        if not self.exhausted or connection is self._finisher:
+    @property
+    def small(self) -> int:
+        """Bytes of small frames (and prefixes) held."""
+        return self.used - self.large - self.stranded
+
+    def _fits(self, size: int) -> bool:
+        return self.large == 0 or self.large + size <= self.capacity - self.reserve
+
+    def admit(self, connection: Connection, size: int) -> bool:
+        """Reserve ``size`` for a large frame now, or queue the connection (False): its
+        ``admitted()`` is called once the reservation is made."""
+        if self.capacity <= 0 or (not self._queue and self._fits(size)):
             return True
-        if self._finisher is None and connection.mid_frame:
-            self._finisher = connection
+        if connection not in self._queue:
+            self._queue.append(connection)
+        return False
+
+    def may_read(self, connection: Connection) -> bool:
+        """May a connection that is reading small frames or a size prefix read on?"""
+        if self.capacity <= 0 or self.used < self.capacity or self.small < self.reserve:
             return True
         self._muted.add(connection)
         return False
 
-    def change(self, delta: int) -> None:
-        self.used += delta
-        if delta < 0 and self._muted and not self.exhausted:
-            self._wake()
-
-    def frame_finished(self, connection: Connection) -> None:
-        if connection is self._finisher:
-            self._finisher = None
-            if self._muted:
-                self._wake()
+    def change(self, used: int, large: int, stranded: int) -> None:
+        self.used += used
+        self.large += large
+        self.stranded += stranded
+        if self.used > self.peak:
+            self.peak = self.used
+        if (used < 0 or large < 0) and (self._queue or self._muted):
+            self._release()
 
     def forget(self, connection: Connection) -> None:
         self._muted.discard(connection)
-        self.frame_finished(connection)
+        try:
+            self._queue.remove(connection)
+        except ValueError:
+            return
+        self._release()
 
-    def _wake(self) -> None:
-        muted, self._muted = self._muted, set()
-        for connection in muted:
-            connection.update_reading()
+    def _release(self) -> None:
+        """Admit waiting frames in order while they fit, then let readers read again."""
+        if self._releasing:
+            return
+        self._releasing = True
+        try:
+            while self._queue and self._fits(self._queue[0].waiting):
+                self._queue.popleft().admitted()
+            if self._muted and not (self.exhausted and self.small >= self.reserve):
+                muted, self._muted = self._muted, set()
+                for connection in muted:
+                    connection.update_reading()
+        finally:
+            self._releasing = False
 
 
 class Connection(asyncio.BufferedProtocol):
@@ -670,6 +721,31 @@ class SocketServer:
     # -- handling ---------------------------------------------------------------------
     def start_handlers(self) -> None:
         self._workers = [asyncio.create_task(self._work()) for _ in range(self.limits.io_threads)]
+
+    @property
+    def handler_count(self) -> int:
+        """The handler tasks running (num.io.threads once started)."""
+        return len(self._workers)
+
+    def reconfigure(self, limits: Limits) -> None:
+        """New limits at run time (dynamic broker configs): the handler pool grows or
+        shrinks to ``io_threads`` (Kafka's resizeThreadPool; a retired handler finishes
+        the request it is handling first: handling never awaits), and the connection
+        limits apply to the next connections accepted."""
+        self.limits = limits
+        if not self._workers:  # not started yet: start_handlers() takes the new size
+            return
+        before = len(self._workers)
+        if before != limits.io_threads:
+            logger.info(
+                "Resizing the request handler pool from %d to %d (num.io.threads)",
+                before,
+                limits.io_threads,
+            )
+        while len(self._workers) < limits.io_threads:
+            self._workers.append(asyncio.create_task(self._work()))
+        while len(self._workers) > limits.io_threads:
+            self._workers.pop().cancel()
 
     def spawn(self, coro: Awaitable[None]) -> asyncio.Future[None]:
         task = asyncio.ensure_future(coro)

@@ -11,7 +11,7 @@ import pytest
 from confluent_kafka import Producer
 
 from compat_tests.cluster import Cluster
-from controller.configs import BROKER, GROUP, SET, TOPIC
+from controller.configs import BROKER, DELETE, GROUP, SET, TOPIC
 from tests.kafka_wire import WireClient
 from tests.test_cluster import create, new_topic
 from tests.test_config_apis import described, errors, incremental
@@ -111,3 +111,50 @@ def test_group_configs_are_shared_and_read_back_at_start(cluster: Cluster) -> No
     cluster.restart(3)
     cluster.wait_for_brokers([1, 2, 3])
     assert seen(3) == ("50000", 8)
+
+
+def test_num_replica_fetchers_resizes_every_brokers_fetchers(cluster: Cluster) -> None:
+    """The cluster default reaches every broker (ZooKeeper notification) and each spreads
+    its followed partitions over the new number of fetchers; a per-broker value overrides
+    it; replication goes on throughout."""
+    topic = new_topic("fetched")
+    create(cluster.bootstrap, topic, 6, 3)
+    cluster.wait_for_topic(topic, 6, isr=3)
+
+    def resized(broker_id: int, count: int) -> bool:
+        text = cluster.brokers[broker_id].log_path.read_text(errors="replace")
+        return f"Resized the replica fetchers to {count} per source broker" in text
+
+    def fetchers(broker_id: int) -> tuple[str, int]:
+        configs = on(cluster, broker_id, lambda c: described(c, BROKER, str(broker_id)))
+        return configs["num.replica.fetchers"]
+
+    default = [(BROKER, "", [("num.replica.fetchers", SET, "2")])]
+    own = [(BROKER, "3", [("num.replica.fetchers", SET, "4")])]
+    try:
+        assert errors(on(cluster, 1, lambda c: incremental(c, default))) == [(0, None)]
+        for broker_id in cluster.brokers:
+            wait_for(lambda b=broker_id: resized(b, 2), f"broker {broker_id}'s fetchers")
+            wait_for(lambda b=broker_id: fetchers(b) == ("2", 3), f"broker {broker_id}'s config")
+        assert errors(on(cluster, 3, lambda c: incremental(c, own))) == [(0, None)]
+        wait_for(lambda: resized(3, 4), "broker 3's fetchers")
+        assert fetchers(3) == ("4", 2)
+
+        producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+        for i in range(60):
+            producer.produce(topic, b"x" * 100, partition=i % 6)
+        assert producer.flush(60) == 0
+
+        def replicated() -> bool:
+            for partition in range(6):
+                sizes = cluster.segment_bytes(topic, partition)
+                if len(sizes) != 3 or len({tuple(sorted(s.items())) for s in sizes.values()}) != 1:
+                    return False
+            return True
+
+        wait_for(replicated, "every replica to catch up")
+    finally:
+        delete_own = [(BROKER, "3", [("num.replica.fetchers", DELETE, None)])]
+        delete_default = [(BROKER, "", [("num.replica.fetchers", DELETE, None)])]
+        on(cluster, 3, lambda c: incremental(c, delete_own))
+        on(cluster, 1, lambda c: incremental(c, delete_default))

@@ -13,6 +13,9 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
+from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
+from kafka.admin import ConfigResource, ConfigResourceType
+from kafka.structs import OffsetAndMetadata
 from kio.schema.errors import ErrorCode
 
 from apis.context import build, nested
@@ -173,3 +176,49 @@ def test_admin_client_sees_internal_topics_refused(tmp_path: Path) -> None:
         admin.create_topics([NewTopic("fine", 1, 1)])["fine"].result(timeout=30)
         assert "fine" in admin.list_topics(timeout=10).topics
         del admin  # before the broker stops, or librdkafka logs its reconnects
+
+
+def test_offsets_topic_configs_change_as_in_kafka(tmp_path: Path) -> None:
+    """Kafka lets a client with ALTER_CONFIGS on the topic change __consumer_offsets'
+    configs, cleanup.policy=delete included, and so does Gregor. Retention then deletes
+    committed offsets from the log; the coordinator keeps serving them from memory until
+    it loads the partition again (a restart, a leadership move), and then they are gone,
+    as in Kafka."""
+    overrides = {"log.retention.check.interval.ms": "200", "offsets.topic.num.partitions": "1"}
+    with BrokerProcess(tmp_path, overrides) as broker:
+        admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+        create_one(WireClient(broker.port), "t")
+        tp = TopicPartition("t", 0)
+        groups = [f"g{i}" for i in range(5)]
+        for group in groups:
+            consumer = KafkaConsumer(
+                bootstrap_servers=broker.bootstrap, group_id=group, enable_auto_commit=False
+            )
+            consumer.assign([tp])
+            consumer.commit({tp: OffsetAndMetadata(7, "", -1)})
+            consumer.close()
+        changed = {"cleanup.policy": "delete", "retention.ms": "100"}
+        resource = ConfigResource(ConfigResourceType.TOPIC, OFFSETS, configs=changed)
+        assert admin.alter_configs([resource]) == {"topic": {OFFSETS: "OK"}}
+
+        offsets_tp = TopicPartition(OFFSETS, 0)
+        reader = KafkaConsumer(bootstrap_servers=broker.bootstrap)
+        deadline = time.monotonic() + 30
+        while reader.beginning_offsets([offsets_tp])[offsets_tp] == 0:
+            assert time.monotonic() < deadline, "retention never deleted __consumer_offsets"
+            time.sleep(0.1)
+        reader.close()
+
+        def committed() -> list[int]:
+            return [
+                offsets[tp].offset if tp in offsets else -1
+                for group in groups
+                for offsets in admin.list_group_offsets(group).values()
+            ]
+
+        assert committed() == [7] * len(groups)  # still in the coordinator's memory
+        admin.close()
+        broker.restart()
+        admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+        assert committed() == [-1] * len(groups)  # the log no longer has them
+        admin.close()

@@ -480,6 +480,13 @@ def serve(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess[str]:
         (("sasl.enabled.mechanisms=PLAIN",), "sasl.enabled.mechanisms is set"),
         (("authorizer.class.name=x.Authorizer",), "authorizer.class.name is set"),
         (("listener.name.plaintext.ssl.keystore.location=/k",), "is set, but Gregor has no TLS"),
+        (
+            (
+                "listener.name.plaintext.plain.sasl.jaas.config=org.apache.kafka.common.security"
+                '.plain.PlainLoginModule required username="a" password="b";',
+            ),
+            "listener.name.plaintext.plain.sasl.jaas.config is set, but Gregor has no TLS",
+        ),
         (("zookeeper.connect=,",), "Invalid value ',' for configuration zookeeper.connect"),
     ],
 )
@@ -538,3 +545,25 @@ def test_requests_of_closed_connections_release_the_pool_when_done(tmp_path: Pat
             answered_promptly(b.port)
         with ClosingClient(b.port) as client:
             assert produce(client, "hangup", batch(b"after")).base_offset == 0
+
+
+def test_a_flood_of_malformed_frames_writes_a_few_log_lines(tmp_path: Path) -> None:
+    """Each malformed frame closes its connection; 300 of them, each on a connection of
+    its own and of three kinds (a header cut short, a body kio cannot decode, an API key
+    we do not know), leave one line per kind in the log, not 300."""
+    cut_header = struct.pack(">ih", 2, METADATA)
+    bad_body = request_frame(METADATA, 12, 1, b"\xff\xff\xff")
+    unknown_api = request_frame(9999, 0, 1, b"")
+    with BrokerProcess(tmp_path) as broker:
+        for i in range(300):
+            frame = (cut_header, bad_body, unknown_api)[i % 3]
+            with socket.create_connection(("127.0.0.1", broker.port), timeout=5) as s:
+                s.sendall(frame)
+                assert s.recv(1) == b""  # closed without an answer
+        good = WireClient(broker.port)
+        assert is_served(good)
+        good.close()
+        log = broker.log_path.read_text()
+        assert log.count("Closing connection from") <= 3, log[-2000:]
+        assert "malformed" in log
+        assert "unsupported API key 9999" in log

@@ -4,9 +4,10 @@ dicts, turned into Prometheus metric families only when scraped (``server/metric
 Only the event loop thread writes them, so nothing is locked. Topic counters are a few
 list and dict updates per partition written or read. A request leaves its timestamps in a
 batch, counted into its histograms a batch at a time in C (``server/_histograms.c``), and
-before every scrape. The scrape thread reads by copying (``list(...)``, ``dict.copy()``),
-one C call each under the GIL, so it never sees them in the middle of a change; two
-values copied one after the other may be a request apart, which counters tolerate.
+before every scrape. A scrape runs on the event loop too, in slices: it copies each
+request type's arrays in one step (``list(...)``), so it never sees them in the middle
+of a change; topic counters are read a slice at a time, so two of them may be a few
+requests apart, which counters tolerate.
 
 Request times follow Kafka's RequestMetrics: TotalTimeMs from the moment the request is
 handed to the handler pool to the moment its response is written, split into

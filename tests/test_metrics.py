@@ -15,13 +15,14 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from compat_tests.broker import BrokerError, BrokerProcess, free_port
+from compat_tests.broker import BrokerError, BrokerProcess
 from compat_tests.confluent_admin import create_topic, delete_topic
 from server.config import BrokerConfig, ConfigError
 from server.metrics import BUCKETS_MS, TIMES, BrokerMetrics
 from tests.kafka_wire import WireClient
 from tests.prometheus_scrape import Scrape
 from tests.test_client_quotas import alter
+from tests.test_metrics_hostile import start_with_metrics
 
 KEY_SIZE, VALUE_SIZE = 8, 100
 BATCH_HEADER = 61  # RecordBatch v2's header
@@ -34,9 +35,12 @@ RECORD_OVERHEAD_MIN, RECORD_OVERHEAD_MAX = 7, 12
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    overrides = {"metrics.prometheus.port": str(free_port()), "quota.window.num": "2"}
-    with BrokerProcess(tmp_path_factory.mktemp("metrics"), overrides) as proc:
+    overrides = {"quota.window.num": "2"}
+    proc = start_with_metrics(tmp_path_factory.mktemp("metrics"), overrides)
+    try:
         yield proc
+    finally:
+        proc.stop()
 
 
 def _key(i: int) -> bytes:
@@ -81,7 +85,9 @@ def test_produce_and_consume_move_the_counters_by_what_was_sent(
     stop = threading.Event()
 
     def scrape_meanwhile() -> None:
-        while not stop.is_set():
+        # Two at least: scrapes are computed at most every so often (a fast run may be over
+        # before the second).
+        while not stop.is_set() or len(seen) < 2:
             seen.append(Scrape(broker).value("kafka_server_brokertopicmetrics_messagesin_total"))
 
     scraper = threading.Thread(target=scrape_meanwhile)

@@ -12,9 +12,9 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from compat_tests.broker import free_port
 from compat_tests.cluster import Cluster
 from tests.prometheus_scrape import Scrape
+from tests.test_metrics_hostile import METRICS_ON_PORT_0, read_metrics_port
 
 URP = "kafka_server_replicamanager_underreplicatedpartitions"
 OFFLINE = "kafka_controller_kafkacontroller_offlinepartitionscount"
@@ -26,8 +26,10 @@ WAIT_S = 30.0
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     c = Cluster(tmp_path_factory.mktemp("metrics-cluster"))
     for broker in c.brokers.values():
-        broker.overrides["metrics.prometheus.port"] = str(free_port())
+        broker.overrides.update(METRICS_ON_PORT_0)
     with c:
+        for broker in c.brokers.values():
+            read_metrics_port(broker)  # bound at start-up: no port picked free beforehand
         yield c
 
 

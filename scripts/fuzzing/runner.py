@@ -3,6 +3,7 @@ that restarts the broker if it dies and samples its peak RSS."""
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import random
 import socket
@@ -13,7 +14,8 @@ from pathlib import Path
 
 from benchmark.procstats import cpu_seconds, memory_kib
 
-from compat_tests.broker import BrokerError, BrokerProcess
+from compat_tests.broker import BrokerError, BrokerProcess, free_port
+from fuzzing import metrics_http
 from fuzzing.canary import TOPIC, Canary, CanaryState, create_topic, verify
 from fuzzing.frames import BOMB_TOPICS, FAMILIES, FUZZ_TOPICS, bomb_batches
 from tests.kafka_wire import WireClient
@@ -81,6 +83,7 @@ class Plan:
     max_seconds: float
     seed: int
     families: tuple[str, ...] = tuple(FAMILIES)
+    metrics_port: int = -1  # the /metrics endpoint's, when metrics_http is fuzzed
 
 
 def fuzz_worker(
@@ -93,6 +96,10 @@ def fuzz_worker(
     connections = 0
     while frames.total() < quota and time.time() < deadline:
         family = rng.choices(names, weights)[0]
+        if family == metrics_http.FAMILY:
+            frames[family] += metrics_http.attack(plan.metrics_port, rng)
+            connections += 1
+            continue
         generated = FAMILIES[family][0](rng)
         frames[family] += send_connection(port, family, generated[: quota - frames.total()])
         connections += 1
@@ -121,7 +128,11 @@ def run(work_dir: Path, plan: Plan) -> RunResult:
     """Fuzz a fresh broker as planned (frames or max_seconds, whichever ends first)."""
     result = RunResult()
     bomb_batches()  # built once here, shared with the forked workers
-    broker = BrokerProcess(work_dir)
+    overrides: dict[str, str] = {}
+    if metrics_http.FAMILY in plan.families:
+        plan = dataclasses.replace(plan, metrics_port=free_port())
+        overrides["metrics.prometheus.port"] = str(plan.metrics_port)
+    broker = BrokerProcess(work_dir, overrides)
     result.log_path = broker.log_path
     broker.start()
     try:

@@ -1,9 +1,11 @@
 """DescribeClientQuotas (key 48) and AlterClientQuotas (key 49), KIP-546.
 
-Entities are (user, client-id) pairs as in Kafka; a null name is the entity type's
-default. The controller stores the quotas (the embedded node's metadata file, or
-ZooKeeper's /config/users and /config/clients) and every broker enforces them at once.
-Filters and errors follow Kafka's ClientQuotasImage and ClientQuotaControlManager.
+Entities are (user, client-id) pairs as in Kafka, or an IP address alone (KIP-612, its
+one quota ``connection_creation_rate``); a null name is the entity type's default. The
+controller stores the quotas (the embedded node's metadata file, or ZooKeeper's
+/config/users, /config/clients and /config/ips) and every broker enforces them at once.
+Filters and errors follow Kafka's ClientQuotasImage and ClientQuotaControlManager, and for
+IP entities its ZooKeeper-mode ZkAdminManager.
 """
 
 from __future__ import annotations
@@ -17,9 +19,12 @@ from kio.schema.errors import ErrorCode
 from apis.context import NO_THROTTLE, RequestContext, Services, build, later, nested
 from controller.quota_entities import (
     DEFAULT,
+    IP_QUOTA_KEYS,
     QUOTA_KEYS,
+    IpEntity,
     QuotaEntity,
     desanitize,
+    normalize_ip,
     sanitize,
 )
 from log.errors import KafkaStorageError
@@ -32,9 +37,10 @@ USER = "user"
 CLIENT_ID = "client-id"
 IP = "ip"
 MATCH_EXACT, MATCH_DEFAULT, MATCH_SPECIFIED = 0, 1, 2
-# Kafka knows these; Gregor does not enforce them, so it refuses to store them rather than
-# let an operator believe they are in force.
-_UNSUPPORTED_KEYS = ("controller_mutation_rate", "connection_creation_rate")
+# Kafka knows this one; Gregor does not enforce it, so it refuses to store it rather than
+# let an operator believe it is in force.
+_UNSUPPORTED_KEYS = ("controller_mutation_rate",)
+_INT_MAX = 2**31 - 1
 
 
 class QuotaRequestError(Exception):
@@ -129,6 +135,9 @@ def _filter(components: Any) -> tuple[dict[str, str | None], set[str]]:
 def _named(entity: QuotaEntity) -> dict[str, str | None]:
     """The entity as the protocol names it: type -> name, None for the default."""
     named: dict[str, str | None] = {}
+    if isinstance(entity, IpEntity):
+        named[IP] = None if entity.ip == DEFAULT else desanitize(entity.ip)
+        return named
     for kind, name in zip((USER, CLIENT_ID), entity, strict=True):
         if name is not None:
             named[kind] = None if name == DEFAULT else desanitize(name)
@@ -223,18 +232,30 @@ def _entity(components: Any) -> QuotaEntity:
                 ErrorCode.invalid_request,
                 f"Invalid empty client quota entity, duplicate entity entry {kind}",
             )
-        if kind == IP:
-            raise QuotaRequestError(
-                ErrorCode.invalid_request,
-                "IP quotas (connection_creation_rate) are not supported by this broker",
-            )
-        if kind not in (USER, CLIENT_ID):
+        if kind not in (USER, CLIENT_ID, IP):
             raise QuotaRequestError(
                 ErrorCode.invalid_request, f"Unhandled client quota entity type: {kind}"
             )
         if name is not None and not name:
             raise QuotaRequestError(ErrorCode.invalid_request, f"Empty {kind} not supported")
         named[kind] = name
+
+    if IP in named:
+        if len(named) > 1:
+            raise QuotaRequestError(
+                ErrorCode.invalid_request,
+                "Invalid quota entity combination, IP entity should not be used with "
+                "user/client ID entity.",
+            )
+        name = named[IP]
+        if name is None:
+            return IpEntity(DEFAULT)
+        ip = normalize_ip(name)
+        if ip is None:  # Kafka also resolves host names; Gregor takes addresses only
+            raise QuotaRequestError(
+                ErrorCode.invalid_request, f"{name} is not a valid IP or resolvable host."
+            )
+        return IpEntity(sanitize(ip))
 
     def part(kind: str) -> str | None:
         if kind not in named:
@@ -262,7 +283,8 @@ def _ops(entity: QuotaEntity, ops: Any) -> dict[str, float | None]:
             raise QuotaRequestError(
                 ErrorCode.invalid_request, f"Quota {key} is not supported by this broker"
             )
-        kind = QUOTA_KEYS.get(key)
+        ip = isinstance(entity, IpEntity)
+        kind = (IP_QUOTA_KEYS if ip else QUOTA_KEYS).get(key)
         if kind is None:
             raise QuotaRequestError(ErrorCode.invalid_request, f"Invalid configuration key {key}")
         value = op.value
@@ -270,10 +292,18 @@ def _ops(entity: QuotaEntity, ops: Any) -> dict[str, float | None]:
             raise QuotaRequestError(
                 ErrorCode.invalid_request, f"Configuration {key} must be finite"
             )
+        if ip and value > _INT_MAX:
+            raise QuotaRequestError(
+                ErrorCode.invalid_request, f"Proposed value for {key} is too large for an INT."
+            )
         if kind is int and abs(round(value) - value) > 1e-6:
             raise QuotaRequestError(
-                ErrorCode.invalid_request, f"Configuration {key} must be a Long value"
+                ErrorCode.invalid_request,
+                f"Configuration {key} must be a {'Integer' if ip else 'Long'} value",
             )
+        if ip and value >= 0:  # 0 is allowed, as in Kafka: every connection is refused
+            out[key] = float(round(value))
+            continue
         if value <= 0:
             # A bound of 0 would throttle forever; Gregor refuses it (a removal lifts a quota).
             raise QuotaRequestError(

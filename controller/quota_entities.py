@@ -3,14 +3,18 @@
 An entity is (user, client id): each a sanitized name, ``<default>``, or None when not
 part of the entity, so ``("alice", "<default>")`` is ``users/alice/clients/<default>``.
 Names are URL-encoded (Kafka's Sanitizer) so that they are valid znodes and a real name
-never reads as ``<default>``.
+never reads as ``<default>``. An IP entity (KIP-612) is ``IpEntity(address)``, or
+``IpEntity("<default>")`` for the default IP, at ``ips/<address>``; it holds only
+``connection_creation_rate`` and is never combined with a user or client id.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import urllib.parse
 from collections.abc import Mapping
+from typing import NamedTuple
 
 logger = logging.getLogger(__name__)
 
@@ -18,11 +22,34 @@ DEFAULT = "<default>"
 PRODUCER_BYTE_RATE = "producer_byte_rate"
 CONSUMER_BYTE_RATE = "consumer_byte_rate"
 REQUEST_PERCENTAGE = "request_percentage"
+CONNECTION_CREATION_RATE = "connection_creation_rate"
 # Kafka's types: the byte rates are longs, the request percentage a double.
 QUOTA_KEYS = {PRODUCER_BYTE_RATE: int, CONSUMER_BYTE_RATE: int, REQUEST_PERCENTAGE: float}
+# The IP entity's one quota: an int (DynamicConfig.Ip).
+IP_QUOTA_KEYS = {CONNECTION_CREATION_RATE: int}
+_ALL_KEYS = {**QUOTA_KEYS, **IP_QUOTA_KEYS}
 
-QuotaEntity = tuple[str | None, str | None]
+
+class IpEntity(NamedTuple):
+    """An IP quota entity: the address as the broker sees it, or ``<default>``."""
+
+    ip: str
+
+
+QuotaEntity = tuple[str | None, str | None] | IpEntity
 QuotaConfigs = dict[QuotaEntity, dict[str, float]]
+
+
+def normalize_ip(name: str) -> str | None:
+    """The address in the form the broker compares (IPv4-mapped IPv6 as IPv4), or None if
+    ``name`` is not an IP address."""
+    try:
+        ip = ipaddress.ip_address(name.split("%")[0])
+    except ValueError:
+        return None
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return str(ip.ipv4_mapped)
+    return str(ip)
 
 
 def sanitize(name: str) -> str:
@@ -35,7 +62,9 @@ def desanitize(name: str) -> str:
 
 
 def entity_path(entity: QuotaEntity) -> str:
-    """users/<u>/clients/<c>, users/<u> or clients/<c> (the path under /config)."""
+    """users/<u>/clients/<c>, users/<u>, clients/<c> or ips/<ip> (the path under /config)."""
+    if isinstance(entity, IpEntity):
+        return f"ips/{entity.ip}"
     user, client = entity
     if user is None:
         return f"clients/{client}"
@@ -45,6 +74,8 @@ def entity_path(entity: QuotaEntity) -> str:
 def parse_entity_path(path: str) -> QuotaEntity | None:
     """The entity a path under /config names; None if it names none."""
     parts = path.split("/")
+    if len(parts) == 2 and parts[0] == "ips" and parts[1]:
+        return IpEntity(parts[1])
     if len(parts) == 2 and parts[0] == "clients" and parts[1]:
         return None, parts[1]
     if len(parts) == 2 and parts[0] == "users" and parts[1]:
@@ -58,7 +89,7 @@ def quotas_of(config: Mapping[str, str]) -> dict[str, float]:
     """The quotas among an entity's configs (other keys, e.g. SCRAM credentials, are not)."""
     out = {}
     for key, raw in config.items():
-        if key in QUOTA_KEYS:
+        if key in _ALL_KEYS:
             try:
                 out[key] = float(raw)
             except ValueError:
@@ -74,5 +105,5 @@ def with_quotas(config: Mapping[str, str], ops: Mapping[str, float | None]) -> d
         if value is None:
             out.pop(key, None)
         else:
-            out[key] = str(int(value)) if QUOTA_KEYS[key] is int else repr(float(value))
+            out[key] = str(int(value)) if _ALL_KEYS[key] is int else repr(float(value))
     return out

@@ -50,6 +50,7 @@ BROKER_CONFIGS_PATH = "/config/brokers"
 GROUP_CONFIGS_PATH = "/config/groups"  # Gregor's: ZooKeeper-era Kafka had no group configs
 CLIENT_CONFIGS_PATH = "/config/clients"  # client quotas: clients/<c>
 USER_CONFIGS_PATH = "/config/users"  # users/<u>, users/<u>/clients/<c>
+IP_CONFIGS_PATH = "/config/ips"  # IP quotas (KIP-612): ips/<ip>
 DELETE_TOPICS_PATH = "/admin/delete_topics"
 PRODUCER_ID_BLOCK_PATH = "/latest_producer_id_block"
 # The persistent parents Kafka creates at startup, of the paths used here.
@@ -62,6 +63,7 @@ PERSISTENT_PATHS = (
     GROUP_CONFIGS_PATH,
     CLIENT_CONFIGS_PATH,
     USER_CONFIGS_PATH,
+    IP_CONFIGS_PATH,
     DELETE_TOPICS_PATH,
     PRODUCER_ID_BLOCK_PATH,
 )
@@ -479,13 +481,16 @@ class KafkaZk:
 
     async def quota_entity_configs(self) -> dict[str, dict[str, str]]:
         """The configs of every client quota entity by entity path: `clients/<c>`,
-        `users/<u>` and `users/<u>/clients/<c>` (read whole: such entities are few)."""
+        `users/<u>`, `users/<u>/clients/<c>` and `ips/<ip>` (read whole: such entities
+        are few)."""
         users = await self.zk.get_children(USER_CONFIGS_PATH)
         clients = await self.zk.get_children(CLIENT_CONFIGS_PATH)
+        (ips,) = await self.zk.get_children_many([IP_CONFIGS_PATH])  # absent before 2.7
         user_clients = await self.zk.get_children_many(
             [f"{USER_CONFIGS_PATH}/{u}/clients" for u in users]
         )
         paths = [f"users/{u}" for u in users] + [f"clients/{c}" for c in clients]
+        paths += [f"ips/{ip}" for ip in ips or ()]
         for user, names in zip(users, user_clients, strict=True):
             paths += [f"users/{user}/clients/{c}" for c in names or ()]
         found = await self.zk.get_many([f"{CONFIG_PATH}/{p}" for p in paths])

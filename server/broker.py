@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import socket
 import time
@@ -19,7 +20,7 @@ from apis.context import Services, nested
 from apis.dispatch import Dispatcher
 from apis.write_txn_markers import write_txn_markers
 from controller.base import Controller
-from controller.configs import BROKER, TOPIC, ConfigResource
+from controller.configs import BROKER, TOPIC, ConfigResource, effective_value
 from controller.embedded import EmbeddedController
 from controller.metadata import BrokerInfo, MetadataCache, TopicInfo
 from controller.zk import AsyncZk
@@ -39,9 +40,17 @@ from log.manager import DiskJobs, LogManager
 from replica.manager import ReplicaManager
 from replica.state import CommittedIsr, IsrProposal
 from server.broker_client import InterBrokerClient
-from server.config import LONG_MAX, BrokerConfig, ConfigError, parse_listener, read_properties
+from server.config import (
+    LONG_MAX,
+    BrokerConfig,
+    ConfigError,
+    listener_connection_creation_rates,
+    parse_listener,
+    read_properties,
+    resolve_ip_overrides,
+)
 from server.metrics import BrokerMetrics
-from server.metrics_exporter import BrokerCollector, MetricsEndpoint, on_loop
+from server.metrics_exporter import MetricsEndpoint
 from server.metrics_state import BrokerState, read_state
 from server.network import Connection, Limits, SocketServer
 from server.quotas import ClientQuotas
@@ -163,7 +172,11 @@ class Broker:
                 per_ip_overrides=config.per_ip_overrides,
                 send_buffer_bytes=config["socket.send.buffer.bytes"],
                 receive_buffer_bytes=config["socket.receive.buffer.bytes"],
+                max_connection_creation_rate=config["max.connection.creation.rate"],
+                listener_connection_creation_rates=config.listener_connection_creation_rates,
+                inter_broker_listener=config.inter_broker_listener,
             ),
+            self.quotas,
         )
         self.controller: Controller | None = None
         self.embedded: EmbeddedController | None = None
@@ -187,7 +200,7 @@ class Broker:
         else:
             self._start_embedded(endpoints)
         assert self.cache is not None
-        self._start_metrics()
+        await self._start_metrics()
         logger.info(
             "[KafkaServer id=%d] started (cluster id %s, %d partition(s)) in %.2fs; "
             "listening on %s",
@@ -203,6 +216,7 @@ class Broker:
             self.config.log_dirs[0],
             BrokerInfo(self.broker_id, endpoints, self.config["broker.rack"]),
             on_create=self._create_logs,
+            log_dirs=self.config.log_dirs,
             on_abort=self._discard_logs,
             on_lead=self._lead,
             on_delete=self._forget,
@@ -295,16 +309,13 @@ class Broker:
         self.dispatcher = Dispatcher(services)
         self.socket_server.start_handlers()
 
-    def _start_metrics(self) -> None:
+    async def _start_metrics(self) -> None:
         if self.metrics is None:
             return
         host, port = self.config["metrics.prometheus.host"], self.config["metrics.prometheus.port"]
-        collector = BrokerCollector(
-            self.metrics, on_loop(asyncio.get_running_loop(), self._metrics_state)
-        )
-        endpoint = MetricsEndpoint(host, port, collector)
+        endpoint = MetricsEndpoint(host, port, self.metrics, self._metrics_state)
         try:
-            bound = endpoint.start()
+            bound = await endpoint.start()
         except OSError as e:
             raise ConfigError(
                 f"Cannot serve metrics on {host or '0.0.0.0'}:{port} (metrics.prometheus.host, "
@@ -313,15 +324,15 @@ class Broker:
         self.metrics_endpoint = endpoint
         logger.info("Serving Prometheus metrics on http://%s:%d/metrics", endpoint.host, bound)
 
-    def _metrics_state(self) -> BrokerState:
+    async def _metrics_state(self) -> BrokerState:
         """The broker state a scrape reports, the batch of request times counted first; on
-        the event loop thread."""
+        the event loop thread, a slice at a time."""
         assert self.cache is not None and self.metrics is not None
         self.metrics.flush()
         active = self.embedded is not None or (
             self.zk_controller is not None and self.zk_controller.active
         )
-        return read_state(
+        return await read_state(
             self.replicas, self.cache, self.groups.runtime.groups, active, self.logs.is_offline
         )
 
@@ -478,16 +489,13 @@ class Broker:
         return endpoints
 
     def _create_logs(self, topic: TopicInfo) -> None:
-        """Create a new topic's logs and make their directory entries durable, before the
-        controller commits the topic; if any cannot be created, remove those that were."""
+        """Create (some of) a new topic's logs before the controller commits the topic (its
+        metadata writer makes the log directories durable first, off the event loop); if
+        any cannot be created, remove those that were."""
         config = self.replicas.log_config(topic.configs)
         try:
             for index in topic.partitions:
                 self.logs.get_or_create(topic.name, index, config, now_ms=now_ms())
-            job = DiskJob()
-            for log_dir in self.config.log_dirs:
-                job.fsync_path(log_dir)
-            job.run_here()
         except (OSError, KafkaStorageError):
             self._discard_logs(topic)
             raise
@@ -541,12 +549,51 @@ class Broker:
             self._apply_broker_configs()
 
     def _apply_broker_configs(self) -> None:
+        """The broker's dynamic configs changed (or were loaded): the logs take the new
+        log defaults, and the reconfigurable settings Gregor implements take effect at
+        once (Kafka's BrokerReconfigurables): the handler pool's size (num.io.threads),
+        the replica fetchers (num.replica.fetchers) and the connection limits
+        (max.connections, max.connections.per.ip, max.connections.per.ip.overrides,
+        max.connection.creation.rate, also per listener). The other dynamic keys are
+        stored and described only."""
         assert self.cache is not None
         topics = self.cache.topics
+        props = self.cache.broker_props(self.config.raw, self.broker_id)
         self.replicas.set_broker_props(
-            self.cache.broker_props(self.config.raw, self.broker_id),
-            lambda name: topics[name].configs if name in topics else {},
+            props, lambda name: topics[name].configs if name in topics else {}
         )
+
+        def value(name: str) -> Any:
+            parsed = effective_value(props, name)
+            return self.config[name] if parsed is None else parsed
+
+        try:
+            overrides = self.config.per_ip_overrides
+            if props.get("max.connections.per.ip.overrides") != self.config.raw.get(
+                "max.connections.per.ip.overrides"
+            ):
+                overrides = resolve_ip_overrides(value("max.connections.per.ip.overrides"))
+        except ConfigError as e:
+            logger.error("Ignoring dynamic max.connections.per.ip.overrides: %s", e)
+            overrides = self.socket_server.limits.per_ip_overrides
+        try:
+            listener_rates = listener_connection_creation_rates(props)
+        except ConfigError as e:
+            logger.error("Ignoring dynamic listener max.connection.creation.rate: %s", e)
+            listener_rates = dict(self.socket_server.limits.listener_connection_creation_rates)
+        self.socket_server.reconfigure(
+            dataclasses.replace(
+                self.socket_server.limits,
+                io_threads=value("num.io.threads"),
+                max_connections=value("max.connections"),
+                max_connections_per_ip=value("max.connections.per.ip"),
+                per_ip_overrides=overrides,
+                max_connection_creation_rate=value("max.connection.creation.rate"),
+                listener_connection_creation_rates=listener_rates,
+            )
+        )
+        if self.replicas.fetchers is not None:
+            self.replicas.fetchers.resize(value("num.replica.fetchers"))
 
     def _forget(self, topic: TopicInfo) -> None:
         if self.metrics is not None:
@@ -681,7 +728,7 @@ class Broker:
     async def shutdown(self) -> None:
         logger.info("[KafkaServer id=%d] shutting down", self.broker_id)
         if self.metrics_endpoint is not None:
-            await anyio.to_thread.run_sync(self.metrics_endpoint.stop)
+            await self.metrics_endpoint.stop()
         if self.cluster is not None and self.config["controlled.shutdown.enable"]:
             # While still serving: the controller moves leaderships away through us.
             await self._controlled_shutdown()

@@ -7,6 +7,7 @@ Values are kept as the strings the operator wrote (so log-level keys can be hand
 from __future__ import annotations
 
 import logging
+import re
 import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -139,6 +140,8 @@ KEYS: dict[str, ConfigKey] = {
         _k("max.connections", "int", str(INT_MAX), 0),
         _k("max.connections.per.ip", "int", str(INT_MAX), 0),
         _k("max.connections.per.ip.overrides", "string", ""),
+        # KIP-612; also listener.name.<listener>.max.connection.creation.rate
+        _k("max.connection.creation.rate", "int", str(INT_MAX), 0),
         # Gregor's own: how long the event loop polls before it sleeps (server/polling.py)
         _k("gregor.idle.poll.us", "int", "200", 0),
         # The Prometheus endpoint (server/metrics_exporter.py, docs/metrics.md): off unless
@@ -288,7 +291,7 @@ class BrokerConfig:
                     "(zookeeper.connect is not set)",
                     name,
                 )
-            elif name not in KEYS and name not in log_keys:
+            elif name not in KEYS and name not in log_keys and not _LISTENER_RATE.fullmatch(name):
                 logger.warning(
                     "Unknown configuration %r was supplied but isn't a known config; it is ignored",
                     name,
@@ -341,6 +344,7 @@ class BrokerConfig:
         if self.cluster_mode:
             self._check_cluster()
         self.per_ip_overrides = self._per_ip_overrides()
+        self.listener_connection_creation_rates = listener_connection_creation_rates(self.raw)
         if self["metrics.prometheus.port"] > 65535:
             raise ConfigError(
                 f"Invalid value {self['metrics.prometheus.port']} for configuration "
@@ -452,6 +456,29 @@ class BrokerConfig:
     def _per_ip_overrides(self) -> dict[str, int]:
         """max.connections.per.ip.overrides (``host:count,...``) by IP address."""
         return resolve_ip_overrides(self["max.connections.per.ip.overrides"])
+
+
+_LISTENER_RATE = re.compile(r"listener\.name\.([^.]+)\.max\.connection\.creation\.rate")
+
+
+def listener_connection_creation_rates(props: Mapping[str, str]) -> dict[str, int]:
+    """listener.name.<listener>.max.connection.creation.rate by upper-case listener name;
+    ConfigError naming the key if a value is not an int of at least 0."""
+    rates = {}
+    for name, text in props.items():
+        match = _LISTENER_RATE.fullmatch(name)
+        if match is None:
+            continue
+        try:
+            rate = int(str(text).strip())
+        except ValueError:
+            rate = -1
+        if not 0 <= rate <= INT_MAX:
+            raise ConfigError(
+                f"Invalid value {text!r} for configuration {name}: expected an int of at least 0"
+            )
+        rates[match.group(1).upper()] = rate
+    return rates
 
 
 def resolve_ip_overrides(text: str) -> dict[str, int]:

@@ -89,7 +89,7 @@ def _shown(entity: Entity, kind: str) -> str:
 
 def entity_text(entity: Entity) -> str:
     parts = {USER: "user", CLIENT_ID: "client-id"}
-    return ", ".join(f"{parts[kind]} '{_shown(entity, kind)}'" for kind in entity)
+    return ", ".join(f"{parts.get(kind, kind)} '{_shown(entity, kind)}'" for kind in entity)
 
 
 def _number(text: str) -> str:

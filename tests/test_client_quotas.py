@@ -178,7 +178,19 @@ INVALID = ErrorCode.invalid_request
             "Configuration producer_byte_rate must be a Long value",
         ),
         ({"client-id": "c"}, {"consumer_byte_rate": -5}, "must be positive"),
-        ({"ip": "127.0.0.1"}, {"connection_creation_rate": 5}, "not supported by this broker"),
+        (
+            {"ip": "127.0.0.1", "user": "u"},
+            {"connection_creation_rate": 5},
+            "IP entity should not be used with user/client ID entity",
+        ),
+        ({"ip": "x.y"}, {"connection_creation_rate": 5}, "x.y is not a valid IP or resolvable"),
+        ({"ip": "127.0.0.1"}, {"producer_byte_rate": 5}, "Invalid configuration key producer"),
+        ({"client-id": "c"}, {"connection_creation_rate": 5}, "Invalid configuration key conn"),
+        (
+            {"ip": None},
+            {"connection_creation_rate": 1.5},
+            "Configuration connection_creation_rate must be a Integer value",
+        ),
         ({"user": "u"}, {"controller_mutation_rate": 5}, "not supported by this broker"),
     ],
 )

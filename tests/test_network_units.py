@@ -1,4 +1,5 @@
-"""The network layer's memory pool (queued.max.request.bytes), as pure code."""
+"""The network layer's memory pool (queued.max.request.bytes), as pure code: large frames
+are admitted whole and in order, small ones keep a reserve of their own."""
 
 from __future__ import annotations
 
@@ -6,48 +7,85 @@ from server.network import MemoryPool
 
 
 class FakeConnection:
-    """What the pool asks of a connection: is it mid-frame, and to re-check its reading."""
+    """What the pool asks of a connection: the size of its waiting large frame, to be told
+    it was admitted, and to re-check its reading."""
 
-    def __init__(self, pool: MemoryPool, mid_frame: bool) -> None:
+    def __init__(self, pool: MemoryPool, waiting: int = 0) -> None:
         self.pool = pool
-        self.mid_frame = mid_frame
+        self.waiting = waiting
         self.reading = True
+        self.admissions = 0
 
     def update_reading(self) -> None:
         self.reading = self.pool.may_read(self)  # type: ignore[arg-type]
 
+    def admitted(self) -> None:
+        """As a Connection: the reservation is counted at once."""
+        self.admissions += 1
+        self.pool.change(self.waiting, self.waiting, 0)
+        self.waiting = 0
 
-def test_unbounded_pool_always_reads() -> None:
+    def ask(self, size: int) -> bool:
+        if self.pool.admit(self, size):  # type: ignore[arg-type]
+            self.pool.change(size, size, 0)
+            return True
+        self.waiting = size
+        return False
+
+
+def test_unbounded_pool_always_reads_and_admits() -> None:
     pool = MemoryPool(-1)
-    pool.change(10**12)
+    pool.change(10**12, 0, 0)
     assert not pool.exhausted
-    assert pool.may_read(FakeConnection(pool, False))  # type: ignore[arg-type]
+    assert pool.may_read(FakeConnection(pool))  # type: ignore[arg-type]
+    assert pool.admit(FakeConnection(pool), 10**12)  # type: ignore[arg-type]
 
 
-def test_used_up_pool_lets_one_mid_frame_connection_finish_and_wakes_the_rest() -> None:
-    pool = MemoryPool(100)
-    a, b, c = (FakeConnection(pool, mid) for mid in (True, True, False))
-    pool.change(100)
-    for connection in (a, b, c):
-        connection.update_reading()
-    # a became the finisher; b (also mid-frame) and c wait.
-    assert (a.reading, b.reading, c.reading) == (True, False, False)
-    pool.change(50)  # a's frame keeps arriving past the capacity: bounded by one frame
-    a.update_reading()
-    assert a.reading
-    a.mid_frame = False
-    pool.frame_finished(a)  # the pool is still used up: b takes over, c still waits
-    assert (b.reading, c.reading) == (True, False)
-    pool.change(-100)  # answered requests release memory: everyone reads again
-    assert (b.reading, c.reading) == (True, True)
+def test_large_frames_wait_in_order_and_small_ones_keep_a_reserve() -> None:
+    pool = MemoryPool(800)  # reserve 100: large frames may reserve 700
+    assert pool.reserve == 100
+    a, b, c, small = (FakeConnection(pool) for _ in range(4))
+    assert a.ask(400)
+    assert not b.ask(400)  # 800 > 700: waits
+    assert not c.ask(100)  # would fit, but b is first: no overtaking
+    pool.change(350, 0, 0)  # small frames and prefixes take the pool to 750 of 800
+    small.update_reading()
+    assert small.reading
+    pool.change(60, 0, 0)  # 810: used up, but small frames hold 410 > 100
+    small.update_reading()
+    assert not small.reading
+    pool.change(-400, 0, 0)  # small frames answered: readers are woken
+    assert small.reading
+    pool.change(-400, -400, 0)  # a answered: b then c are admitted, in order
+    assert (b.admissions, c.admissions) == (1, 1)
+    assert pool.large == 500
 
 
-def test_a_closed_finisher_hands_over() -> None:
-    pool = MemoryPool(10)
-    a, b = FakeConnection(pool, True), FakeConnection(pool, True)
-    pool.change(10)
-    a.update_reading()
-    b.update_reading()
-    assert (a.reading, b.reading) == (True, False)
-    pool.forget(a)  # a's connection closed (its bytes were released by change(-n) first)
-    assert b.reading
+def test_a_frame_bigger_than_the_large_share_is_admitted_alone() -> None:
+    pool = MemoryPool(800)
+    a, b = FakeConnection(pool), FakeConnection(pool)
+    assert a.ask(100)
+    assert not b.ask(2000)  # more than the whole pool: only once no large frame is held
+    pool.change(-100, -100, 0)
+    assert b.admissions == 1 and pool.large == 2000
+
+
+def test_small_reads_continue_while_large_frames_fill_the_pool() -> None:
+    pool = MemoryPool(800)
+    big = FakeConnection(pool)
+    assert big.ask(700)
+    pool.change(40, 0, 40)  # another large frame's first bytes wait (stranded)
+    pool.change(90, 0, 0)  # 830 used; small frames hold 90 < the reserve of 100
+    reader = FakeConnection(pool)
+    reader.update_reading()
+    assert pool.exhausted and reader.reading
+
+
+def test_a_closed_waiting_connection_lets_the_next_in() -> None:
+    pool = MemoryPool(800)
+    a, b, c = FakeConnection(pool), FakeConnection(pool), FakeConnection(pool)
+    assert a.ask(600)
+    assert not b.ask(600)
+    assert not c.ask(50)
+    pool.forget(b)  # b's connection closed: c is at the head, and fits
+    assert c.admissions == 1 and b.admissions == 0

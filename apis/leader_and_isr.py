@@ -52,6 +52,7 @@ async def _apply(services: Services, member: Any, request: Any) -> LeaderAndIsrR
         for t in request.topic_states
         for p in t.partition_states
     ]
+    await services.replicas.create_logs(states)  # a slice at a time: others are served
     errors = services.replicas.become_leader_or_follower(request.controller_epoch, states)
     groups = services.groups
     if groups is not None:

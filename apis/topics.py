@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -80,6 +81,22 @@ def _first_repeated(values: Iterable[int]) -> int | None:
     return None
 
 
+Outcomes = list[TopicInfo | TopicError]
+
+
+async def _controller(call: Awaitable[Outcomes], count: int) -> Outcomes:
+    """The controller's answers. A big change yields to the event loop as it goes, so the
+    broker may stop under it (its last tasks are cancelled): then every topic is answered
+    REQUEST_TIMED_OUT, which clients retry (the change is all or nothing either way)."""
+    try:
+        return await call
+    except asyncio.CancelledError:
+        stopped = TopicError(
+            ErrorCode.request_timed_out, "The broker stopped during the topic change."
+        )
+        return [stopped] * count
+
+
 def handle_create(services: Services, ctx: RequestContext, request: Any) -> Any:
     return later(_create(services, ctx, request))
 
@@ -98,7 +115,10 @@ async def _create(services: Services, ctx: RequestContext, request: Any) -> Any:
         except TopicError as e:
             outcomes.append(e)
     answers = iter(
-        await services.controller.create_topics(wanted, validate_only=request.validate_only)
+        await _controller(
+            services.controller.create_topics(wanted, validate_only=request.validate_only),
+            len(wanted),
+        )
     )
     results = []
     for entry, outcome in zip(request.topics, outcomes, strict=True):
@@ -164,7 +184,8 @@ async def _delete(services: Services, ctx: RequestContext, request: Any) -> Any:
             entries.append((name, topic_id, None))
         except TopicError as e:
             entries.append((name, topic_id, e))
-    answers = iter(await services.controller.delete_topics([n for n, _, e in entries if e is None]))
+    names = [n for n, _, e in entries if e is None]
+    answers = iter(await _controller(services.controller.delete_topics(names), len(names)))
     results = []
     for name, topic_id, error in entries:
         outcome = next(answers) if error is None else error
@@ -200,8 +221,9 @@ async def _create_partitions(services: Services, ctx: RequestContext, request: A
         )
         wanted.append(NewPartitions(entry.name, entry.count, assignments))
         outcomes[entry.name] = None  # the controller's answer, below
-    answers = await services.controller.create_partitions(
-        wanted, validate_only=request.validate_only
+    answers = await _controller(
+        services.controller.create_partitions(wanted, validate_only=request.validate_only),
+        len(wanted),
     )
     outcomes.update(zip((w.topic for w in wanted), answers, strict=True))
     results = []

@@ -1,25 +1,33 @@
 """The embedded single-node controller used when no ZooKeeper is configured.
 
 This broker is the only one: it leads every partition. Topic metadata, leader epochs
-and the producer-id block live in one JSON file in the first log directory, rewritten
-atomically on every change, and are replayed into the metadata cache at start-up.
+and the producer-id block live in the first log directory as a snapshot
+(``gregor-metadata.json``) and a log of changes after it (``controller/metadata_log.py``),
+written and fsynced by a worker thread, and are replayed into the metadata cache at
+start-up.
 
-The file is the commit point of every topic change: a topic's logs are created (and their
-directory entries made durable) before the file names it, and dropped only after the file
-no longer does, so a crash at any instant leaves the whole topic or none of it. Each start
-is a new leader election: every partition's leader epoch grows by one, persisted before
-this broker leads at it, so the epoch never goes back and clients can tell a restart.
+A change's durable line in that log is the commit point of every topic change: a topic's
+logs are created (and their directory entries made durable) before the change naming it is
+written, and dropped only after the change removing it is durable, so a crash at any instant
+leaves the whole topic or none of it; the answer goes out after the commit. Topic changes
+are serialised (one at a time, as Kafka's controller queue runs them), and the per-partition
+work of a big one (10,000 partitions' logs, their leadership, their deletion) is done in
+slices of about ``SLICE_S`` that yield to the event loop, so other clients are served
+meanwhile. Each start is a new leader election: every partition's leader epoch grows by
+one, persisted before this broker leads at it, so the epoch never goes back and clients can
+tell a restart.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
-import json
 import logging
+import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
@@ -31,8 +39,9 @@ from controller.base import (
     Reassignment,
     TopicPartition,
 )
-from controller.configs import ConfigResource, check_config_change
+from controller.configs import TOPIC, ConfigResource, check_config_change
 from controller.metadata import BrokerInfo, MetadataCache, PartitionInfo, TopicInfo
+from controller.metadata_log import Change, MetadataStore
 from controller.quota_entities import QuotaConfigs, QuotaEntity, entity_path, parse_entity_path
 from controller.topics import (
     INTERNAL_TOPICS,
@@ -44,17 +53,19 @@ from controller.topics import (
     collision_error,
     excessive_partitions,
 )
-from log.checkpoint import write_atomically
 from log.errors import KafkaStorageError
 
 logger = logging.getLogger(__name__)
 
 STATE_FILE = "gregor-metadata.json"
 PRODUCER_ID_BLOCK = 1000
+# How long one slice of a big topic change may hold the event loop before it yields.
+SLICE_S = 0.005
 
-# Called with a topic's partitions: to create their logs (before the topic is committed;
-# raises OSError, leaving nothing behind, if they cannot be created), to drop the logs of a
-# topic that could not be committed, to lead them, or to stop leading and delete them.
+# Called with some of a topic's partitions (a slice of a big topic at a time): to create
+# their logs (before the topic is committed; raises OSError, leaving nothing of the slice
+# behind, if they cannot be created), to drop the logs of a topic that could not be
+# committed, to lead them, or to stop leading and delete them.
 TopicCallback = Callable[[TopicInfo], None]
 # Called after a resource's dynamic configs changed, to apply them.
 ConfigCallback = Callable[[ConfigResource], None]
@@ -72,8 +83,13 @@ class EmbeddedController(Controller):
         on_delete: TopicCallback,
         on_quotas: Callable[[QuotaConfigs], None],
         on_configs: ConfigCallback = lambda _resource: None,
+        log_dirs: Sequence[Path] = (),
     ) -> None:
-        self.path = state_dir / STATE_FILE
+        """``log_dirs``: where ``on_create`` makes logs; the metadata writer fsyncs them
+        before it writes the change naming the new logs."""
+        self._store = MetadataStore(state_dir)
+        self._log_dirs = tuple(log_dirs)
+        self.path = self._store.path
         self._on_quotas = on_quotas
         self._broker = broker
         self._on_create = on_create
@@ -81,10 +97,13 @@ class EmbeddedController(Controller):
         self._on_lead = on_lead
         self._on_delete = on_delete
         self._on_configs = on_configs
-        # A partial temp file is what a crash mid-save leaves; the file itself is intact.
-        self.path.with_name(self.path.name + ".tmp").unlink(missing_ok=True)
-        self.fresh = not self.path.exists()
-        state = {} if self.fresh else _load(self.path)
+        # One topic change at a time (each commits before the next starts); producer-id
+        # blocks and quotas have their own order.
+        self._topics_lock = asyncio.Lock()
+        self._producer_ids_lock = asyncio.Lock()
+        self._quotas_lock = asyncio.Lock()
+        self.fresh = self._store.fresh
+        state = self._store.state
         self.cache = MetadataCache(state.get("cluster_id") or _new_cluster_id(), broker.node_id)
         self.cache.brokers[broker.node_id] = broker
         self._next_producer_id = state.get("producer_id_block_end", 0)
@@ -119,7 +138,7 @@ class EmbeddedController(Controller):
         for topic in self.cache.topics.values():
             for partition in topic.partitions.values():
                 partition.leader_epoch += 1
-        self._save()
+        self._store.write_snapshot(self._state())
         self._on_quotas(self._quotas)
         for topic in self.cache.topics.values():
             self._on_lead(topic)
@@ -147,9 +166,10 @@ class EmbeddedController(Controller):
         error = excessive_partitions(t.partition_count for t in topics)
         if error is not None:
             return [error for _ in topics]
-        return [_attempt(self._create_topic, new, validate_only) for new in topics]
+        async with self._topics_lock:
+            return [await _attempt_async(self._create_topic, new, validate_only) for new in topics]
 
-    def _create_topic(self, new: NewTopic, validate_only: bool) -> TopicInfo:
+    async def _create_topic(self, new: NewTopic, validate_only: bool) -> TopicInfo:
         name = new.name
         check_topic_name(name)
         if name in self.cache.topics:
@@ -171,13 +191,11 @@ class EmbeddedController(Controller):
         topic = self._topic(name, uuid.uuid4(), range(partitions), new.configs)
         if validate_only:
             return topic
-        self._add_logs(topic)
-        self.cache.put_topic(topic)
+        await self._add_logs(topic)
         try:
-            self._save()
+            await self._commit([_topic_change(topic)], self._log_dirs)
         except OSError as e:
-            self.cache.remove_topic(name)
-            self._on_abort(topic)
+            await _in_slices(topic, self._on_abort)
             raise _storage_error(name, e) from None
         logger.info(
             "Created topic %s with %d partition(s) and configs %s",
@@ -185,7 +203,8 @@ class EmbeddedController(Controller):
             partitions,
             dict(new.configs),
         )
-        self._on_lead(topic)
+        await _in_slices(topic, self._on_lead)
+        self.cache.put_topic(topic)
         return topic
 
     def _check_replication_factor(self, replication_factor: int) -> None:
@@ -202,21 +221,30 @@ class EmbeddedController(Controller):
                 "registered.",
             )
 
-    def _add_logs(self, topic: TopicInfo) -> None:
-        """Create the logs of `topic`'s partitions, before the file names them."""
+    async def _add_logs(self, topic: TopicInfo) -> None:
+        """Create the logs of `topic`'s partitions, a slice at a time, before a change names
+        them; if a slice fails, all are dropped, in one call (every log is closed before any
+        directory is removed: removing takes descriptors, which may have run out)."""
         try:
-            self._on_create(topic)
+            await _in_slices(topic, self._on_create)
         except (OSError, KafkaStorageError) as e:
+            self._on_abort(topic)
             raise _storage_error(topic.name, e) from None
 
-    async def delete_topics(self, names: Sequence[str]) -> list[TopicInfo | TopicError]:
-        return [_attempt(self._delete_topic, name) for name in names]
+    async def _commit(self, changes: list[Change], sync_first: Sequence[Path] = ()) -> None:
+        """Durably append ``changes`` (after fsyncing the directories ``sync_first``): the
+        commit point. Raises OSError if it failed."""
+        await self._store.commit(changes, sync_first)
 
-    def _delete_topic(self, name: str) -> TopicInfo:
+    async def delete_topics(self, names: Sequence[str]) -> list[TopicInfo | TopicError]:
+        async with self._topics_lock:
+            return [await _attempt_async(self._delete_topic, name) for name in names]
+
+    async def _delete_topic(self, name: str) -> TopicInfo:
         topic = self._existing(name)
         self.cache.remove_topic(name)
         try:
-            self._save()
+            await self._commit([{"op": "topic", "name": name, "value": None}])
         except OSError as e:
             self.cache.put_topic(topic)
             logger.error("Could not delete topic %s: %s", name, e)
@@ -224,7 +252,7 @@ class EmbeddedController(Controller):
                 ErrorCode.kafka_storage_error, f"Could not save the deletion of '{name}': {e}"
             ) from None
         logger.info("Deleted topic %s", name)
-        self._on_delete(topic)
+        await _in_slices(topic, self._on_delete)
         return topic
 
     def _existing(self, name: str) -> TopicInfo:
@@ -244,9 +272,13 @@ class EmbeddedController(Controller):
         )
         if error is not None:
             return [error for _ in requests]
-        return [_attempt(self._create_partitions, new, validate_only) for new in requests]
+        async with self._topics_lock:
+            return [
+                await _attempt_async(self._create_partitions, new, validate_only)
+                for new in requests
+            ]
 
-    def _create_partitions(self, new: NewPartitions, validate_only: bool) -> TopicInfo:
+    async def _create_partitions(self, new: NewPartitions, validate_only: bool) -> TopicInfo:
         """New partitions are committed as a new topic is: logs first, then the file."""
         topic = self._existing(new.topic)
         current = len(topic.partitions)
@@ -276,26 +308,26 @@ class EmbeddedController(Controller):
         )
         if validate_only:
             return _grown(topic, added)
-        self._add_logs(added)
-        topic.partitions.update(added.partitions)
+        await self._add_logs(added)
         try:
-            self._save()
+            await self._commit([_topic_change(_grown(topic, added))], self._log_dirs)
         except OSError as e:
-            for index in added.partitions:
-                del topic.partitions[index]
-            self._on_abort(added)
+            await _in_slices(added, self._on_abort)
             raise _storage_error(topic.name, e) from None
         logger.info("Increased the partitions of topic %s to %d", topic.name, new.count)
-        self._on_lead(added)
+        await _in_slices(added, self._on_lead)
+        topic.partitions.update(added.partitions)
         return topic
 
     async def allocate_producer_id(self) -> int:
-        if self._next_producer_id >= self._producer_id_block_end:
-            self._producer_id_block_end = self._next_producer_id + PRODUCER_ID_BLOCK
-            self._save()
-        producer_id = self._next_producer_id
-        self._next_producer_id += 1
-        return producer_id
+        async with self._producer_ids_lock:
+            if self._next_producer_id >= self._producer_id_block_end:
+                end = self._next_producer_id + PRODUCER_ID_BLOCK
+                await self._commit([{"op": "producer_id_block_end", "value": end}])
+                self._producer_id_block_end = end
+            producer_id = self._next_producer_id
+            self._next_producer_id += 1
+            return producer_id
 
     async def elect_leaders(
         self, election_type: ElectionType, partitions: Sequence[TopicPartition] | None
@@ -360,7 +392,13 @@ class EmbeddedController(Controller):
         *,
         validate_only: bool = False,
     ) -> list[TopicError | None]:
-        """The valid changes are committed together: one save of the file."""
+        """The valid changes are committed together: one line of the metadata log."""
+        async with self._topics_lock:
+            return await self._alter_configs(changes, validate_only)
+
+    async def _alter_configs(
+        self, changes: Sequence[tuple[ConfigResource, Mapping[str, str]]], validate_only: bool
+    ) -> list[TopicError | None]:
         results = [_attempt(check_config_change, r, c, self.cache.topics) for r, c in changes]
         valid = [change for change, error in zip(changes, results, strict=True) if error is None]
         if validate_only or not valid:
@@ -369,7 +407,7 @@ class EmbeddedController(Controller):
         for resource, configs in valid:
             self.cache.set_dynamic_configs(resource, configs)
         try:
-            self._save()
+            await self._commit([self._config_change(r) for r, _ in valid])
         except OSError as e:
             for resource, configs in previous:
                 self.cache.set_dynamic_configs(resource, configs)
@@ -388,6 +426,12 @@ class EmbeddedController(Controller):
         self, changes: Mapping[QuotaEntity, Mapping[str, float | None]]
     ) -> None:
         """Set (a value) or remove (None) quotas of each entity; saved before they apply."""
+        async with self._quotas_lock:
+            await self._alter_client_quotas(changes)
+
+    async def _alter_client_quotas(
+        self, changes: Mapping[QuotaEntity, Mapping[str, float | None]]
+    ) -> None:
         before = {entity: dict(values) for entity, values in self._quotas.items()}
         for entity, ops in changes.items():
             values = self._quotas.setdefault(entity, {})
@@ -399,48 +443,87 @@ class EmbeddedController(Controller):
             if not values:
                 del self._quotas[entity]
         try:
-            self._save()
+            await self._commit(
+                [
+                    {"op": "quota", "name": entity_path(e), "value": self._quotas.get(e, {})}
+                    for e in changes
+                ]
+            )
         except OSError as e:
             self._quotas = before
             raise KafkaStorageError(f"Could not save the client quotas: {e}") from None
         self._on_quotas(self._quotas)
 
-    def _save(self) -> None:
-        """Rewrite the file atomically and durably (temp file, fsync, rename, directory
-        fsync): the commit point of every change."""
-        state = {
+    def _config_change(self, resource: ConfigResource) -> Change:
+        if resource.type == TOPIC:
+            topic = self.cache.topics.get(resource.name)
+            if topic is not None:
+                return _topic_change(topic)
+        return {
+            "op": "config",
+            "name": resource.entity_path,
+            "value": dict(self.cache.dynamic_configs(resource)),
+        }
+
+    def _state(self) -> dict[str, Any]:
+        """Everything, in the snapshot's layout."""
+        return {
             "version": 1,
             "cluster_id": self.cache.cluster_id,
             "producer_id_block_end": self._producer_id_block_end,
-            "topics": {
-                t.name: {
-                    "id": str(t.topic_id),
-                    "partitions": len(t.partitions),
-                    "configs": t.configs,
-                    # One leader epoch per topic: its partitions are led together.
-                    "leader_epoch": max(p.leader_epoch for p in t.partitions.values()),
-                }
-                for t in self.cache.topics.values()
-            },
+            "topics": {t.name: _topic_entry(t) for t in self.cache.topics.values()},
             "configs": {r.entity_path: c for r, c in self.cache.configs.items()},
             "client_quotas": {entity_path(e): values for e, values in self._quotas.items()},
         }
-        write_atomically(self.path, json.dumps(state, indent=1, sort_keys=True).encode())
+
+    def close(self) -> None:
+        """Write the changes still queued and stop the metadata writer."""
+        self._store.close()
 
 
-def _load(path: Path) -> dict:
-    """The saved state; a file that does not parse is fatal: starting without it would
-    forget every topic and set their logs aside."""
-    try:
-        state = json.loads(path.read_bytes())
-        if not isinstance(state, dict) or not isinstance(state.get("cluster_id"), str):
-            raise ValueError("no cluster_id")
-        return state
-    except (ValueError, UnicodeDecodeError) as e:
-        raise KafkaStorageError(
-            f"The metadata file {path} is unreadable ({e}); restore it from a backup "
-            "or remove the log directories' contents to start a new broker"
-        ) from None
+def _topic_entry(topic: TopicInfo) -> dict[str, Any]:
+    return {
+        "id": str(topic.topic_id),
+        "partitions": len(topic.partitions),
+        "configs": dict(topic.configs),
+        # One leader epoch per topic: its partitions are led together.
+        "leader_epoch": max(p.leader_epoch for p in topic.partitions.values()),
+    }
+
+
+def _topic_change(topic: TopicInfo) -> Change:
+    return {"op": "topic", "name": topic.name, "value": _topic_entry(topic)}
+
+
+def _part(topic: TopicInfo, indexes: Iterable[int]) -> TopicInfo:
+    """`topic` with only the partitions `indexes`."""
+    return TopicInfo(
+        topic.name,
+        topic.topic_id,
+        {i: topic.partitions[i] for i in indexes},
+        topic.configs,
+        topic.internal,
+    )
+
+
+async def _in_slices(topic: TopicInfo, action: Callable[[TopicInfo], None]) -> None:
+    """``action`` on the topic's partitions, a slice at a time, each sized (from the last
+    one's pace) to take about SLICE_S, yielding to the event loop between slices."""
+    indexes = sorted(topic.partitions)
+    if len(indexes) <= 1:
+        if indexes:
+            action(topic)
+        return
+    size, done = 8, 0
+    while done < len(indexes):
+        part = indexes[done : done + size]
+        started = time.monotonic()
+        action(_part(topic, part))
+        done += len(part)
+        elapsed = time.monotonic() - started
+        size = max(1, min(4 * size, int(len(part) * SLICE_S / max(elapsed, 1e-6)), 1000))
+        if done < len(indexes):
+            await asyncio.sleep(0)
 
 
 T = TypeVar("T")
@@ -449,6 +532,13 @@ T = TypeVar("T")
 def _attempt(operation: Callable[..., T], *args: object) -> T | TopicError:
     try:
         return operation(*args)
+    except TopicError as e:
+        return e
+
+
+async def _attempt_async(operation: Callable[..., Awaitable[T]], *args: object) -> T | TopicError:
+    try:
+        return await operation(*args)
     except TopicError as e:
         return e
 

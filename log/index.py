@@ -65,6 +65,10 @@ class _Index:
             self._on_load()
         return data
 
+    def forget_owner(self) -> None:
+        """Its segment was deleted: loading no longer tells it (see release_for_delete)."""
+        self._on_load = _nothing
+
     @property
     def loaded(self) -> bool:
         return self._data is not None
@@ -263,3 +267,7 @@ class TimeIndex(_Index):
             if ts <= prev_ts or rel_off < prev_off or rel_off >= rel_end:
                 raise CorruptIndexError(f"{self.path}: entry ({ts}, {rel_off}) out of order")
             prev_ts, prev_off = ts, rel_off
+
+
+def _nothing() -> None:
+    pass

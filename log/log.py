@@ -907,6 +907,17 @@ class Log:
             for index in (segment.offset_index, segment.time_index, segment.txn_index):
                 index.path = directory / index.path.name
 
+    def release_for_delete(self) -> None:
+        """The LogManager deleted it (its directory renamed, removed later): descriptors go
+        now, and the callbacks that tie it and its segments into reference cycles are cut,
+        so its memory goes as soon as nothing holds it (a deleted topic of 10,000 partitions
+        is tens of MB, else kept until the next full garbage collection). Its later I/O
+        errors are ignored: its directory is no longer a log's."""
+        self.leader_epochs.on_change = _nothing
+        self.leader_epochs._on_io_error = _ignore
+        for segment in self.segments + [p.segment for p in self.pending_deletes]:
+            segment.release_for_delete()
+
     def release_files(self) -> None:
         """Close every descriptor, keeping nothing (before the directory is removed)."""
         for segment in self.segments + [p.segment for p in self.pending_deletes]:
@@ -946,3 +957,11 @@ def largest_timestamp(segment: LogSegment) -> int:
     if segment.max_timestamp >= 0:
         return segment.max_timestamp
     return os.stat(segment.log_path).st_mtime_ns // 1_000_000
+
+
+def _nothing() -> None:
+    pass
+
+
+def _ignore(_exc: OSError) -> None:
+    pass

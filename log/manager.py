@@ -43,6 +43,33 @@ logger = logging.getLogger(__name__)
 _PROCESS_LIMITS = (errno.EMFILE, errno.ENFILE)
 
 
+class _Deleted:
+    """Logs deleted together (between two flush rounds), waiting out file.delete.delay.ms:
+    their directories, renamed `<topic>-<partition>.<token>-delete`, go at `due_ms`. Nothing
+    per partition is kept (a Log is a few KB: a deleted topic of 10,000 partitions would
+    hold tens of MB, and its descriptors, for the delay): a read in flight holds its segment,
+    which reopens the renamed file until the directory goes."""
+
+    __slots__ = ("token", "log_dirs", "names", "delay_ms", "due_ms")
+
+    def __init__(self) -> None:
+        self.token = uuid.uuid4().hex
+        self.log_dirs: set[Path] = set()
+        self.names: set[TopicPartition] | None = set()  # None once sealed
+        self.delay_ms = 0
+        self.due_ms: int | None = None
+
+    def remove_dirs(self) -> None:
+        suffix = f".{self.token}{DELETE_DIR_SUFFIX}"
+        for log_dir in self.log_dirs:
+            try:
+                names = [e.name for e in os.scandir(log_dir) if e.name.endswith(suffix)]
+            except OSError:
+                continue
+            for name in names:
+                shutil.rmtree(log_dir / name, ignore_errors=True)
+
+
 def parse_partition_dir(name: str) -> TopicPartition | None:
     """`<topic>-<partition>` → (topic, partition); topics may contain '-' and '.'."""
     topic, sep, partition = name.rpartition("-")
@@ -67,7 +94,7 @@ class LogManager:
         self._futures: dict[TopicPartition, tuple[Path, Path]] = {}
         self._partition_count = dict.fromkeys(self.log_dirs, 0)
         self._lock_fds: list[int] = []
-        self._deleting: list[tuple[Log, int | None]] = []
+        self._deleting: list[_Deleted] = []
         self._now_ms = 0
         self.offline_dirs: set[Path] = set()
         self._flush_wanted: set[Log] = set()
@@ -197,8 +224,8 @@ class LogManager:
         for log in self._logs.values():
             if log.offline:
                 log.close()  # releases the descriptors only
-        for log, _ in self._deleting:
-            log.delete()
+        for deleted in self._deleting:
+            deleted.remove_dirs()
         self._deleting = []
         self._logs.clear()
         self._dir_of.clear()
@@ -239,17 +266,30 @@ class LogManager:
         return log
 
     def delete(self, topic: str, partition: int) -> None:
-        """Rename the directory to `<topic>-<partition>.<uuid>-delete`; its files go after
-        file.delete.delay.ms (run_flush), so fds handed out by reads stay valid meanwhile."""
+        """Rename the directory to `<topic>-<partition>.<token>-delete`; its files go after
+        file.delete.delay.ms (run_flush), so fds handed out by reads stay valid meanwhile.
+        The Log itself is dropped at once (its per-partition state with it)."""
         tp = (topic, partition)
         self.abandon_future(topic, partition)
+        self._epochs_unwritten.pop(tp, None)
         log = self._logs.pop(tp, None)
         if log is None:
             return
+        self._flush_wanted.discard(log)
         log_dir = self._dir_of.pop(tp)
         self._partition_count[log_dir] -= 1
-        log.rename_dir(log_dir / f"{topic}-{partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
-        self._deleting.append((log, None))
+        deleted = self._deleting[-1] if self._deleting else None
+        if deleted is None or deleted.names is None or tp in deleted.names:
+            if deleted is not None:
+                deleted.names = None  # a name repeats: the next ones take a new token
+            deleted = _Deleted()
+            self._deleting.append(deleted)
+        assert deleted.names is not None
+        deleted.names.add(tp)
+        log.rename_dir(log_dir / f"{topic}-{partition}.{deleted.token}{DELETE_DIR_SUFFIX}")
+        deleted.log_dirs.add(log_dir)
+        deleted.delay_ms = max(deleted.delay_ms, log.config.file_delete_delay_ms)
+        log.release_for_delete()
 
     def discard(self, topic: str, partitions: Iterable[int]) -> None:
         """Close and remove at once the logs of a topic whose creation was not committed (no
@@ -426,13 +466,15 @@ class LogManager:
             if self._logs.get(tp) is log and not log.offline:
                 log.leader_epochs.add_write(jobs.setdefault(self._dir_of[tp], DiskJob()))
         remaining = []
-        for log, due in self._deleting:
-            if due is None:
-                due = now_ms + log.config.file_delete_delay_ms
-            if now_ms >= due:
-                log.delete(jobs.setdefault(log.directory.parent, DiskJob()))
+        for deleted in self._deleting:
+            deleted.names = None  # sealed: the next deletions start a new batch
+            if deleted.due_ms is None:
+                deleted.due_ms = now_ms + deleted.delay_ms
+            if now_ms >= deleted.due_ms:
+                job = jobs.setdefault(min(deleted.log_dirs, default=self.log_dirs[0]), DiskJob())
+                job.step(deleted.remove_dirs)
             else:
-                remaining.append((log, due))
+                remaining.append(deleted)
         self._deleting = remaining
         return {d: job for d, job in jobs.items() if job}
 

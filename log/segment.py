@@ -466,6 +466,16 @@ class LogSegment:
         """The segment's files (the `.txnindex` may not exist)."""
         return self.log_path, self.offset_index.path, self.time_index.path, self.txn_index.path
 
+    def release_for_delete(self) -> None:
+        """Its log was deleted: the descriptor goes now, not after file.delete.delay.ms; a
+        read in flight reopens the renamed file (as after going cold) until it is removed.
+        The callbacks tying it to its log and its indexes to it (reference cycles) are cut,
+        so it is freed once nothing holds it, not at the next full garbage collection."""
+        self._release_fd()
+        self._on_io_error = _ignore_io_error
+        self.offset_index.forget_owner()
+        self.time_index.forget_owner()
+
     def close_fd(self) -> None:
         """Release the descriptor for good (a pinned one when its fsync finishes)."""
         self._gone = True

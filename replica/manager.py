@@ -50,6 +50,8 @@ TopicPartition = tuple[str, int]
 AlterPartition = Callable[[list[IsrProposal]], Awaitable[list["CommittedIsr | ErrorCode"]]]
 # How long a refused ISR change stays pending before it may be proposed again.
 ALTER_RETRY_BACKOFF_MS = 500
+# How long creating new partitions' logs may hold the event loop before it yields.
+LOG_CREATION_SLICE_S = 0.005
 
 
 @dataclass(slots=True)
@@ -142,6 +144,27 @@ class ReplicaManager:
             info.leader_epoch, list(info.isr), list(info.replicas), 0, self._now_ms()
         )
         self._on_data((topic, info.index))
+
+    async def create_logs(self, states: Iterable[LeaderAndIsrState]) -> None:
+        """Before a LeaderAndIsr is applied: create the logs of the partitions new to this
+        broker a slice at a time, yielding to the event loop between slices (10,000 new
+        partitions take seconds of file creation), so that applying it (at once, in
+        become_leader_or_follower) finds them made. A log that fails here is left to that
+        pass, which reports its error."""
+        started = time.monotonic()
+        for s in states:
+            tp = (s.topic, s.partition)
+            if tp in self._partitions or self.broker_id not in s.replicas:
+                continue
+            if self.logs.get(*tp) is not None or self.logs.is_offline(*tp):
+                continue
+            try:
+                self.logs.get_or_create(s.topic, s.partition, self.log_config(s.configs))
+            except (OSError, KafkaStorageError):
+                continue
+            if time.monotonic() - started >= LOG_CREATION_SLICE_S:
+                await asyncio.sleep(0)
+                started = time.monotonic()
 
     def become_leader_or_follower(
         self, controller_epoch: int, states: Iterable[LeaderAndIsrState]
@@ -280,8 +303,11 @@ class ReplicaManager:
         partition = self._partitions.pop(tp, None)
         if partition is not None:
             partition.leader = -1  # requests still holding it see it is not led here
-        if delete and self.logs.get(topic, index) is not None:
-            self.logs.delete(topic, index)
+        self._proposed.pop(tp, None)
+        if delete:
+            self._checkpointed_hw.pop(tp, None)  # a topic created again starts at 0
+            if self.logs.get(topic, index) is not None:
+                self.logs.delete(topic, index)
         self._on_data(tp)
 
     def move_to_log_dir(self, partition: Partition, log_dir: Path) -> None:

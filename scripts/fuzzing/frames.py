@@ -13,7 +13,7 @@ from functools import cache
 
 import zstandard
 
-from fuzzing import metrics_http
+from fuzzing import admin_mega, metrics_http
 from fuzzing.bodies import INT32_MAX, BodyWriter, crc32c_of, uvarint
 from wire.compression import GZIP, LZ4, ZSTD, compress
 from wire.records import build_batch
@@ -190,6 +190,7 @@ FAMILIES: dict[str, tuple[Family, float]] = {
     "compression_bombs": (compression_bombs, 0.001),
     "pipelining_flood": (pipelining_flood, 0.0004),
     metrics_http.FAMILY: (metrics_http.placeholder, 0.01),
+    admin_mega.FAMILY: (admin_mega.placeholder, 0.0002),  # episodes of seconds each
 }
 # Run only when named (--family): they need a broker configured for them.
 OPT_IN = frozenset({metrics_http.FAMILY})

@@ -15,7 +15,7 @@ from pathlib import Path
 from benchmark.procstats import cpu_seconds, memory_kib
 
 from compat_tests.broker import BrokerError, BrokerProcess, free_port
-from fuzzing import metrics_http
+from fuzzing import admin_mega, metrics_http
 from fuzzing.canary import TOPIC, Canary, CanaryState, create_topic, verify
 from fuzzing.frames import BOMB_TOPICS, FAMILIES, FUZZ_TOPICS, bomb_batches
 from tests.kafka_wire import WireClient
@@ -98,6 +98,10 @@ def fuzz_worker(
         family = rng.choices(names, weights)[0]
         if family == metrics_http.FAMILY:
             frames[family] += metrics_http.attack(plan.metrics_port, rng)
+            connections += 1
+            continue
+        if family == admin_mega.FAMILY:
+            frames[family] += admin_mega.attack(port, rng)
             connections += 1
             continue
         generated = FAMILIES[family][0](rng)

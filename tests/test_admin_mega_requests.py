@@ -16,6 +16,7 @@ import random
 import statistics
 import threading
 import time
+import urllib.request
 import zlib
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from log.errors import KafkaStorageError
 from tests.kafka_wire import WireClient, create_topic
 from tests.test_api_behaviour import fetch, produce, records
 from tests.test_internal_topics import delete, metadata, req
+from tests.test_metrics_hostile import METRICS_ON_PORT_0, read_metrics_port
 from wire import versions as v
 from wire.records import split_batches
 from wire.schema import request_type
@@ -238,12 +240,21 @@ RSS_SLACK_MB = 20
 
 @pytest.mark.timeout(1200)  # 10,000-partition work on a shared 2-core machine
 def test_topic_churn_keeps_memory_flat(tmp_path: Path) -> None:
-    with BrokerProcess(tmp_path) as broker:
+    """Each cycle is a new topic (so nothing keyed by name is merely overwritten), written
+    to, read from and scraped (so its metric series exist) before it is deleted."""
+    with BrokerProcess(tmp_path, METRICS_ON_PORT_0) as broker:
         client = WireClient(broker.port, timeout=300)
+        scrape_port = read_metrics_port(broker)
         seen = []
-        for _ in range(CYCLES):
-            assert create_topic(client, "churn", BIG).error_code == ErrorCode.none
-            assert delete(client, "churn").error_code == ErrorCode.none
+        for cycle in range(CYCLES):
+            name = f"churn-{cycle}"
+            assert create_topic(client, name, BIG).error_code == ErrorCode.none
+            for partition in range(0, BIG, BIG // 20):
+                produce(client, name, records(3), partition)
+                fetch(client, name, 0, partition=partition)
+            with urllib.request.urlopen(f"http://127.0.0.1:{scrape_port}/metrics") as answer:
+                assert f'topic="{name}"'.encode() in answer.read()
+            assert delete(client, name).error_code == ErrorCode.none
             seen.append(round(rss_mb(broker.pid)))
         print(f"VmRSS after each create+delete of {BIG} partitions (MB): {seen}")
         # The first cycles reach the working size (the allocator keeps what it grew to, and
@@ -252,7 +263,8 @@ def test_topic_churn_keeps_memory_flat(tmp_path: Path) -> None:
         half = CYCLES // 2
         assert max(seen[half:]) - max(seen[:half]) <= RSS_SLACK_MB, seen
         assert seen[-1] - seen[1] <= 2 * RSS_SLACK_MB, seen
-        assert metadata(client, "churn", False).error_code == ErrorCode.unknown_topic_or_partition
+        gone = metadata(client, f"churn-{CYCLES - 1}", False)
+        assert gone.error_code == ErrorCode.unknown_topic_or_partition
         client.close()
     assert "Traceback" not in broker.log_path.read_text()
 

@@ -6,8 +6,10 @@ from setuptools import Extension, setup
 
 setup(
     ext_modules=[
-        Extension("wire._recordwalk", ["wire/_recordwalk.c"], extra_compile_args=["-O2"]),
-        Extension("server._histograms", ["server/_histograms.c"], extra_compile_args=["-O2"]),
-        Extension("log._offsetmap", ["log/_offsetmap.c"], extra_compile_args=["-O2"]),
+        Extension("gregor.wire._recordwalk", ["wire/_recordwalk.c"], extra_compile_args=["-O2"]),
+        Extension(
+            "gregor.server._histograms", ["server/_histograms.c"], extra_compile_args=["-O2"]
+        ),
+        Extension("gregor.log._offsetmap", ["log/_offsetmap.c"], extra_compile_args=["-O2"]),
     ]
 )

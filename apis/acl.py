@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from apis.context import NO_AUTHORIZED_OPERATIONS
+from gregor.apis.context import NO_AUTHORIZED_OPERATIONS
 
 # org.apache.kafka.common.acl.AclOperation codes
 READ = 3

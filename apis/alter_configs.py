@@ -15,9 +15,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from apis.configs import check_own_broker_id
-from apis.context import NO_THROTTLE, RequestContext, Services, later, nested
-from controller.configs import (
+from gregor.apis.configs import check_own_broker_id
+from gregor.apis.context import NO_THROTTLE, RequestContext, Services, later, nested
+from gregor.controller.configs import (
     BROKER,
     DEFAULT_BROKER,
     DELETE,
@@ -29,9 +29,9 @@ from controller.configs import (
     broker_synonyms,
     check_broker_configs,
 )
-from controller.topics import TopicError
-from wire.schema import response_type
-from wire.versions import ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS
+from gregor.controller.topics import TopicError
+from gregor.wire.schema import response_type
+from gregor.wire.versions import ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS
 
 Change = tuple[ConfigResource, dict[str, str]]
 

@@ -9,10 +9,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from apis.context import RequestContext, Services, build, later
-from apis.inter_broker import cluster_member
-from wire.schema import response_type
-from wire.versions import ALTER_PARTITION
+from gregor.apis.context import RequestContext, Services, build, later
+from gregor.apis.inter_broker import cluster_member
+from gregor.wire.schema import response_type
+from gregor.wire.versions import ALTER_PARTITION
 
 
 def handle(services: Services, ctx: RequestContext, request: Any) -> Any:

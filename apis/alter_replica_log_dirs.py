@@ -14,9 +14,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from apis.context import NO_THROTTLE, RequestContext, Services, nested
-from wire.schema import response_type
-from wire.versions import ALTER_REPLICA_LOG_DIRS
+from gregor.apis.context import NO_THROTTLE, RequestContext, Services, nested
+from gregor.wire.schema import response_type
+from gregor.wire.versions import ALTER_REPLICA_LOG_DIRS
 
 
 def handle(services: Services, ctx: RequestContext, request: Any) -> Any:

@@ -11,9 +11,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from apis.context import NO_THROTTLE, RequestContext, Services, build, nested
-from wire.schema import response_type
-from wire.versions import API_VERSIONS, advertised
+from gregor.apis.context import NO_THROTTLE, RequestContext, Services, build, nested
+from gregor.wire.schema import response_type
+from gregor.wire.versions import API_VERSIONS, advertised
 
 # Built once: the table does not change while the broker runs.
 _ADVERTISED = sorted(advertised().items())

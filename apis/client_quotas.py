@@ -16,8 +16,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from apis.context import NO_THROTTLE, RequestContext, Services, build, later, nested
-from controller.quota_entities import (
+from gregor.apis.context import NO_THROTTLE, RequestContext, Services, build, later, nested
+from gregor.controller.quota_entities import (
     DEFAULT,
     IP_QUOTA_KEYS,
     QUOTA_KEYS,
@@ -27,9 +27,9 @@ from controller.quota_entities import (
     normalize_ip,
     sanitize,
 )
-from log.errors import KafkaStorageError
-from wire.schema import response_type
-from wire.versions import ALTER_CLIENT_QUOTAS, DESCRIBE_CLIENT_QUOTAS
+from gregor.log.errors import KafkaStorageError
+from gregor.wire.schema import response_type
+from gregor.wire.versions import ALTER_CLIENT_QUOTAS, DESCRIBE_CLIENT_QUOTAS
 
 logger = logging.getLogger(__name__)
 

@@ -8,8 +8,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from apis.acl import CLUSTER_OPERATIONS, authorized_operations
-from apis.context import (
+from gregor.apis.acl import CLUSTER_OPERATIONS, authorized_operations
+from gregor.apis.context import (
     NO_THROTTLE,
     RequestContext,
     Services,
@@ -17,8 +17,8 @@ from apis.context import (
     later,
     nested,
 )
-from wire.schema import response_type
-from wire.versions import DESCRIBE_CLUSTER, INIT_PRODUCER_ID
+from gregor.wire.schema import response_type
+from gregor.wire.versions import DESCRIBE_CLUSTER, INIT_PRODUCER_ID
 
 # Kafka's EndpointType ids (DescribeCluster v1+): which kind of endpoint the client thinks
 # it is talking to. A Gregor broker is always a BROKER endpoint (there is no separate

@@ -9,8 +9,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from apis.context import NO_THROTTLE, RequestContext, Services, build, nested
-from controller.configs import (
+from gregor.apis.context import NO_THROTTLE, RequestContext, Services, build, nested
+from gregor.controller.configs import (
     ALL_DYNAMIC_BROKER_KEYS,
     BROKER,
     BROKER_KEYS,
@@ -22,10 +22,10 @@ from controller.configs import (
     broker_key,
     broker_synonyms,
 )
-from controller.topics import TopicError
-from log.config import TOPIC_CONFIGS, resolve_config
-from wire.schema import response_type
-from wire.versions import DESCRIBE_CONFIGS
+from gregor.controller.topics import TopicError
+from gregor.log.config import TOPIC_CONFIGS, resolve_config
+from gregor.wire.schema import response_type
+from gregor.wire.versions import DESCRIBE_CONFIGS
 
 # DescribeConfigs config sources
 DYNAMIC_TOPIC_CONFIG = 1

@@ -14,15 +14,15 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from kio.schema.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from controller.base import Controller
-    from controller.metadata import MetadataCache
-    from controller.zk_broker import ZkBroker
-    from coordinator.coordinator import GroupCoordinator
-    from coordinator.txn_coordinator import TransactionCoordinator
-    from replica.manager import ReplicaManager
-    from server.config import BrokerConfig
-    from server.metrics import BrokerMetrics
-    from server.quotas import ClientQuotas
+    from gregor.controller.base import Controller
+    from gregor.controller.metadata import MetadataCache
+    from gregor.controller.zk_broker import ZkBroker
+    from gregor.coordinator.coordinator import GroupCoordinator
+    from gregor.coordinator.txn_coordinator import TransactionCoordinator
+    from gregor.replica.manager import ReplicaManager
+    from gregor.server.config import BrokerConfig
+    from gregor.server.metrics import BrokerMetrics
+    from gregor.server.quotas import ClientQuotas
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -7,10 +7,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from apis.context import RequestContext, Services, later
-from apis.inter_broker import cluster_member
-from controller.zk_controller import ControllerError
-from wire.interbroker import ControlledShutdownResponse, RemainingPartition
+from gregor.apis.context import RequestContext, Services, later
+from gregor.apis.inter_broker import cluster_member
+from gregor.controller.zk_controller import ControllerError
+from gregor.wire.interbroker import ControlledShutdownResponse, RemainingPartition
 
 
 def handle(services: Services, ctx: RequestContext, request: Any) -> Any:

@@ -12,12 +12,12 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from apis.context import NO_THROTTLE, RequestContext, Services, build, nested
-from apis.errors import STORAGE_ERRORS, error_code, not_hosted
-from controller.topics import INTERNAL_TOPICS
-from replica.partition import Partition
-from wire.schema import response_type
-from wire.versions import DELETE_RECORDS
+from gregor.apis.context import NO_THROTTLE, RequestContext, Services, build, nested
+from gregor.apis.errors import STORAGE_ERRORS, error_code, not_hosted
+from gregor.controller.topics import INTERNAL_TOPICS
+from gregor.replica.partition import Partition
+from gregor.wire.schema import response_type
+from gregor.wire.versions import DELETE_RECORDS
 
 
 class _Deletion:

@@ -7,10 +7,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from apis.context import NO_THROTTLE, RequestContext, Services, nested
-from apis.errors import not_hosted
-from wire.schema import response_type
-from wire.versions import DESCRIBE_PRODUCERS
+from gregor.apis.context import NO_THROTTLE, RequestContext, Services, nested
+from gregor.apis.errors import not_hosted
+from gregor.wire.schema import response_type
+from gregor.wire.versions import DESCRIBE_PRODUCERS
 
 
 def handle(services: Services, ctx: RequestContext, request: Any) -> Any:

@@ -11,11 +11,17 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from apis.acl import TOPIC_OPERATIONS
-from apis.context import NO_AUTHORIZED_OPERATIONS, NO_THROTTLE, RequestContext, Services, nested
-from controller.metadata import ZERO_UUID, PartitionInfo, TopicInfo
-from wire.schema import response_type
-from wire.versions import DESCRIBE_TOPIC_PARTITIONS
+from gregor.apis.acl import TOPIC_OPERATIONS
+from gregor.apis.context import (
+    NO_AUTHORIZED_OPERATIONS,
+    NO_THROTTLE,
+    RequestContext,
+    Services,
+    nested,
+)
+from gregor.controller.metadata import ZERO_UUID, PartitionInfo, TopicInfo
+from gregor.wire.schema import response_type
+from gregor.wire.versions import DESCRIBE_TOPIC_PARTITIONS
 
 # Kafka's max.request.partition.size.limit default: the most partitions one answer holds.
 MAX_PARTITIONS = 2000

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any, Protocol
 
-from apis import (
+from gregor.apis import (
     alter_configs,
     alter_partition,
     alter_replica_log_dirs,
@@ -46,20 +46,20 @@ from apis import (
     update_metadata,
     write_txn_markers,
 )
-from apis.context import CloseConnection, RawResponse, RequestContext, Services, field_names
-from apis.timing import FOLLOWER_FETCH, LOCAL_DONE, SENT, THROTTLE_MS, RequestTiming
-from server.ratelimit import RateLimitedLog
-from wire import versions
-from wire.fetch import decode_fetch_request
-from wire.headers import (
+from gregor.apis.context import CloseConnection, RawResponse, RequestContext, Services, field_names
+from gregor.apis.timing import FOLLOWER_FETCH, LOCAL_DONE, SENT, THROTTLE_MS, RequestTiming
+from gregor.server.ratelimit import RateLimitedLog
+from gregor.wire import versions
+from gregor.wire.fetch import decode_fetch_request
+from gregor.wire.headers import (
     MalformedHeaderError,
     decode_request_header,
     encode_response_header,
     peek_api,
 )
-from wire.offset_commit import decode_offset_commit_request
-from wire.produce import decode_produce_request
-from wire.schema import SchemaDecodeError, decode, encode, is_flexible, request_type
+from gregor.wire.offset_commit import decode_offset_commit_request
+from gregor.wire.produce import decode_produce_request
+from gregor.wire.schema import SchemaDecodeError, decode, encode, is_flexible, request_type
 
 logger = logging.getLogger(__name__)
 # A flood of bad frames must not flood the log: one line per kind per interval, with the

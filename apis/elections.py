@@ -7,10 +7,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from apis.context import NO_THROTTLE, RequestContext, Services, build, later, nested
-from controller.base import ElectionType
-from wire.schema import response_type
-from wire.versions import ELECT_LEADERS
+from gregor.apis.context import NO_THROTTLE, RequestContext, Services, build, later, nested
+from gregor.controller.base import ElectionType
+from gregor.wire.schema import response_type
+from gregor.wire.versions import ELECT_LEADERS
 
 
 def handle(services: Services, ctx: RequestContext, request: Any) -> Any:

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
-from log.errors import (
+from gregor.log.errors import (
     CorruptRecordError,
     InvalidRecordError,
     LogError,
@@ -14,7 +14,7 @@ from log.errors import (
 )
 
 if TYPE_CHECKING:
-    from apis.context import Services
+    from gregor.apis.context import Services
 
 
 def not_hosted(services: Services, topic: str, index: int) -> ErrorCode:

@@ -12,15 +12,15 @@ from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
-from apis.context import RawResponse, RequestContext, Services
-from apis.errors import STORAGE_ERRORS, error_code, not_hosted
-from apis.leader_hints import LEADER_ERRORS, leader_hint
-from log.errors import OffsetOutOfRangeError
-from log.log import ReadResult
-from replica.delayed_fetch import DelayedFetch, PartitionFetch, SessionFetch
-from replica.fetch_session import FetchSession, FetchSessions
-from replica.partition import Partition, check_leader
-from wire.fetch import (
+from gregor.apis.context import RawResponse, RequestContext, Services
+from gregor.apis.errors import STORAGE_ERRORS, error_code, not_hosted
+from gregor.apis.leader_hints import LEADER_ERRORS, leader_hint
+from gregor.log.errors import OffsetOutOfRangeError
+from gregor.log.log import ReadResult
+from gregor.replica.delayed_fetch import DelayedFetch, PartitionFetch, SessionFetch
+from gregor.replica.fetch_session import FetchSession, FetchSessions
+from gregor.replica.partition import Partition, check_leader
+from gregor.wire.fetch import (
     FetchPartition,
     FetchPartitionRequest,
     FetchRequest,
@@ -28,10 +28,10 @@ from wire.fetch import (
     FetchTopicRequest,
     encode_fetch_response,
 )
-from wire.leader_hints import NodeEndpoint
+from gregor.wire.leader_hints import NodeEndpoint
 
 if TYPE_CHECKING:
-    from server.metrics import BrokerMetrics
+    from gregor.server.metrics import BrokerMetrics
 
 # KIP-227 session epochs of a full request: open a new session, or fetch without one.
 FULL_EPOCH = 0

@@ -11,8 +11,8 @@ from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
-from apis.acl import GROUP_OPERATIONS, authorized_operations
-from apis.context import (
+from gregor.apis.acl import GROUP_OPERATIONS, authorized_operations
+from gregor.apis.context import (
     NO_THROTTLE,
     RequestContext,
     Services,
@@ -20,15 +20,15 @@ from apis.context import (
     later,
     nested,
 )
-from controller.base import NewTopic
-from controller.topics import TopicError
-from coordinator.coordinator import GroupCoordinator
-from coordinator.group import GroupState
-from coordinator.membership import JoinResult, SyncResult
-from coordinator.records import OFFSETS_TOPIC
-from coordinator.txn_records import TRANSACTION_STATE_TOPIC
-from wire.schema import response_type
-from wire.versions import (
+from gregor.controller.base import NewTopic
+from gregor.controller.topics import TopicError
+from gregor.coordinator.coordinator import GroupCoordinator
+from gregor.coordinator.group import GroupState
+from gregor.coordinator.membership import JoinResult, SyncResult
+from gregor.coordinator.records import OFFSETS_TOPIC
+from gregor.coordinator.txn_records import TRANSACTION_STATE_TOPIC
+from gregor.wire.schema import response_type
+from gregor.wire.versions import (
     DELETE_GROUPS,
     DESCRIBE_GROUPS,
     FIND_COORDINATOR,

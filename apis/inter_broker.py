@@ -8,7 +8,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from apis.context import CloseConnection, Services
+from gregor.apis.context import CloseConnection, Services
 
 logger = logging.getLogger(__name__)
 

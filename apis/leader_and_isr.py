@@ -7,12 +7,12 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from apis.context import RequestContext, Services, later
-from apis.inter_broker import cluster_member, stale_epoch
-from coordinator.records import OFFSETS_TOPIC
-from coordinator.txn_records import TRANSACTION_STATE_TOPIC
-from replica.state import LeaderAndIsrState
-from wire.interbroker import (
+from gregor.apis.context import RequestContext, Services, later
+from gregor.apis.inter_broker import cluster_member, stale_epoch
+from gregor.coordinator.records import OFFSETS_TOPIC
+from gregor.coordinator.txn_records import TRANSACTION_STATE_TOPIC
+from gregor.replica.state import LeaderAndIsrState
+from gregor.wire.interbroker import (
     LeaderAndIsrPartitionError,
     LeaderAndIsrResponse,
     LeaderAndIsrTopicError,

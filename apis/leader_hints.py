@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from apis.context import Services
-from wire.leader_hints import NodeEndpoint
+from gregor.apis.context import Services
+from gregor.wire.leader_hints import NodeEndpoint
 
 # The errors Kafka names the current leader with.
 LEADER_ERRORS = frozenset({ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch})

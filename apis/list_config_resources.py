@@ -25,10 +25,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from apis.context import NO_THROTTLE, RequestContext, Services, build, nested
-from controller.configs import GROUP, TOPIC
-from wire.schema import response_type
-from wire.versions import LIST_CONFIG_RESOURCES
+from gregor.apis.context import NO_THROTTLE, RequestContext, Services, build, nested
+from gregor.controller.configs import GROUP, TOPIC
+from gregor.wire.schema import response_type
+from gregor.wire.versions import LIST_CONFIG_RESOURCES
 
 # ConfigResource.Type ids not in controller/configs.py (Gregor stores no configs for them).
 BROKER = 4

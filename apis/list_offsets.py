@@ -12,10 +12,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from apis.context import NO_THROTTLE, RequestContext, Services, build, nested
-from apis.errors import STORAGE_ERRORS, error_code, not_hosted
-from wire.schema import response_type
-from wire.versions import LIST_OFFSETS
+from gregor.apis.context import NO_THROTTLE, RequestContext, Services, build, nested
+from gregor.apis.errors import STORAGE_ERRORS, error_code, not_hosted
+from gregor.wire.schema import response_type
+from gregor.wire.versions import LIST_OFFSETS
 
 LATEST = -1
 EARLIEST = -2

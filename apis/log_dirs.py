@@ -9,11 +9,11 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from apis.context import NO_THROTTLE, RequestContext, Services, build, nested
-from log.log import Log
-from log.segment import LOG_SUFFIX
-from wire.schema import response_type
-from wire.versions import DESCRIBE_LOG_DIRS
+from gregor.apis.context import NO_THROTTLE, RequestContext, Services, build, nested
+from gregor.log.log import Log
+from gregor.log.segment import LOG_SUFFIX
+from gregor.wire.schema import response_type
+from gregor.wire.versions import DESCRIBE_LOG_DIRS
 
 
 def handle(services: Services, ctx: RequestContext, request: Any) -> Any:

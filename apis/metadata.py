@@ -7,8 +7,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from apis.acl import CLUSTER_OPERATIONS, TOPIC_OPERATIONS, authorized_operations
-from apis.context import (
+from gregor.apis.acl import CLUSTER_OPERATIONS, TOPIC_OPERATIONS, authorized_operations
+from gregor.apis.context import (
     NO_THROTTLE,
     CloseConnection,
     RequestContext,
@@ -17,13 +17,13 @@ from apis.context import (
     later,
     nested,
 )
-from apis.groups import create_offsets_topic
-from apis.topics import new_topic
-from controller.metadata import TopicInfo
-from controller.topics import INTERNAL_TOPICS, TopicError, check_topic_name
-from coordinator.records import OFFSETS_TOPIC
-from wire.schema import response_type
-from wire.versions import METADATA
+from gregor.apis.groups import create_offsets_topic
+from gregor.apis.topics import new_topic
+from gregor.controller.metadata import TopicInfo
+from gregor.controller.topics import INTERNAL_TOPICS, TopicError, check_topic_name
+from gregor.coordinator.records import OFFSETS_TOPIC
+from gregor.wire.schema import response_type
+from gregor.wire.versions import METADATA
 
 logger = logging.getLogger(__name__)
 

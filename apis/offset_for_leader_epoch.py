@@ -12,12 +12,12 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from apis.context import NO_THROTTLE, RequestContext, Services, build, nested
-from apis.errors import not_hosted
-from log.leader_epoch import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
-from replica.partition import check_leader
-from wire.schema import response_type
-from wire.versions import OFFSET_FOR_LEADER_EPOCH
+from gregor.apis.context import NO_THROTTLE, RequestContext, Services, build, nested
+from gregor.apis.errors import not_hosted
+from gregor.log.leader_epoch import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+from gregor.replica.partition import check_leader
+from gregor.wire.schema import response_type
+from gregor.wire.versions import OFFSET_FOR_LEADER_EPOCH
 
 
 def handle(services: Services, ctx: RequestContext, request: Any) -> Any:

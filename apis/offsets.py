@@ -7,14 +7,14 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from apis.context import NO_THROTTLE, RawResponse, RequestContext, Services, build, nested
-from apis.groups import coordinator, then
-from coordinator.group import TopicPartition
-from coordinator.offsets import CommitRequest
-from coordinator.records import OffsetValue
-from wire.offset_commit import OffsetCommitRequest, encode_offset_commit_response
-from wire.schema import response_type
-from wire.versions import OFFSET_DELETE, OFFSET_FETCH
+from gregor.apis.context import NO_THROTTLE, RawResponse, RequestContext, Services, build, nested
+from gregor.apis.groups import coordinator, then
+from gregor.coordinator.group import TopicPartition
+from gregor.coordinator.offsets import CommitRequest
+from gregor.coordinator.records import OffsetValue
+from gregor.wire.offset_commit import OffsetCommitRequest, encode_offset_commit_response
+from gregor.wire.schema import response_type
+from gregor.wire.versions import OFFSET_DELETE, OFFSET_FETCH
 
 
 def _known(services: Services, topic: str, partition: int) -> bool:
@@ -22,7 +22,7 @@ def _known(services: Services, topic: str, partition: int) -> bool:
 
 
 def handle_commit(services: Services, ctx: RequestContext, request: OffsetCommitRequest) -> Any:
-    """Decoded by ``wire.offset_commit`` and answered as raw bytes: the synchronous-commit
+    """Decoded by ``gregor.wire.offset_commit`` and answered as raw bytes: the synchronous-commit
     hot path."""
     unknown: dict[TopicPartition, ErrorCode] = {}
     wanted: list[CommitRequest] = []

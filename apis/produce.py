@@ -19,22 +19,22 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from apis.context import CloseConnection, RawResponse, RequestContext, Services, later
-from apis.errors import STORAGE_ERRORS, error_code, not_hosted
-from apis.leader_hints import leader_hint
-from controller.topics import INTERNAL_TOPICS
-from log.validator import (
+from gregor.apis.context import CloseConnection, RawResponse, RequestContext, Services, later
+from gregor.apis.errors import STORAGE_ERRORS, error_code, not_hosted
+from gregor.apis.leader_hints import leader_hint
+from gregor.controller.topics import INTERNAL_TOPICS
+from gregor.log.validator import (
     CODEC_BY_NAME,
     Budget,
     RecordErrors,
     Validated,
     validate,
 )
-from replica.delayed_produce import ReplicationWait
-from replica.partition import Partition
-from wire.compression import NONE
-from wire.leader_hints import NodeEndpoint
-from wire.produce import (
+from gregor.replica.delayed_produce import ReplicationWait
+from gregor.replica.partition import Partition
+from gregor.wire.compression import NONE
+from gregor.wire.leader_hints import NodeEndpoint
+from gregor.wire.produce import (
     PartitionData,
     PartitionResult,
     ProduceRequest,

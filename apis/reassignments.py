@@ -8,11 +8,11 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from apis.context import NO_THROTTLE, RequestContext, Services, build, later, nested
-from controller.base import TopicPartition
-from controller.topics import TopicError
-from wire.schema import response_type
-from wire.versions import ALTER_PARTITION_REASSIGNMENTS, LIST_PARTITION_REASSIGNMENTS
+from gregor.apis.context import NO_THROTTLE, RequestContext, Services, build, later, nested
+from gregor.controller.base import TopicPartition
+from gregor.controller.topics import TopicError
+from gregor.wire.schema import response_type
+from gregor.wire.versions import ALTER_PARTITION_REASSIGNMENTS, LIST_PARTITION_REASSIGNMENTS
 
 
 def handle_alter(services: Services, ctx: RequestContext, request: Any) -> Any:

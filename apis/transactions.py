@@ -19,17 +19,17 @@ from typing import Any, Protocol, cast
 
 from kio.schema.errors import ErrorCode
 
-from apis.context import NO_THROTTLE, RequestContext, Services, build, later, nested
-from apis.groups import coordinator, then
-from coordinator.offsets import CommitRequest
-from coordinator.partitions import Producer
-from coordinator.records import OFFSETS_TOPIC
-from coordinator.txn_coordinator import TransactionCoordinator
-from coordinator.txn_records import TxnState
-from coordinator.txn_state import TV_2
-from replica.partition import Partition
-from wire.schema import response_type
-from wire.versions import (
+from gregor.apis.context import NO_THROTTLE, RequestContext, Services, build, later, nested
+from gregor.apis.groups import coordinator, then
+from gregor.coordinator.offsets import CommitRequest
+from gregor.coordinator.partitions import Producer
+from gregor.coordinator.records import OFFSETS_TOPIC
+from gregor.coordinator.txn_coordinator import TransactionCoordinator
+from gregor.coordinator.txn_records import TxnState
+from gregor.coordinator.txn_state import TV_2
+from gregor.replica.partition import Partition
+from gregor.wire.schema import response_type
+from gregor.wire.versions import (
     ADD_OFFSETS_TO_TXN,
     ADD_PARTITIONS_TO_TXN,
     DESCRIBE_TRANSACTIONS,

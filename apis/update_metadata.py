@@ -9,10 +9,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from apis.context import RequestContext, Services
-from apis.inter_broker import cluster_member, stale_epoch
-from controller.metadata import apply_update_metadata
-from wire.interbroker import UpdateMetadataResponse
+from gregor.apis.context import RequestContext, Services
+from gregor.apis.inter_broker import cluster_member, stale_epoch
+from gregor.controller.metadata import apply_update_metadata
+from gregor.wire.interbroker import UpdateMetadataResponse
 
 
 def handle(

@@ -18,11 +18,11 @@ from kio.schema.write_txn_markers.v1.response import (
     WriteTxnMarkersResponse,
 )
 
-from apis.context import RequestContext, Services, later
-from apis.errors import not_hosted
-from apis.inter_broker import cluster_member
-from coordinator.records import OFFSETS_TOPIC
-from replica.manager import MarkerAppend
+from gregor.apis.context import RequestContext, Services, later
+from gregor.apis.errors import not_hosted
+from gregor.apis.inter_broker import cluster_member
+from gregor.coordinator.records import OFFSETS_TOPIC
+from gregor.replica.manager import MarkerAppend
 
 
 def handle(services: Services, ctx: RequestContext, request: WriteTxnMarkersRequest) -> Any:

@@ -99,7 +99,7 @@ class BrokerProcess(ServerProcess):
             "num.partitions": "1",
             **self.overrides,
         }
-        cmd = [sys.executable, "-m", "server.cli", "serve"]
+        cmd = [sys.executable, "-m", "gregor.server.cli", "serve"]
         for key, value in config.items():
             cmd += ["--override", f"{key}={value}"]
         return cmd

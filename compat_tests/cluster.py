@@ -23,7 +23,7 @@ from typing import Any
 
 from compat_tests.broker import BrokerProcess
 from compat_tests.zookeeper import ZooKeeperProcess
-from wire.schema import decode, encode, request_type, response_type
+from gregor.wire.schema import decode, encode, request_type, response_type
 
 METADATA = 3
 METADATA_VERSION = 12

@@ -24,13 +24,13 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from compat_tests.broker import BrokerError, BrokerProcess
-from log.checkpoint import RECOVERY_POINT_CHECKPOINT, read_checkpoint
+from gregor.log.checkpoint import RECOVERY_POINT_CHECKPOINT, read_checkpoint
+from gregor.wire import versions as v
+from gregor.wire.records import build_batch, decode_records, split_batches
+from gregor.wire.schema import request_type
 from tests.kafka_wire import WireClient, fetch_one
 from tests.test_internal_topics import create_one
 from tests.test_topic_commit import list_offsets
-from wire import versions as v
-from wire.records import build_batch, decode_records, split_batches
-from wire.schema import request_type
 
 TOPIC = "power"
 PARTITIONS = 2

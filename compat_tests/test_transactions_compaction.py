@@ -16,8 +16,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from compat_tests.broker import BrokerProcess
 from compat_tests.matrix import compat
 from compat_tests.test_transactions_confluent import producer, read_records
-from log.checkpoint import read_checkpoint
-from log.cleaner_manager import CLEANER_OFFSET_CHECKPOINT
+from gregor.log.checkpoint import read_checkpoint
+from gregor.log.cleaner_manager import CLEANER_OFFSET_CHECKPOINT
 
 pytestmark = compat("confluent", "transactions")
 

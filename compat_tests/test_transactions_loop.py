@@ -31,8 +31,8 @@ from compat_tests.broker import REPO_ROOT
 from compat_tests.cluster import BrokerView, Cluster
 from compat_tests.matrix import compat
 from compat_tests.txn_checks import TXN_OVERRIDES, wait_for
+from gregor.wire.schema import request_type
 from tests.kafka_wire import WireClient
-from wire.schema import request_type
 
 RECORDS = int(os.environ.get("GREGOR_TXN_LOOP_RECORDS", "60000"))
 ROUNDS = int(os.environ.get("GREGOR_TXN_LOOP_ROUNDS", "2"))

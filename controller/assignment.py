@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 
 from kio.schema.errors import ErrorCode
 
-from controller.topics import TopicError
+from gregor.controller.topics import TopicError
 
 # broker id -> rack (None when the broker has no broker.rack)
 Racks = Mapping[int, str | None]

@@ -15,10 +15,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from controller.configs import ConfigResource
-from controller.metadata import MetadataCache, TopicInfo
-from controller.quota_entities import QuotaConfigs, QuotaEntity
-from controller.topics import TopicError
+from gregor.controller.configs import ConfigResource
+from gregor.controller.metadata import MetadataCache, TopicInfo
+from gregor.controller.quota_entities import QuotaConfigs, QuotaEntity
+from gregor.controller.topics import TopicError
 
 TopicPartition = tuple[str, int]
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from kio.static.primitive import i32, i64
 
-from wire.interbroker import (
+from gregor.wire.interbroker import (
     LeaderAndIsrLiveLeader,
     LeaderAndIsrPartitionState,
     LeaderAndIsrRequest,

@@ -14,8 +14,8 @@ from urllib.parse import quote, unquote
 
 from kio.schema.errors import ErrorCode
 
-from controller.topics import TopicError, check_configs
-from log.config import TOPIC_CONFIGS, ConfigDef, LogConfig
+from gregor.controller.topics import TopicError, check_configs
+from gregor.log.config import TOPIC_CONFIGS, ConfigDef, LogConfig
 
 logger = logging.getLogger(__name__)
 

@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
-from controller.base import (
+from gregor.controller.base import (
     Controller,
     ElectionType,
     NewPartitions,
@@ -39,11 +39,16 @@ from controller.base import (
     Reassignment,
     TopicPartition,
 )
-from controller.configs import TOPIC, ConfigResource, check_config_change
-from controller.metadata import BrokerInfo, MetadataCache, PartitionInfo, TopicInfo
-from controller.metadata_log import Change, MetadataStore
-from controller.quota_entities import QuotaConfigs, QuotaEntity, entity_path, parse_entity_path
-from controller.topics import (
+from gregor.controller.configs import TOPIC, ConfigResource, check_config_change
+from gregor.controller.metadata import BrokerInfo, MetadataCache, PartitionInfo, TopicInfo
+from gregor.controller.metadata_log import Change, MetadataStore
+from gregor.controller.quota_entities import (
+    QuotaConfigs,
+    QuotaEntity,
+    entity_path,
+    parse_entity_path,
+)
+from gregor.controller.topics import (
     INTERNAL_TOPICS,
     TopicError,
     check_assignments,
@@ -53,7 +58,7 @@ from controller.topics import (
     collision_error,
     excessive_partitions,
 )
-from log.errors import KafkaStorageError
+from gregor.log.errors import KafkaStorageError
 
 logger = logging.getLogger(__name__)
 

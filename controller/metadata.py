@@ -12,8 +12,8 @@ from collections.abc import Container, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from controller.configs import BROKER, DEFAULT_BROKER, TOPIC, ConfigResource
-from controller.topics import INTERNAL_TOPICS, unify_collision_chars
+from gregor.controller.configs import BROKER, DEFAULT_BROKER, TOPIC, ConfigResource
+from gregor.controller.topics import INTERNAL_TOPICS, unify_collision_chars
 
 # The leader an UpdateMetadata names for a partition of a topic being deleted (Kafka's
 # LeaderAndIsr.LeaderDuringDelete): the partition leaves the cache.

@@ -31,8 +31,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from log.checkpoint import write_atomically
-from log.errors import KafkaStorageError
+from gregor.log.checkpoint import write_atomically
+from gregor.log.errors import KafkaStorageError
 
 logger = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ from collections.abc import Container, Iterable, Mapping, Sequence
 
 from kio.schema.errors import ErrorCode
 
-from log.config import validate_topic_configs
+from gregor.log.config import validate_topic_configs
 
 MAX_NAME_LENGTH = 249
 _LEGAL = re.compile(r"[a-zA-Z0-9._-]+")

@@ -20,22 +20,22 @@ from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
-from controller.assignment import assign_new_partitions, assign_replicas
-from controller.base import (
+from gregor.controller.assignment import assign_new_partitions, assign_replicas
+from gregor.controller.base import (
     ElectionType,
     NewPartitions,
     NewTopic,
     Reassignment,
     TopicPartition,
 )
-from controller.configs import (
+from gregor.controller.configs import (
     BROKER,
     DEFAULT_BROKER,
     ConfigResource,
     check_config_change,
 )
-from controller.metadata import MetadataCache, PartitionInfo, TopicInfo
-from controller.quota_entities import (
+from gregor.controller.metadata import MetadataCache, PartitionInfo, TopicInfo
+from gregor.controller.quota_entities import (
     QuotaConfigs,
     QuotaEntity,
     entity_path,
@@ -43,7 +43,7 @@ from controller.quota_entities import (
     quotas_of,
     with_quotas,
 )
-from controller.topics import (
+from gregor.controller.topics import (
     INTERNAL_TOPICS,
     TopicError,
     check_assignments,
@@ -53,9 +53,9 @@ from controller.topics import (
     collision_error,
     excessive_partitions,
 )
-from controller.zk import SessionExpiredError, SessionState
-from controller.zk_controller import ControllerError
-from controller.zk_data import (
+from gregor.controller.zk import SessionExpiredError, SessionState
+from gregor.controller.zk_controller import ControllerError
+from gregor.controller.zk_data import (
     BrokerRegistration,
     KafkaZk,
     ProducerIdBlock,

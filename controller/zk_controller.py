@@ -30,7 +30,7 @@ from kio.schema.alter_partition.v3 import response as alter_v3
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8, i32, i32Timedelta
 
-from controller.channel import (
+from gregor.controller.channel import (
     TP,
     Broker,
     ControllerChannel,
@@ -39,7 +39,7 @@ from controller.channel import (
     RequestBatch,
     Send,
 )
-from controller.election import (
+from gregor.controller.election import (
     RECOVERED,
     RECOVERING,
     Elected,
@@ -48,8 +48,8 @@ from controller.election import (
     elect_preferred,
     elect_reassigned,
 )
-from controller.zk import SessionExpiredError, SessionState, TransactionFailed
-from controller.zk_data import (
+from gregor.controller.zk import SessionExpiredError, SessionState, TransactionFailed
+from gregor.controller.zk_data import (
     CONTROLLER_EPOCH_PATH,
     BrokerRegistration,
     ControllerMovedError,
@@ -59,7 +59,7 @@ from controller.zk_data import (
     TopicAssignment,
     delete_topic_path,
 )
-from wire.interbroker import StopReplicaRequest, StopReplicaResponse
+from gregor.wire.interbroker import StopReplicaRequest, StopReplicaResponse
 
 logger = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from controller.zk import (
+from gregor.controller.zk import (
     AsyncZk,
     BadVersionError,
     NodeExistsError,

@@ -13,12 +13,12 @@ from collections.abc import Callable
 
 from kio.schema.errors import ErrorCode
 
-from coordinator.membership import Membership
-from coordinator.offsets import Offsets
-from coordinator.runtime import CoordinatorRuntime
-from coordinator.settings import Settings
-from replica.manager import ReplicaManager
-from replica.purgatory import Purgatory
+from gregor.coordinator.membership import Membership
+from gregor.coordinator.offsets import Offsets
+from gregor.coordinator.runtime import CoordinatorRuntime
+from gregor.coordinator.settings import Settings
+from gregor.replica.manager import ReplicaManager
+from gregor.replica.purgatory import Purgatory
 
 __all__ = ["GroupCoordinator", "Settings"]
 

@@ -13,7 +13,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from coordinator.records import GroupValue, MemberValue, OffsetValue
+from gregor.coordinator.records import GroupValue, MemberValue, OffsetValue
 
 TopicPartition = tuple[str, int]
 

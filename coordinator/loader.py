@@ -12,9 +12,9 @@ import os
 import struct
 from collections.abc import Callable
 
-from coordinator.records import RecordFormatError
-from replica.partition import Partition
-from wire.records import decode_records, split_batches
+from gregor.coordinator.records import RecordFormatError
+from gregor.replica.partition import Partition
+from gregor.wire.records import decode_records, split_batches
 
 logger = logging.getLogger(__name__)
 

@@ -21,10 +21,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from coordinator.group import Group, GroupState, Member
-from coordinator.runtime import CoordinatorRuntime, log_failure
-from coordinator.settings import Settings
-from replica.purgatory import Purgatory
+from gregor.coordinator.group import Group, GroupState, Member
+from gregor.coordinator.runtime import CoordinatorRuntime, log_failure
+from gregor.coordinator.settings import Settings
+from gregor.replica.purgatory import Purgatory
 
 logger = logging.getLogger(__name__)
 

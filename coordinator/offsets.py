@@ -11,12 +11,12 @@ from collections.abc import Callable
 
 from kio.schema.errors import ErrorCode
 
-from coordinator.group import Group, GroupState, TopicPartition
-from coordinator.membership import Membership
-from coordinator.partitions import Producer
-from coordinator.records import OffsetValue
-from coordinator.runtime import CoordinatorRuntime, log_failure
-from coordinator.settings import Settings
+from gregor.coordinator.group import Group, GroupState, TopicPartition
+from gregor.coordinator.membership import Membership
+from gregor.coordinator.partitions import Producer
+from gregor.coordinator.records import OffsetValue
+from gregor.coordinator.runtime import CoordinatorRuntime, log_failure
+from gregor.coordinator.settings import Settings
 
 logger = logging.getLogger(__name__)
 

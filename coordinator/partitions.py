@@ -20,12 +20,12 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
-from coordinator.loader import PartitionLoader
-from log.errors import LogError
-from replica.manager import ReplicaManager
-from replica.partition import Partition
-from replica.purgatory import Purgatory
-from wire.records import build_batch
+from gregor.coordinator.loader import PartitionLoader
+from gregor.log.errors import LogError
+from gregor.replica.manager import ReplicaManager
+from gregor.replica.partition import Partition
+from gregor.replica.purgatory import Purgatory
+from gregor.wire.records import build_batch
 
 logger = logging.getLogger(__name__)
 

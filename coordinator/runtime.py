@@ -20,10 +20,10 @@ from collections.abc import Callable, Iterable, Mapping
 
 from kio.schema.errors import ErrorCode
 
-from coordinator.group import Group, GroupState, TopicPartition
-from coordinator.loader import PartitionLoader
-from coordinator.partitions import CoordinatorPartitions, Done, Producer, Records
-from coordinator.records import (
+from gregor.coordinator.group import Group, GroupState, TopicPartition
+from gregor.coordinator.loader import PartitionLoader
+from gregor.coordinator.partitions import CoordinatorPartitions, Done, Producer, Records
+from gregor.coordinator.records import (
     OFFSETS_TOPIC,
     GroupKey,
     GroupValue,
@@ -38,9 +38,9 @@ from coordinator.records import (
     encode_offset_value,
     partition_for,
 )
-from coordinator.settings import Settings
-from replica.manager import ReplicaManager
-from replica.purgatory import Purgatory
+from gregor.coordinator.settings import Settings
+from gregor.replica.manager import ReplicaManager
+from gregor.replica.purgatory import Purgatory
 
 logger = logging.getLogger(__name__)
 

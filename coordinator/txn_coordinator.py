@@ -19,11 +19,11 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from coordinator.loader import PartitionLoader
-from coordinator.partitions import CoordinatorPartitions
-from coordinator.records import partition_for
-from coordinator.txn_markers import TxnMarker, TxnMarkerChannel
-from coordinator.txn_records import (
+from gregor.coordinator.loader import PartitionLoader
+from gregor.coordinator.partitions import CoordinatorPartitions
+from gregor.coordinator.records import partition_for
+from gregor.coordinator.txn_markers import TxnMarker, TxnMarkerChannel
+from gregor.coordinator.txn_records import (
     TRANSACTION_STATE_TOPIC,
     TxnLogValue,
     TxnState,
@@ -32,7 +32,7 @@ from coordinator.txn_records import (
     encode_key,
     encode_value,
 )
-from coordinator.txn_state import (
+from gregor.coordinator.txn_state import (
     PREPARED,
     AlreadyEnded,
     FenceFirst,
@@ -50,8 +50,8 @@ from coordinator.txn_state import (
     prepare_end,
     verify,
 )
-from replica.manager import ReplicaManager
-from replica.purgatory import Purgatory
+from gregor.replica.manager import ReplicaManager
+from gregor.replica.purgatory import Purgatory
 
 logger = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ import struct
 from dataclasses import dataclass
 from enum import IntEnum
 
-from coordinator.records import RecordFormatError, RecordReader, encode_string
+from gregor.coordinator.records import RecordFormatError, RecordReader, encode_string
 
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 

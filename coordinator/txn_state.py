@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 
 from kio.schema.errors import ErrorCode
 
-from coordinator.txn_records import TxnLogValue, TxnState, group_partitions
+from gregor.coordinator.txn_records import TxnLogValue, TxnState, group_partitions
 
 NO_PRODUCER_EPOCH = -1
 NO_PRODUCER_ID = -1

@@ -22,8 +22,8 @@ from kio.schema.add_partitions_to_txn.v4.request import (
 )
 from kio.schema.errors import ErrorCode
 
-from coordinator.txn_coordinator import TransactionCoordinator
-from coordinator.txn_state import TV_2
+from gregor.coordinator.txn_coordinator import TransactionCoordinator
+from gregor.coordinator.txn_state import TV_2
 
 logger = logging.getLogger(__name__)
 

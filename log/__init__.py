@@ -1,8 +1,8 @@
 """The partition log: segments, indexes, recovery, retention, producer state, checkpoints."""
 
-from log.config import TOPIC_CONFIGS, LogConfig, validate_topic_configs
-from log.log import AppendResult, Log, ReadResult
-from log.manager import LogManager
+from gregor.log.config import TOPIC_CONFIGS, LogConfig, validate_topic_configs
+from gregor.log.log import AppendResult, Log, ReadResult
+from gregor.log.manager import LogManager
 
 __all__ = [
     "TOPIC_CONFIGS",

@@ -445,7 +445,7 @@ static PySequenceMethods offsetmap_as_sequence = {
 };
 
 static PyTypeObject OffsetMapType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "log._offsetmap.OffsetMap",
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "gregor.log._offsetmap.OffsetMap",
     .tp_doc = "A key -> latest offset map in one preallocated table of 24-byte entries.",
     .tp_basicsize = sizeof(OffsetMap),
     .tp_flags = Py_TPFLAGS_DEFAULT,
@@ -474,7 +474,7 @@ static PyMethodDef module_methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "log._offsetmap", "The log cleaner's offset map.", -1, module_methods,
+    PyModuleDef_HEAD_INIT, "gregor.log._offsetmap", "The log cleaner's offset map.", -1, module_methods,
 };
 
 PyMODINIT_FUNC PyInit__offsetmap(void)

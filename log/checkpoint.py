@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from functools import partial
 from pathlib import Path
 
-from log.errors import KafkaStorageError
+from gregor.log.errors import KafkaStorageError
 
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"

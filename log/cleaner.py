@@ -47,12 +47,18 @@ from pathlib import Path
 
 from crc32c import crc32c
 
-from log.cleaner_txns import CleanedTransactions
-from log.offset_map import OffsetMap, new_offset_map
-from log.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, LogSegment
-from log.txn_index import CONTROL_KEY, AbortedTxn
-from wire.compression import NONE, compress
-from wire.records import (
+from gregor.log.cleaner_txns import CleanedTransactions
+from gregor.log.offset_map import OffsetMap, new_offset_map
+from gregor.log.segment import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
+    LogSegment,
+)
+from gregor.log.txn_index import CONTROL_KEY, AbortedTxn
+from gregor.wire.compression import NONE, compress
+from gregor.wire.records import (
     BATCH_HEADER_SIZE,
     CONTROL_MASK,
     DELETE_HORIZON_MASK,

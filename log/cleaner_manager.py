@@ -25,8 +25,9 @@ from pathlib import Path
 
 import anyio
 
-from log.checkpoint import read_checkpoint, write_checkpoint
-from log.cleaner import (
+from gregor._paths import set_child_pythonpath
+from gregor.log.checkpoint import read_checkpoint, write_checkpoint
+from gregor.log.cleaner import (
     CleanResult,
     CleanTask,
     SegmentFile,
@@ -34,15 +35,14 @@ from log.cleaner import (
     crash_point,
     frame,
 )
-from log.config import LONG_MAX
-from log.errors import KafkaStorageError
-from log.log import Log, largest_timestamp
-from log.manager import LogManager, TopicPartition
-from log.offset_map import map_capacity, map_slots
-from log.segment import LogSegment
+from gregor.log.config import LONG_MAX
+from gregor.log.errors import KafkaStorageError
+from gregor.log.log import Log, largest_timestamp
+from gregor.log.manager import LogManager, TopicPartition
+from gregor.log.offset_map import map_capacity, map_slots
+from gregor.log.segment import LogSegment
 
 CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
-_PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 
 logger = logging.getLogger(__name__)
 
@@ -306,13 +306,11 @@ class LogCleaner:
 
     async def _start_worker(self) -> asyncio.subprocess.Process:
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(_PACKAGE_ROOT), env.get("PYTHONPATH")) if p
-        )
+        set_child_pythonpath(env)
         worker = await asyncio.create_subprocess_exec(
             sys.executable,
             "-c",
-            "import sys; from log.cleaner import serve; serve(int(sys.argv[1]))",
+            "import sys; from gregor.log.cleaner import serve; serve(int(sys.argv[1]))",
             str(os.getpid()),
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,

@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from log.txn_index import ABORT, COMMIT, AbortedTxn
-from wire.records import BatchHeader
+from gregor.log.txn_index import ABORT, COMMIT, AbortedTxn
+from gregor.wire.records import BatchHeader
 
 
 @dataclass(slots=True)

@@ -1,6 +1,6 @@
 """Errors raised by the log layer, each carrying the Kafka error code it maps to."""
 
-from wire.records import CorruptRecordError, InvalidRecordError, UnsupportedCompressionError
+from gregor.wire.records import CorruptRecordError, InvalidRecordError, UnsupportedCompressionError
 
 __all__ = [
     "CorruptRecordError",

@@ -13,7 +13,7 @@ import shutil
 import uuid
 from pathlib import Path
 
-from log.segment import LogSegment
+from gregor.log.segment import LogSegment
 
 FUTURE_DIR_SUFFIX = "-future"
 

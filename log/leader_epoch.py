@@ -9,8 +9,8 @@ import bisect
 from collections.abc import Callable
 from pathlib import Path
 
-from log.checkpoint import DiskJob, add_atomic_write, write_atomically
-from log.errors import KafkaStorageError
+from gregor.log.checkpoint import DiskJob, add_atomic_write, write_atomically
+from gregor.log.errors import KafkaStorageError
 
 LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 UNDEFINED_EPOCH = -1

@@ -12,18 +12,18 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-from log.checkpoint import DiskJob
-from log.cleaner import CLEANED_SUFFIX, crash_point
-from log.config import LogConfig
-from log.errors import (
+from gregor.log.checkpoint import DiskJob
+from gregor.log.cleaner import CLEANED_SUFFIX, crash_point
+from gregor.log.config import LogConfig
+from gregor.log.errors import (
     InvalidRecordError,
     KafkaStorageError,
     OffsetOutOfRangeError,
     UnexpectedAppendOffsetError,
 )
-from log.leader_epoch import LeaderEpochCache
-from log.producer_state import CompletedTxn, ProducerAppendInfo, ProducerStateManager
-from log.segment import (
+from gregor.log.leader_epoch import LeaderEpochCache
+from gregor.log.producer_state import CompletedTxn, ProducerAppendInfo, ProducerStateManager
+from gregor.log.segment import (
     DELETED_SUFFIX,
     INDEX_SUFFIX,
     LOG_SUFFIX,
@@ -33,9 +33,9 @@ from log.segment import (
     LogSegment,
     file_stem,
 )
-from log.txn_index import AbortedTxn, parse_marker
-from log.validator import Validated, validate
-from wire.records import (
+from gregor.log.txn_index import AbortedTxn, parse_marker
+from gregor.log.validator import Validated, validate
+from gregor.wire.records import (
     BATCH_HEADER_SIZE,
     BatchHeader,
     CorruptRecordError,

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 from pathlib import Path
 
-from log.checkpoint import (
+from gregor.log.checkpoint import (
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
     REPLICATION_OFFSET_CHECKPOINT,
@@ -22,11 +22,17 @@ from log.checkpoint import (
     checkpoint_bytes,
     read_checkpoint,
 )
-from log.config import LogConfig
-from log.errors import KafkaStorageError
-from log.future import FUTURE_DIR_SUFFIX, copy_files, fsync_dir, new_future_dir, segment_files
-from log.leader_epoch import LEADER_EPOCH_CHECKPOINT
-from log.log import Log
+from gregor.log.config import LogConfig
+from gregor.log.errors import KafkaStorageError
+from gregor.log.future import (
+    FUTURE_DIR_SUFFIX,
+    copy_files,
+    fsync_dir,
+    new_future_dir,
+    segment_files,
+)
+from gregor.log.leader_epoch import LEADER_EPOCH_CHECKPOINT
+from gregor.log.log import Log
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 LOCK_FILE = ".lock"

@@ -15,7 +15,7 @@ whole buffer.
 
 from __future__ import annotations
 
-from log._offsetmap import OffsetMap, md5
+from gregor.log._offsetmap import OffsetMap, md5
 
 __all__ = ["BYTES_PER_ENTRY", "OffsetMap", "map_capacity", "map_slots", "md5", "new_offset_map"]
 

@@ -20,14 +20,14 @@ from pathlib import Path
 
 import crc32c
 
-from log.errors import (
+from gregor.log.errors import (
     InvalidProducerEpochError,
     InvalidTxnStateError,
     OutOfOrderSequenceError,
     TransactionCoordinatorFencedError,
 )
-from log.txn_index import TxnMarker
-from wire.records import BatchHeader
+from gregor.log.txn_index import TxnMarker
+from gregor.wire.records import BatchHeader
 
 NUM_BATCHES_TO_RETAIN = 5
 NO_PRODUCER_EPOCH = -1

@@ -15,12 +15,12 @@ from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
 
-from log.checkpoint import DiskJob
-from log.errors import KafkaStorageError
-from log.index import CorruptIndexError, OffsetIndex, TimeIndex
-from log.open_files import OPEN_SEGMENTS
-from log.txn_index import AbortedTxn, TransactionIndex
-from wire.records import (
+from gregor.log.checkpoint import DiskJob
+from gregor.log.errors import KafkaStorageError
+from gregor.log.index import CorruptIndexError, OffsetIndex, TimeIndex
+from gregor.log.open_files import OPEN_SEGMENTS
+from gregor.log.txn_index import AbortedTxn, TransactionIndex
+from gregor.wire.records import (
     BATCH_HEADER_SIZE,
     BatchHeader,
     CorruptRecordError,

@@ -15,7 +15,7 @@ import struct
 from pathlib import Path
 from typing import NamedTuple
 
-from wire.records import BatchHeader, build_batch, decode_records
+from gregor.wire.records import BatchHeader, build_batch, decode_records
 
 ENTRY = struct.Struct(">hqqqq")
 ENTRY_SIZE = ENTRY.size  # 34

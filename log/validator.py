@@ -14,13 +14,13 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import NoReturn
 
-from log.config import LogConfig
-from log.errors import (
+from gregor.log.config import LogConfig
+from gregor.log.errors import (
     InvalidRecordError,
     InvalidTimestampError,
     RecordTooLargeError,
 )
-from wire.compression import (
+from gregor.wire.compression import (
     GZIP,
     LZ4,
     NONE,
@@ -29,7 +29,7 @@ from wire.compression import (
     CorruptRecordError,
     DecompressedSizeError,
 )
-from wire.records import (
+from gregor.wire.records import (
     BatchHeader,
     bad_records_of,
     rebuild_batch,

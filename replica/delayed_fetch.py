@@ -17,11 +17,11 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from log.log import ReadResult
-from replica.fetch_session import FetchSession
-from replica.partition import LogPosition, Partition
-from replica.purgatory import DelayedOperation
-from wire.fetch import FetchTopic
+from gregor.log.log import ReadResult
+from gregor.replica.fetch_session import FetchSession
+from gregor.replica.partition import LogPosition, Partition
+from gregor.replica.purgatory import DelayedOperation
+from gregor.wire.fetch import FetchTopic
 
 R = TypeVar("R")
 

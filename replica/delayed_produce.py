@@ -16,8 +16,8 @@ from typing import TypeVar
 
 from kio.schema.errors import ErrorCode
 
-from replica.partition import Partition
-from replica.purgatory import DelayedOperation
+from gregor.replica.partition import Partition
+from gregor.replica.purgatory import DelayedOperation
 
 R = TypeVar("R")
 

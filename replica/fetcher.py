@@ -25,11 +25,11 @@ from typing import TYPE_CHECKING, Any
 from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v12 import request as fetch_v12
 
-from replica.partition import Partition
-from replica.state import ReplicationConfig
+from gregor.replica.partition import Partition
+from gregor.replica.state import ReplicationConfig
 
 if TYPE_CHECKING:
-    from replica.manager import ReplicaManager
+    from gregor.replica.manager import ReplicaManager
 
 logger = logging.getLogger(__name__)
 

@@ -14,10 +14,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from log.errors import KafkaStorageError
-from log.future import Identity, copy_files, identity, segment_files
-from log.manager import LogManager
-from replica.partition import Partition
+from gregor.log.errors import KafkaStorageError
+from gregor.log.future import Identity, copy_files, identity, segment_files
+from gregor.log.manager import LogManager
+from gregor.replica.partition import Partition
 
 logger = logging.getLogger(__name__)
 

@@ -21,20 +21,20 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from controller.metadata import PartitionInfo
-from log.config import LogConfig
-from log.errors import KafkaStorageError, LogError
-from log.log import AppendResult
-from log.manager import LogManager
-from log.txn_index import build_marker_batch
-from log.validator import Validated
-from replica.delayed_produce import DelayedProduce, ReplicationWait
-from replica.fetch_session import FetchSessions
-from replica.fetcher import FetcherManager, Send
-from replica.log_mover import move_log
-from replica.partition import Partition
-from replica.purgatory import Purgatory
-from replica.state import (
+from gregor.controller.metadata import PartitionInfo
+from gregor.log.config import LogConfig
+from gregor.log.errors import KafkaStorageError, LogError
+from gregor.log.log import AppendResult
+from gregor.log.manager import LogManager
+from gregor.log.txn_index import build_marker_batch
+from gregor.log.validator import Validated
+from gregor.replica.delayed_produce import DelayedProduce, ReplicationWait
+from gregor.replica.fetch_session import FetchSessions
+from gregor.replica.fetcher import FetcherManager, Send
+from gregor.replica.log_mover import move_log
+from gregor.replica.partition import Partition
+from gregor.replica.purgatory import Purgatory
+from gregor.replica.state import (
     CommittedIsr,
     IsrProposal,
     LeaderAndIsrState,
@@ -340,7 +340,7 @@ class ReplicaManager:
     def append_validated(
         self, partition: Partition, validated: Validated, now_ms: int
     ) -> AppendResult:
-        """Append batches `log.validator.validate` accepted (the produce path)."""
+        """Append batches `gregor.log.validator.validate` accepted (the produce path)."""
         result = partition.append_validated(validated, now_ms)
         self._on_data((partition.topic, partition.index))
         return result

@@ -15,9 +15,9 @@ from typing import NamedTuple
 
 from kio.schema.errors import ErrorCode
 
-from log.errors import OffsetOutOfRangeError, PolicyViolationError
-from log.log import AppendResult, Log, ReadResult
-from log.validator import Validated
+from gregor.log.errors import OffsetOutOfRangeError, PolicyViolationError
+from gregor.log.log import AppendResult, Log, ReadResult
+from gregor.log.validator import Validated
 
 
 class LogPosition(NamedTuple):

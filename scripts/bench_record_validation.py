@@ -9,10 +9,10 @@ from __future__ import annotations
 import random
 import time
 
-from log.config import LogConfig
-from log.validator import validate
-from wire.compression import CODEC_NAMES, GZIP, LZ4, NONE, SNAPPY, ZSTD
-from wire.records import build_batch, parse_header, validate_batch
+from gregor.log.config import LogConfig
+from gregor.log.validator import validate
+from gregor.wire.compression import CODEC_NAMES, GZIP, LZ4, NONE, SNAPPY, ZSTD
+from gregor.wire.records import build_batch, parse_header, validate_batch
 
 NOW = 1_700_000_000_000
 

@@ -15,32 +15,32 @@ from kio.schema.add_partitions_to_txn.v4.request import AddPartitionsToTxnReques
 from kio.schema.errors import ErrorCode
 from kio.schema.write_txn_markers.v1.request import WriteTxnMarkersRequest
 
-from apis import produce
-from apis.context import Services, nested
-from apis.dispatch import Dispatcher
-from apis.write_txn_markers import write_txn_markers
-from controller.base import Controller
-from controller.configs import BROKER, TOPIC, ConfigResource, effective_value
-from controller.embedded import EmbeddedController
-from controller.metadata import BrokerInfo, MetadataCache, TopicInfo
-from controller.zk import AsyncZk
-from controller.zk_broker import ZkBroker
-from controller.zk_controller import ControllerConfig, ZkController
-from controller.zk_data import BrokerIdInUseError, BrokerRegistration, KafkaZk
-from coordinator.coordinator import GroupCoordinator, Settings
-from coordinator.records import OFFSETS_TOPIC
-from coordinator.txn_coordinator import TransactionCoordinator, TxnSettings
-from coordinator.txn_markers import TxnMarkerChannel
-from coordinator.txn_records import TRANSACTION_STATE_TOPIC
-from coordinator.txn_verifier import CoordinatorVerifier
-from log.checkpoint import DiskJob, write_atomically
-from log.cleaner_manager import CleanerConfig, LogCleaner
-from log.errors import KafkaStorageError
-from log.manager import DiskJobs, LogManager
-from replica.manager import ReplicaManager
-from replica.state import CommittedIsr, IsrProposal
-from server.broker_client import InterBrokerClient
-from server.config import (
+from gregor.apis import produce
+from gregor.apis.context import Services, nested
+from gregor.apis.dispatch import Dispatcher
+from gregor.apis.write_txn_markers import write_txn_markers
+from gregor.controller.base import Controller
+from gregor.controller.configs import BROKER, TOPIC, ConfigResource, effective_value
+from gregor.controller.embedded import EmbeddedController
+from gregor.controller.metadata import BrokerInfo, MetadataCache, TopicInfo
+from gregor.controller.zk import AsyncZk
+from gregor.controller.zk_broker import ZkBroker
+from gregor.controller.zk_controller import ControllerConfig, ZkController
+from gregor.controller.zk_data import BrokerIdInUseError, BrokerRegistration, KafkaZk
+from gregor.coordinator.coordinator import GroupCoordinator, Settings
+from gregor.coordinator.records import OFFSETS_TOPIC
+from gregor.coordinator.txn_coordinator import TransactionCoordinator, TxnSettings
+from gregor.coordinator.txn_markers import TxnMarkerChannel
+from gregor.coordinator.txn_records import TRANSACTION_STATE_TOPIC
+from gregor.coordinator.txn_verifier import CoordinatorVerifier
+from gregor.log.checkpoint import DiskJob, write_atomically
+from gregor.log.cleaner_manager import CleanerConfig, LogCleaner
+from gregor.log.errors import KafkaStorageError
+from gregor.log.manager import DiskJobs, LogManager
+from gregor.replica.manager import ReplicaManager
+from gregor.replica.state import CommittedIsr, IsrProposal
+from gregor.server.broker_client import InterBrokerClient
+from gregor.server.config import (
     LONG_MAX,
     BrokerConfig,
     ConfigError,
@@ -49,14 +49,14 @@ from server.config import (
     read_properties,
     resolve_ip_overrides,
 )
-from server.metrics import BrokerMetrics
-from server.metrics_exporter import MetricsEndpoint
-from server.metrics_state import BrokerState, read_state
-from server.network import Connection, Limits, SocketServer
-from server.quotas import ClientQuotas
-from wire.interbroker import ControlledShutdownRequest
-from wire.schema import request_type
-from wire.versions import ALTER_PARTITION
+from gregor.server.metrics import BrokerMetrics
+from gregor.server.metrics_exporter import MetricsEndpoint
+from gregor.server.metrics_state import BrokerState, read_state
+from gregor.server.network import Connection, Limits, SocketServer
+from gregor.server.quotas import ClientQuotas
+from gregor.wire.interbroker import ControlledShutdownRequest
+from gregor.wire.schema import request_type
+from gregor.wire.versions import ALTER_PARTITION
 
 logger = logging.getLogger(__name__)
 

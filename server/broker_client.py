@@ -18,9 +18,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from wire.headers import skip_tagged_fields
-from wire.schema import decode, encode, response_type
-from wire.versions import API_VERSIONS
+from gregor.wire.headers import skip_tagged_fields
+from gregor.wire.schema import decode, encode, response_type
+from gregor.wire.versions import API_VERSIONS
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """A Gregor broker run as a child process in a directory of its own, on a free local port:
-what the pytest plugin (``server.pytest_plugin``) hands to tests.
+what the pytest plugin (``gregor.server.pytest_plugin``) hands to tests.
 
-The child runs this very installation's ``gregor serve`` (``python -m server.cli``), so a
+The child runs this very installation's ``gregor serve`` (``python -m gregor.server.cli``), so a
 checkout under test tests its own broker. Readiness is a Metadata answer listing the broker.
 """
 
@@ -17,13 +17,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from server import topics
-from server.wire_client import Client, ClientError
+from gregor._paths import set_child_pythonpath
+from gregor.server import topics
+from gregor.server.wire_client import Client, ClientError
 
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 20.0
 _POLL_S = 0.01
-_PACKAGE_ROOT = Path(__file__).resolve().parent.parent  # the directory holding `server`
 
 
 class BrokerProcessError(RuntimeError):
@@ -71,7 +71,7 @@ class BrokerProcess:
             "num.partitions": "1",
             **self.overrides,
         }
-        cmd = [sys.executable, "-m", "server.cli", "serve"]
+        cmd = [sys.executable, "-m", "gregor.server.cli", "serve"]
         for key, value in config.items():
             cmd += ["--override", f"{key}={value}"]
         return cmd
@@ -83,9 +83,7 @@ class BrokerProcess:
             raise BrokerProcessError("broker already running")
         self.data_dir.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(_PACKAGE_ROOT), env.get("PYTHONPATH")) if p
-        )
+        set_child_pythonpath(env)
         with open(self.log_path, "ab") as log:
             log.write(f"==== start: {' '.join(self.command())}\n".encode())
             log.flush()

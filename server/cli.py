@@ -21,10 +21,10 @@ from functools import partial
 
 import anyio
 
-from log.errors import KafkaStorageError
-from server.cli_args import parser
-from server.config import BrokerConfig, ConfigError, read_properties
-from server.polling import new_event_loop
+from gregor.log.errors import KafkaStorageError
+from gregor.server.cli_args import parser
+from gregor.server.config import BrokerConfig, ConfigError, read_properties
+from gregor.server.polling import new_event_loop
 
 logger = logging.getLogger("gregor")
 
@@ -38,7 +38,7 @@ def _configure_logging() -> None:
 
 
 async def _serve(config: BrokerConfig) -> None:
-    from server.broker import Broker
+    from gregor.server.broker import Broker
 
     broker = Broker(config)
     try:

@@ -12,6 +12,19 @@ from typing import Any
 _Commands = Any  # argparse's subparsers action has no public type
 
 
+class _Version(argparse.Action):
+    """``gregor --version``; the package metadata is read only when asked."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_args: Any) -> None:
+        from gregor import __version__
+
+        print(f"gregor {__version__}")
+        parser.exit()
+
+
 def parse_key_value(text: str) -> tuple[str, str]:
     key, sep, value = text.partition("=")
     if not sep or not key.strip():
@@ -75,7 +88,7 @@ def _command(commands: _Commands, name: str, module: str, **kwargs: Any) -> Any:
 
 def _serve(commands: _Commands) -> None:
     serve = _command(
-        commands, "serve", "server.cli", help="run a broker (like kafka-server-start.sh)"
+        commands, "serve", "gregor.server.cli", help="run a broker (like kafka-server-start.sh)"
     )
     serve.add_argument("properties", nargs="?", type=Path, help="a server.properties file")
     serve.add_argument(
@@ -92,7 +105,7 @@ def _dump_log(commands: _Commands) -> None:
     dump = _command(
         commands,
         "dump-log",
-        "server.dump_log",
+        "gregor.server.dump_log",
         help="print log segment and index files (like kafka-dump-log.sh)",
         description="Reads .log, .index, .timeindex and .txnindex files directly (no broker).",
     )
@@ -119,7 +132,7 @@ def _topics(commands: _Commands) -> None:
     topics = _command(
         commands,
         "topics",
-        "server.topics",
+        "gregor.server.topics",
         help="list, describe, create, delete and alter topics (like kafka-topics.sh)",
         description="Talks to any Kafka-compatible broker over the wire.",
     )
@@ -159,7 +172,7 @@ def _groups(commands: _Commands) -> None:
     groups = _command(
         commands,
         "groups",
-        "server.groups_cli",
+        "gregor.server.groups_cli",
         help="list, describe, reset offsets of and delete consumer groups "
         "(like kafka-consumer-groups.sh)",
         description="Talks to any Kafka-compatible broker over the wire. --reset-offsets "
@@ -218,7 +231,7 @@ def _configs(commands: _Commands) -> None:
     configs = _command(
         commands,
         "configs",
-        "server.configs_cli",
+        "gregor.server.configs_cli",
         help="describe and alter topic, broker and group configs (like kafka-configs.sh)",
         description="Talks to any Kafka-compatible broker over the wire; --alter uses "
         "IncrementalAlterConfigs. Client quotas are `gregor quotas`.",
@@ -265,7 +278,7 @@ def _quotas(commands: _Commands) -> None:
     quotas = _command(
         commands,
         "quotas",
-        "server.quotas_cli",
+        "gregor.server.quotas_cli",
         help="describe and alter client quotas (kafka-configs.sh --entity-type users|clients)",
         description="Quotas belong to a user, a client id, or a (user, client id) pair; "
         "--user-default and --client-default name the defaults. --describe with no "
@@ -338,7 +351,7 @@ def _produce(commands: _Commands) -> None:
     produce = _command(
         commands,
         "produce",
-        "server.produce_cli",
+        "gregor.server.produce_cli",
         help="send standard input's lines to a topic, one record each (like kcat -P)",
         description="Keyed records go to the partition the Java client would pick (murmur2); "
         "keyless ones to one partition per batch, in turn. Prints nothing on success.",
@@ -371,7 +384,7 @@ def _consume(commands: _Commands) -> None:
     consume = _command(
         commands,
         "consume",
-        "server.consume_cli",
+        "gregor.server.consume_cli",
         help="print a topic's records (like kcat -C / kafka-console-consumer.sh)",
         description="Reads every partition (or --partition) from the log end, "
         "--from-beginning or --offset; with --group as a member of a consumer group, from "
@@ -421,7 +434,7 @@ def _perf(commands: _Commands) -> None:
     produce = _command(
         modes,
         "produce",
-        "server.perf_cli",
+        "gregor.server.perf_cli",
         help="produce --num-records records of --record-size bytes at --throughput",
         description="Like kafka-producer-perf-test.sh: one fixed random payload, batches "
         "pipelined (--max-in-flight per broker); latency from a record's send time (its "
@@ -444,7 +457,7 @@ def _perf(commands: _Commands) -> None:
     consume = _command(
         modes,
         "consume",
-        "server.perf_cli",
+        "gregor.server.perf_cli",
         help="consume --num-records records from the start of a topic",
         description="Like kafka-consumer-perf-test.sh: every partition from its log start "
         "until --num-records records; latency is each fetch's round trip. MB/s counts the "
@@ -471,6 +484,7 @@ def _perf(commands: _Commands) -> None:
 
 def parser() -> argparse.ArgumentParser:
     root = argparse.ArgumentParser(prog="gregor", description="A Kafka-compatible broker.")
+    root.add_argument("--version", action=_Version, help="print the version and exit")
     commands = root.add_subparsers(dest="command", required=True)
     for add in (_serve, _dump_log, _topics, _groups, _configs, _quotas, _produce, _consume):
         add(commands)

@@ -1,7 +1,7 @@
 """Broker configuration: Kafka's ``server.properties`` key names, types and defaults.
 
 Values are kept as the strings the operator wrote (so log-level keys can be handed to
-``log.config`` unchanged) and parsed once through the table below when loaded.
+``gregor.log.config`` unchanged) and parsed once through the table below when loaded.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from controller.configs import BrokerKey, register_broker_keys
-from log.config import TOPIC_CONFIGS, ConfigDef, LogConfig, resolve_config
+from gregor.controller.configs import BrokerKey, register_broker_keys
+from gregor.log.config import TOPIC_CONFIGS, ConfigDef, LogConfig, resolve_config
 
 logger = logging.getLogger(__name__)
 

@@ -18,9 +18,9 @@ from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import IO, Any
 
-from server.cli_output import jsonable
-from server.group_member import GroupMember, RebalanceNeeded
-from server.records_client import (
+from gregor.server.cli_output import jsonable
+from gregor.server.group_member import GroupMember, RebalanceNeeded
+from gregor.server.records_client import (
     EARLIEST,
     LATEST,
     READ_COMMITTED,
@@ -33,8 +33,8 @@ from server.records_client import (
     fetched_records,
     list_offsets,
 )
-from server.wire_client import Client, ClientError
-from wire.records import Record
+from gregor.server.wire_client import Client, ClientError
+from gregor.wire.records import Record
 
 MAX_WAIT_MS = 500
 COMMIT_INTERVAL_S = 5.0  # Kafka's auto.commit.interval.ms

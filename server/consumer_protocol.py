@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from kio.schema.consumer_protocol_assignment.v0 import data as assignment_v0
 from kio.schema.consumer_protocol_subscription.v0 import data as subscription_v0
 
-from wire.schema import SchemaDecodeError, decode, encode
+from gregor.wire.schema import SchemaDecodeError, decode, encode
 
 PROTOCOL_TYPE = "consumer"
 _VERSION = struct.Struct(">h")

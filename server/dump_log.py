@@ -18,11 +18,11 @@ from typing import IO, Any
 
 from crc32c import crc32c
 
-from log.txn_index import ABORT, COMMIT, CONTROL_KEY, CONTROL_VALUE
-from log.txn_index import ENTRY as TXN_ENTRY
-from server.cli_output import jsonable
-from wire.compression import CODEC_NAMES, CorruptRecordError, UnsupportedCompressionError
-from wire.records import (
+from gregor.log.txn_index import ABORT, COMMIT, CONTROL_KEY, CONTROL_VALUE
+from gregor.log.txn_index import ENTRY as TXN_ENTRY
+from gregor.server.cli_output import jsonable
+from gregor.wire.compression import CODEC_NAMES, CorruptRecordError, UnsupportedCompressionError
+from gregor.wire.records import (
     BATCH_HEADER_SIZE,
     LOG_APPEND_TIME,
     BatchHeader,

@@ -21,10 +21,10 @@ from __future__ import annotations
 
 from array import array
 
-from apis.timing import END, FOLLOWER_FETCH, RequestTiming
-from server._histograms import count
-from wire import versions
-from wire.schema import request_type
+from gregor.apis.timing import END, FOLLOWER_FETCH, RequestTiming
+from gregor.server._histograms import count
+from gregor.wire import versions
+from gregor.wire.schema import request_type
 
 # Histogram buckets: powers of two of milliseconds, from 1/8 ms (a metadata answer) to
 # 32768 ms (past request.timeout.ms's default: an acks=all produce that timed out). A

@@ -70,7 +70,7 @@ from prometheus_client.openmetrics import exposition as openmetrics
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from server.metrics import (
+from gregor.server.metrics import (
     BUCKETS_MS,
     BYTES_IN,
     BYTES_OUT,
@@ -80,8 +80,8 @@ from server.metrics import (
     BrokerMetrics,
     RequestStats,
 )
-from server.metrics_state import STEPS, BrokerState, GroupOffset, Logs, Steps, pause
-from server.ratelimit import RateLimitedLog
+from gregor.server.metrics_state import STEPS, BrokerState, GroupOffset, Logs, Steps, pause
+from gregor.server.ratelimit import RateLimitedLog
 
 logger = logging.getLogger(__name__)
 limited_log = RateLimitedLog(logger)

@@ -12,9 +12,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextvars import ContextVar
 from typing import NamedTuple
 
-from controller.metadata import MetadataCache
-from coordinator.group import Group
-from replica.partition import Partition
+from gregor.controller.metadata import MetadataCache
+from gregor.coordinator.group import Group
+from gregor.replica.partition import Partition
 
 
 class LogState(NamedTuple):

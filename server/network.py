@@ -39,9 +39,9 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from apis.timing import METRICS, RequestTiming
-from server.quotas import UNLIMITED_RATE, ClientQuotas, ConnectionRates
-from server.ratelimit import RateLimitedLog
+from gregor.apis.timing import METRICS, RequestTiming
+from gregor.server.quotas import UNLIMITED_RATE, ClientQuotas, ConnectionRates
+from gregor.server.ratelimit import RateLimitedLog
 
 logger = logging.getLogger(__name__)
 limited_log = RateLimitedLog(logger)

@@ -3,7 +3,7 @@ over the wire, in the habits of ``kafka-producer-perf-test.sh`` and
 ``kafka-consumer-perf-test.sh``, with a progress bar and a summary table (or ``--json``).
 
 The producer sends one fixed random payload per record, as Kafka's tool does, in batches
-built once per size and re-stamped per send (``wire.records.restamp``), so the client's
+built once per size and re-stamped per send (``gregor.wire.records.restamp``), so the client's
 own cost stays far below the broker's. Batches close as Kafka's accumulator closes them:
 full (``--batch-size``) or ``--linger-ms`` after their first record; up to
 ``--max-in-flight`` requests per broker are outstanding. A record's latency runs from its
@@ -27,9 +27,9 @@ from typing import Any
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from server.cli_output import console, print_json, print_table
-from server.produce_cli import CODEC_IDS
-from server.records_client import (
+from gregor.server.cli_output import console, print_json, print_table
+from gregor.server.produce_cli import CODEC_IDS
+from gregor.server.records_client import (
     EARLIEST,
     ClusterView,
     TopicPartition,
@@ -40,8 +40,8 @@ from server.records_client import (
     produce_request,
     produce_results,
 )
-from server.wire_client import Client, ClientError, Connection
-from wire.records import CorruptRecordError, build_batch, restamp, split_batches
+from gregor.server.wire_client import Client, ClientError, Connection
+from gregor.wire.records import CorruptRecordError, build_batch, restamp, split_batches
 
 _RECORD_OVERHEAD = 8  # a small record's framing in a batch, for records per batch
 _MB = 1024 * 1024

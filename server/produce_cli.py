@@ -1,7 +1,7 @@
 """``gregor produce``: standard input's lines to a topic, one record each, like ``kcat -P``
 and ``kafka-console-producer.sh``, to any Kafka-compatible broker over the wire.
 
-Records are batched per partition (``wire.records.build_batch``) up to ``--batch-size``
+Records are batched per partition (``gregor.wire.records.build_batch``) up to ``--batch-size``
 bytes and sent when a batch is full, when ``--linger-ms`` passed since its first record,
 or when input pauses that long (so typed lines go out at once) or ends."""
 
@@ -18,12 +18,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from server.cli_output import bytes_from_json
-from server.partitioner import partition_for_key
-from server.records_client import ClusterView, error_name, produce
-from server.wire_client import Client, ClientError
-from wire.compression import CODEC_NAMES
-from wire.records import build_batch
+from gregor.server.cli_output import bytes_from_json
+from gregor.server.partitioner import partition_for_key
+from gregor.server.records_client import ClusterView, error_name, produce
+from gregor.server.wire_client import Client, ClientError
+from gregor.wire.compression import CODEC_NAMES
+from gregor.wire.records import build_batch
 
 _READ_SIZE = 1 << 16
 _RECORD_OVERHEAD = 24  # a record's framing, roughly: enough to keep batches under the limit

@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from controller.quota_entities import (
+from gregor.controller.quota_entities import (
     CONNECTION_CREATION_RATE,
     CONSUMER_BYTE_RATE,
     DEFAULT,
@@ -31,10 +31,10 @@ from controller.quota_entities import (
     entity_path,
     sanitize,
 )
-from wire import versions
-from wire.fetch import decode_fetch_request
-from wire.headers import MalformedHeaderError, decode_request_header
-from wire.schema import is_flexible
+from gregor.wire import versions
+from gregor.wire.fetch import decode_fetch_request
+from gregor.wire.headers import MalformedHeaderError, decode_request_header
+from gregor.wire.schema import is_flexible
 
 logger = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Records over the wire client, for the CLI's produce, consume, groups and perf commands:
 where each partition's leader is, ListOffsets, Produce and Fetch at versions every broker
 since Kafka 2.4 answers, and the records of a Fetch answer decoded with the repository's
-own RecordBatch code (``wire.records``)."""
+own RecordBatch code (``gregor.wire.records``)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from server.wire_client import Client, ClientError, Connection, schema
-from wire.records import (
+from gregor.server.wire_client import Client, ClientError, Connection, schema
+from gregor.wire.records import (
     CorruptRecordError,
     Record,
     decode_records,

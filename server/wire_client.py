@@ -21,9 +21,9 @@ from collections.abc import Callable, Iterator
 from types import TracebackType
 from typing import Any, Self
 
-from wire.headers import skip_tagged_fields
-from wire.schema import decode, encode, request_type, response_type
-from wire.versions import API_VERSIONS, FIND_COORDINATOR
+from gregor.wire.headers import skip_tagged_fields
+from gregor.wire.schema import decode, encode, request_type, response_type
+from gregor.wire.versions import API_VERSIONS, FIND_COORDINATOR
 
 _SIZE = struct.Struct(">i")
 _HEAD = struct.Struct(">hhih")  # api key, api version, correlation id, len(client id)

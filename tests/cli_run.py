@@ -1,4 +1,4 @@
-"""Running ``gregor`` subcommands in the test process (``server.cli.main``, as the console
+"""Running ``gregor`` subcommands in the test process (``gregor.server.cli.main``, as the console
 script does) with standard input, output and error captured: a subprocess per call would
 cost half a second of imports."""
 
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 from unittest import mock
 
-from server.cli import main
+from gregor.server.cli import main
 
 
 @dataclass(frozen=True)

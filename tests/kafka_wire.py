@@ -7,10 +7,10 @@ import socket
 import struct
 from typing import Any
 
-from apis.context import build, nested
-from wire.headers import skip_tagged_fields
-from wire.schema import decode, encode, is_flexible, request_type, response_type
-from wire.versions import CREATE_TOPICS, FETCH, is_supported
+from gregor.apis.context import build, nested
+from gregor.wire.headers import skip_tagged_fields
+from gregor.wire.schema import decode, encode, is_flexible, request_type, response_type
+from gregor.wire.versions import CREATE_TOPICS, FETCH, is_supported
 
 
 def request_frame(

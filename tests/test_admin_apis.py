@@ -13,13 +13,11 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from apis.context import nested
 from compat_tests.broker import BrokerProcess
-from tests.kafka_wire import WireClient, create_topic
-from tests.test_api_behaviour import TIMEOUT, fetch, produce, records
-from wire.records import split_batches
-from wire.schema import request_type
-from wire.versions import (
+from gregor.apis.context import nested
+from gregor.wire.records import split_batches
+from gregor.wire.schema import request_type
+from gregor.wire.versions import (
     ALTER_REPLICA_LOG_DIRS,
     DELETE_RECORDS,
     DESCRIBE_LOG_DIRS,
@@ -28,6 +26,8 @@ from wire.versions import (
     INIT_PRODUCER_ID,
     LIST_OFFSETS,
 )
+from tests.kafka_wire import WireClient, create_topic
+from tests.test_api_behaviour import TIMEOUT, fetch, produce, records
 
 
 @pytest.fixture(scope="module")
@@ -295,7 +295,7 @@ def describe_log_dirs(client: WireClient) -> Any:
 
 
 def test_versions_are_advertised(client: WireClient) -> None:
-    from wire.versions import API_VERSIONS
+    from gregor.wire.versions import API_VERSIONS
 
     cls = request_type(API_VERSIONS, 3)
     response = client.call(

@@ -24,17 +24,17 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from apis.context import build, nested
 from compat_tests.broker import BrokerProcess
-from controller.metadata_log import COMPACT_AFTER, MetadataStore, encode_line, log_path
-from log.errors import KafkaStorageError
+from gregor.apis.context import build, nested
+from gregor.controller.metadata_log import COMPACT_AFTER, MetadataStore, encode_line, log_path
+from gregor.log.errors import KafkaStorageError
+from gregor.wire import versions as v
+from gregor.wire.records import split_batches
+from gregor.wire.schema import request_type
 from tests.kafka_wire import WireClient, create_topic
 from tests.test_api_behaviour import fetch, produce, records
 from tests.test_internal_topics import delete, metadata, req
 from tests.test_metrics_hostile import METRICS_ON_PORT_0, read_metrics_port
-from wire import versions as v
-from wire.records import split_batches
-from wire.schema import request_type
 
 BIG = 10_000
 # The target is 50 ms; this shared 2-core machine (other test runs, their disk I/O) needs room.

@@ -12,12 +12,11 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from apis.context import build, nested
 from compat_tests.broker import BrokerProcess
-from tests.kafka_wire import WireClient, create_topic, request_frame
-from wire.records import build_batch, decode_records, split_batches
-from wire.schema import request_type
-from wire.versions import (
+from gregor.apis.context import build, nested
+from gregor.wire.records import build_batch, decode_records, split_batches
+from gregor.wire.schema import request_type
+from gregor.wire.versions import (
     DELETE_TOPICS,
     DESCRIBE_CONFIGS,
     FETCH,
@@ -26,6 +25,7 @@ from wire.versions import (
     METADATA,
     PRODUCE,
 )
+from tests.kafka_wire import WireClient, create_topic, request_frame
 
 TIMEOUT = datetime.timedelta(seconds=5)
 

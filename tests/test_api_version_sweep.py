@@ -16,7 +16,7 @@ DescribeClientQuotas, AlterClientQuotas, DescribeCluster, DescribeProducers,
 DescribeTransactions, ListTransactions and DescribeTopicPartitions: every client API Gregor
 advertises.
 
-The ranges come from ``wire.versions`` (``advertised()`` where it exists, else
+The ranges come from ``gregor.wire.versions`` (``advertised()`` where it exists, else
 ``SUPPORTED``), and ``test_api_versions_answer_is_the_table`` checks that the broker's
 ApiVersions answer is that table. Each (API, version) is its own test: a minimal valid
 request built from kio's entity for that version (``fill`` sets the fields the version
@@ -48,12 +48,12 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from apis.context import nested
 from compat_tests.broker import BrokerProcess
+from gregor.apis.context import nested
+from gregor.wire import versions as v
+from gregor.wire.records import build_batch
+from gregor.wire.schema import request_type
 from tests.kafka_wire import WireClient, create_topic, request_frame
-from wire import versions as v
-from wire.records import build_batch
-from wire.schema import request_type
 
 INTER_BROKER = {
     v.LEADER_AND_ISR: "LeaderAndIsr",
@@ -132,7 +132,7 @@ def _blank(f: dataclasses.Field) -> Any:
 
 def fill(cls: type, **values: Any) -> Any:
     """An entity of ``cls`` with ``values`` for the fields this version has (others are
-    dropped, as ``apis.context.build`` does) and a zero value for any other field that has
+    dropped, as ``gregor.apis.context.build`` does) and a zero value for any other field that has
     no default."""
     kwargs = {}
     for f in dataclasses.fields(cls):

@@ -27,14 +27,14 @@ from kafka.protocol.broker_version_data import (
 )
 from kio.schema.errors import ErrorCode
 
-from apis.context import build, nested
 from compat_tests.broker import BrokerProcess
 from compat_tests.cluster import Cluster
-from controller.configs import GROUP, SET, TOPIC
+from gregor.apis.context import build, nested
+from gregor.controller.configs import GROUP, SET, TOPIC
+from gregor.wire import versions as v
+from gregor.wire.schema import request_type
 from tests.kafka_wire import WireClient, create_topic, request_frame
 from tests.test_config_apis import incremental
-from wire import versions as v
-from wire.schema import request_type
 
 # Kafka 4.1's ApiVersions answer, as a 4.1 broker gives it (with the default
 # configuration: no telemetry reporter, so no GetTelemetrySubscriptions/PushTelemetry,

@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from apis.context import build, nested
 from compat_tests.broker import BrokerProcess
-from server.broker_client import BrokerUnavailable, InterBrokerClient, RequestTimedOut
+from gregor.apis.context import build, nested
+from gregor.server.broker_client import BrokerUnavailable, InterBrokerClient, RequestTimedOut
+from gregor.wire.schema import request_type
+from gregor.wire.versions import API_VERSIONS, FETCH, METADATA, PRODUCE
 from tests.kafka_wire import create_topics_request
 from tests.test_api_behaviour import records
-from wire.schema import request_type
-from wire.versions import API_VERSIONS, FETCH, METADATA, PRODUCE
 
 NODE = 0
 # Bounds on "promptly": far above any scheduling delay on a loaded machine, far below the
@@ -180,7 +180,7 @@ def test_unknown_node_is_unavailable_and_the_request_is_not_encoded(
     broker: BrokerProcess, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     encoded: list[object] = []
-    monkeypatch.setattr("server.broker_client.encode", lambda r: encoded.append(r) or b"")
+    monkeypatch.setattr("gregor.server.broker_client.encode", lambda r: encoded.append(r) or b"")
 
     async def body(client: InterBrokerClient, endpoints: Endpoints) -> None:
         with pytest.raises(BrokerUnavailable):

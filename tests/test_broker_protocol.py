@@ -14,9 +14,9 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from compat_tests.broker import BrokerProcess
+from gregor.wire.schema import request_type
+from gregor.wire.versions import SUPPORTED, advertised
 from tests.kafka_wire import WireClient, request_frame
-from wire.schema import request_type
-from wire.versions import SUPPORTED, advertised
 
 
 @pytest.fixture(scope="module")
@@ -121,7 +121,7 @@ def fetch_first_batch(client: WireClient, topic: str) -> bytes:
 def test_a_large_request_dripped_in_pieces_is_stored_intact(client: WireClient) -> None:
     """A frame above the in-place threshold, arriving a few bytes at a time and followed
     in the same segment by the next request, is received whole and stored byte for byte."""
-    from wire.records import build_batch, decode_records, split_batches
+    from gregor.wire.records import build_batch, decode_records, split_batches
 
     topic = "dripped"
     client.call(3, 12, metadata_request(12, [topic]))
@@ -248,7 +248,7 @@ def serve_in_foreground(listener: str, log_dir: Path) -> subprocess.CompletedPro
         [
             sys.executable,
             "-m",
-            "server.cli",
+            "gregor.server.cli",
             "serve",
             "--override",
             f"listeners={listener}",
@@ -276,7 +276,7 @@ def test_requests_behind_a_parked_one_are_held_back_not_buffered(
     must wait in the client's socket, not pile up in the broker's memory."""
     import threading
 
-    from wire.records import build_batch
+    from gregor.wire.records import build_batch
 
     setup = WireClient(broker.port)
     setup.call(3, 12, metadata_request(12, ["parked", "behind"]))

@@ -21,7 +21,7 @@ import pytest
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
 
 from compat_tests.group_checks import wait_until
-from server.broker_process import BrokerProcess
+from gregor.server.broker_process import BrokerProcess
 from tests.cli_run import gregor, new_topic, ok, table
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -287,7 +287,7 @@ class Running:
 
     def __init__(self, *args: str) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "server.cli", "consume", *args],
+            [sys.executable, "-m", "gregor.server.cli", "consume", *args],
             cwd=REPO_ROOT,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -12,12 +12,11 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from apis.context import build, nested
 from compat_tests.broker import BrokerProcess
-from tests.kafka_wire import WireClient, create_topic, request_frame
-from wire.records import build_batch
-from wire.schema import request_type
-from wire.versions import (
+from gregor.apis.context import build, nested
+from gregor.wire.records import build_batch
+from gregor.wire.schema import request_type
+from gregor.wire.versions import (
     ALTER_CLIENT_QUOTAS,
     API_VERSIONS,
     DESCRIBE_CLIENT_QUOTAS,
@@ -25,6 +24,7 @@ from wire.versions import (
     METADATA,
     PRODUCE,
 )
+from tests.kafka_wire import WireClient, create_topic, request_frame
 
 
 @pytest.fixture(scope="module")

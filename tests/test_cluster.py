@@ -18,12 +18,11 @@ from confluent_kafka import Consumer, KafkaError, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
 
-from apis.context import nested
 from compat_tests import java_client
 from compat_tests.broker import BrokerError, BrokerProcess
 from compat_tests.cluster import Cluster
-from tests.kafka_wire import WireClient
-from wire.interbroker import (
+from gregor.apis.context import nested
+from gregor.wire.interbroker import (
     ControlledShutdownRequest,
     LeaderAndIsrPartitionState,
     LeaderAndIsrRequest,
@@ -35,8 +34,8 @@ from wire.interbroker import (
     UpdateMetadataRequest,
     UpdateMetadataTopicState,
 )
-from wire.schema import request_type
-from wire.versions import (
+from gregor.wire.schema import request_type
+from gregor.wire.versions import (
     ALTER_PARTITION,
     CONTROLLED_SHUTDOWN,
     DESCRIBE_CONFIGS,
@@ -44,6 +43,7 @@ from wire.versions import (
     STOP_REPLICA,
     UPDATE_METADATA,
 )
+from tests.kafka_wire import WireClient
 
 # A killed broker's ZooKeeper session expires after this (TEST_DEFAULTS uses 6 s): the
 # failover waits allow it twice over plus the controller's work.

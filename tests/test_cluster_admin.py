@@ -12,13 +12,13 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from apis.context import build, nested
 from compat_tests.broker import BrokerProcess
+from gregor.apis.context import build, nested
+from gregor.wire import versions as v
+from gregor.wire.schema import request_type
 from tests.kafka_wire import WireClient, create_topic
 from tests.test_api_behaviour import fetch, produce, records
 from tests.test_storage_full_disk import incompressible, small_fs  # noqa: F401 (a fixture)
-from wire import versions as v
-from wire.schema import request_type
 
 TIMEOUT = datetime.timedelta(seconds=5)
 BROKER_ID = 0  # BrokerProcess's broker.id

@@ -11,7 +11,7 @@ import pytest
 from confluent_kafka import Producer
 
 from compat_tests.cluster import Cluster
-from controller.configs import BROKER, DELETE, GROUP, SET, TOPIC
+from gregor.controller.configs import BROKER, DELETE, GROUP, SET, TOPIC
 from tests.kafka_wire import WireClient
 from tests.test_cluster import create, new_topic
 from tests.test_config_apis import described, errors, incremental

@@ -14,13 +14,13 @@ from kazoo.client import KazooClient
 from kio.schema.errors import ErrorCode
 
 from compat_tests.cluster import Cluster
-from controller.configs import SET, TOPIC
+from gregor.controller.configs import SET, TOPIC
+from gregor.wire.schema import request_type
+from gregor.wire.versions import METADATA
 from tests.kafka_wire import WireClient
 from tests.test_client_quotas import alter, call_as, describe, entries
 from tests.test_cluster import create, new_topic
 from tests.test_config_apis import described, errors, incremental
-from wire.schema import request_type
-from wire.versions import METADATA
 
 
 @pytest.fixture(scope="module")

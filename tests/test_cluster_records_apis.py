@@ -12,15 +12,15 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from apis.context import nested
 from compat_tests.cluster import Cluster
+from gregor.apis.context import nested
+from gregor.wire.schema import request_type
+from gregor.wire.versions import LIST_OFFSETS, PRODUCE
 from tests.kafka_wire import WireClient
 from tests.test_admin_apis import delete_records
 from tests.test_api_behaviour import TIMEOUT, records
 from tests.test_cluster import create, new_topic, produce
 from tests.test_topic_ids_and_sessions import fetch, topic_id
-from wire.schema import request_type
-from wire.versions import LIST_OFFSETS, PRODUCE
 
 FAILOVER_TIMEOUT_S = 30.0
 

@@ -17,14 +17,14 @@ from kio.schema.write_txn_markers.v1.request import (
     WriteTxnMarkersRequest,
 )
 
-from apis.context import build, nested
 from compat_tests.broker import BrokerProcess
 from compat_tests.cluster import Cluster
+from gregor.apis.context import build, nested
+from gregor.wire.records import split_batches
+from gregor.wire.schema import request_type
+from gregor.wire.versions import FETCH, LIST_OFFSETS, WRITE_TXN_MARKERS
 from tests.kafka_wire import WireClient
 from tests.test_cluster import create, new_topic, produce
-from wire.records import split_batches
-from wire.schema import request_type
-from wire.versions import FETCH, LIST_OFFSETS, WRITE_TXN_MARKERS
 
 PID = 777_000
 

@@ -8,7 +8,7 @@ import snappy
 import zstandard
 from kafka import codec as kafka_codec
 
-from wire.compression import (
+from gregor.wire.compression import (
     GZIP,
     LZ4,
     NONE,

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from apis.context import NO_AUTHORIZED_OPERATIONS, build, nested
 from compat_tests.broker import BrokerProcess
-from controller.configs import (
+from gregor.apis.context import NO_AUTHORIZED_OPERATIONS, build, nested
+from gregor.controller.configs import (
     APPEND,
     BROKER,
     DELETE,
@@ -25,10 +25,9 @@ from controller.configs import (
     apply_operations,
     check_group_configs,
 )
-from controller.topics import TopicError
-from tests.kafka_wire import WireClient, create_topic
-from wire.schema import request_type
-from wire.versions import (
+from gregor.controller.topics import TopicError
+from gregor.wire.schema import request_type
+from gregor.wire.versions import (
     ALTER_CONFIGS,
     DESCRIBE_CLUSTER,
     DESCRIBE_CONFIGS,
@@ -36,6 +35,7 @@ from wire.versions import (
     INCREMENTAL_ALTER_CONFIGS,
     METADATA,
 )
+from tests.kafka_wire import WireClient, create_topic
 
 # Bitfields of AclOperation codes: READ 3, WRITE 4, CREATE 5, DELETE 6, ALTER 7, DESCRIBE 8,
 # CLUSTER_ACTION 9, DESCRIBE_CONFIGS 10, ALTER_CONFIGS 11, IDEMPOTENT_WRITE 12.

@@ -28,18 +28,18 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from apis.context import build, nested
 from compat_tests.broker import BrokerProcess
-from controller.quota_entities import DEFAULT, IpEntity, entity_path, parse_entity_path
-from server.config import BrokerConfig, ConfigError
-from server.quotas import UNLIMITED_RATE, ClientQuotas, ConnectionRates
+from gregor.apis.context import build, nested
+from gregor.controller.quota_entities import DEFAULT, IpEntity, entity_path, parse_entity_path
+from gregor.server.config import BrokerConfig, ConfigError
+from gregor.server.quotas import UNLIMITED_RATE, ClientQuotas, ConnectionRates
+from gregor.wire.records import build_batch
+from gregor.wire.schema import request_type
+from gregor.wire.versions import API_VERSIONS, PRODUCE
 from tests.kafka_wire import WireClient, create_topic, request_frame
 from tests.test_client_quotas import alter, describe
 from tests.test_dynamic_broker_configs import delete as delete_broker_config
 from tests.test_dynamic_broker_configs import set_one
-from wire.records import build_batch
-from wire.schema import request_type
-from wire.versions import API_VERSIONS, PRODUCE
 
 MIB = 1 << 20
 WINDOWS = {"quota.window.num": "2", "quota.window.size.seconds": "1"}

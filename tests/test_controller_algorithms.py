@@ -8,15 +8,15 @@ from collections import Counter
 import pytest
 from kio.schema.errors import ErrorCode
 
-from controller.assignment import assign_new_partitions, assign_replicas, rack_alternated
-from controller.election import (
+from gregor.controller.assignment import assign_new_partitions, assign_replicas, rack_alternated
+from gregor.controller.election import (
     Elected,
     elect_for_controlled_shutdown,
     elect_offline,
     elect_preferred,
     elect_reassigned,
 )
-from controller.topics import TopicError
+from gregor.controller.topics import TopicError
 
 NO_RACKS = {b: None for b in range(5)}
 

@@ -12,16 +12,16 @@ from typing import TypeVar
 import pytest
 from kio.schema.errors import ErrorCode
 
-from controller.metadata import PartitionInfo
-from coordinator.coordinator import GroupCoordinator, Settings
-from coordinator.group import GroupState
-from coordinator.membership import JoinResult
-from coordinator.records import OFFSETS_TOPIC, partition_for
-from log import LogManager
-from replica.manager import ReplicaManager
-from replica.partition import FollowerState
-from replica.purgatory import Purgatory
-from server.config import BrokerConfig
+from gregor.controller.metadata import PartitionInfo
+from gregor.coordinator.coordinator import GroupCoordinator, Settings
+from gregor.coordinator.group import GroupState
+from gregor.coordinator.membership import JoinResult
+from gregor.coordinator.records import OFFSETS_TOPIC, partition_for
+from gregor.log import LogManager
+from gregor.replica.manager import ReplicaManager
+from gregor.replica.partition import FollowerState
+from gregor.replica.purgatory import Purgatory
+from gregor.server.config import BrokerConfig
 
 PARTITIONS = 3
 SESSION = 60_000

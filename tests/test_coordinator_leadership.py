@@ -26,14 +26,14 @@ from test_coordinator import (
     until,
 )
 
-from controller.metadata import PartitionInfo
-from coordinator.coordinator import GroupCoordinator, Settings
-from coordinator.group import GroupState
-from coordinator.records import OFFSETS_TOPIC, partition_for
-from log import LogManager
-from replica.manager import ReplicaManager
-from replica.partition import FollowerState, Partition
-from replica.state import LeaderAndIsrState
+from gregor.controller.metadata import PartitionInfo
+from gregor.coordinator.coordinator import GroupCoordinator, Settings
+from gregor.coordinator.group import GroupState
+from gregor.coordinator.records import OFFSETS_TOPIC, partition_for
+from gregor.log import LogManager
+from gregor.replica.manager import ReplicaManager
+from gregor.replica.partition import FollowerState, Partition
+from gregor.replica.state import LeaderAndIsrState
 
 NOW = 1_700_000_000_000
 

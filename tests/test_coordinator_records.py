@@ -6,8 +6,8 @@ import struct
 
 import pytest
 
-from coordinator.group import parse_subscription_topics
-from coordinator.records import (
+from gregor.coordinator.group import parse_subscription_topics
+from gregor.coordinator.records import (
     GroupKey,
     GroupValue,
     MemberValue,
@@ -23,7 +23,7 @@ from coordinator.records import (
     encode_offset_value,
     partition_for,
 )
-from wire.records import build_batch, decode_records, split_batches, validate_batch
+from gregor.wire.records import build_batch, decode_records, split_batches, validate_batch
 
 
 def java_hash(s: str) -> int:

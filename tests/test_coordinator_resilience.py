@@ -13,7 +13,7 @@ import test_coordinator
 from kio.schema.errors import ErrorCode
 from test_coordinator import Stack, join, join_new, run, stable_single, until
 
-from coordinator.group import Group, GroupState, Member
+from gregor.coordinator.group import Group, GroupState, Member
 
 stack = test_coordinator.stack  # the fixture
 
@@ -96,7 +96,7 @@ def test_a_fault_in_the_join_completion_resets_the_group(
         again = await stable_single(c, "g")
         assert again.generation > a.generation
 
-    with caplog.at_level(logging.ERROR, logger="coordinator.membership"):
+    with caplog.at_level(logging.ERROR, logger="gregor.coordinator.membership"):
         run(scenario)
     lines = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert len(lines) == 1 and "StopIteration" in lines[0].getMessage()

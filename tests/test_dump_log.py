@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, Message, Producer
 
-from server.broker_process import BrokerProcess
-from server.cli import main
-from wire.compression import GZIP, LZ4, NONE
-from wire.records import build_batch
+from gregor.server.broker_process import BrokerProcess
+from gregor.server.cli import main
+from gregor.wire.compression import GZIP, LZ4, NONE
+from gregor.wire.records import build_batch
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
@@ -29,7 +29,7 @@ BASE_TS = 1_700_000_000_000
 def dump(*files: Path, flags: tuple[str, ...] = ("--print-data-log",)) -> str:
     names = ",".join(str(f) for f in files)
     result = subprocess.run(
-        [sys.executable, "-m", "server.cli", "dump-log", "--files", names, *flags],
+        [sys.executable, "-m", "gregor.server.cli", "dump-log", "--files", names, *flags],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,

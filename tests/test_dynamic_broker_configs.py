@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-import server.config  # noqa: F401  (registers the server.properties keys)
-from apis.context import nested
+import gregor.server.config  # noqa: F401  (registers the server.properties keys)
 from compat_tests.broker import BrokerProcess
-from controller.configs import (
+from gregor.apis.context import nested
+from gregor.controller.configs import (
     ALL_DYNAMIC_BROKER_KEYS,
     BROKER,
     BROKER_KEYS,
@@ -28,10 +28,10 @@ from controller.configs import (
     SSL_RECONFIGURABLE,
     TOPIC,
 )
+from gregor.wire.schema import request_type
+from gregor.wire.versions import DESCRIBE_CONFIGS
 from tests.kafka_wire import WireClient, create_topic
 from tests.test_config_apis import errors, incremental, legacy
-from wire.schema import request_type
-from wire.versions import DESCRIBE_CONFIGS
 
 # DescribeConfigs sources
 TOPIC_SRC, BROKER_SRC, DEFAULT_BROKER_SRC, STATIC, DEFAULT = 1, 2, 3, 4, 5
@@ -469,7 +469,7 @@ def test_handler_pool_grows_and_shrinks_without_losing_a_request() -> None:
     import asyncio
     import dataclasses
 
-    from server.network import Limits, Request, SocketServer
+    from gregor.server.network import Limits, Request, SocketServer
 
     async def run() -> None:
         handled: list[int] = []

@@ -11,13 +11,13 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from apis.context import nested
 from compat_tests.broker import BrokerProcess
+from gregor.apis.context import nested
+from gregor.wire.records import split_batches
+from gregor.wire.schema import request_type
+from gregor.wire.versions import DELETE_TOPICS, FETCH
 from tests.kafka_wire import WireClient, create_topic, request_frame
 from tests.test_api_behaviour import TIMEOUT, produce, records
-from wire.records import split_batches
-from wire.schema import request_type
-from wire.versions import DELETE_TOPICS, FETCH
 
 # Parked fetches here wait up to a minute; each test's bound on an answer is far below
 # that and far above any scheduling delay, so only a wake-up by the event counts.

@@ -17,12 +17,12 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from kio.schema.errors import ErrorCode
 
-from apis.context import build, nested
 from compat_tests.broker import BrokerProcess
 from compat_tests.group_checks import SESSION_OVERRIDES, create_topic, wait_until
+from gregor.apis.context import build, nested
+from gregor.wire import versions as v
+from gregor.wire.schema import request_type
 from tests.kafka_wire import WireClient, request_frame
-from wire import versions as v
-from wire.schema import request_type
 
 JOIN_V = 5
 SYNC_V = 3

@@ -18,11 +18,11 @@ from kafka.admin import ConfigResource, ConfigResourceType
 from kafka.structs import OffsetAndMetadata
 from kio.schema.errors import ErrorCode
 
-from apis.context import build, nested
 from compat_tests.broker import BrokerProcess
+from gregor.apis.context import build, nested
+from gregor.wire import versions as v
+from gregor.wire.schema import request_type
 from tests.kafka_wire import WireClient, create_topics_request
-from wire import versions as v
-from wire.schema import request_type
 
 TIMEOUT = datetime.timedelta(seconds=5)
 OFFSETS = "__consumer_offsets"

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from log import Log, LogConfig, ReadResult
-from log.errors import (
+from gregor.log import Log, LogConfig, ReadResult
+from gregor.log.errors import (
     CorruptRecordError,
     InvalidRecordError,
     InvalidTimestampError,
@@ -17,7 +17,7 @@ from log.errors import (
     RecordTooLargeError,
     UnexpectedAppendOffsetError,
 )
-from wire.records import build_batch, decode_records, split_batches
+from gregor.wire.records import build_batch, decode_records, split_batches
 
 NOW = 1_700_000_000_000
 

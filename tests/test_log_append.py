@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from log.config import LogConfig
-from log.errors import InvalidRecordError
-from log.log import Log
-from wire.records import build_batch
+from gregor.log.config import LogConfig
+from gregor.log.errors import InvalidRecordError
+from gregor.log.log import Log
+from gregor.wire.records import build_batch
 
 NOW = 1_700_000_000_000
 INT_MAX = 2**31 - 1

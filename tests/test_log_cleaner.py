@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from log import LogConfig
-from log.cleaner import CLEANED_SUFFIX, SegmentFile, clean_log, group_segments
-from log.cleaner_manager import CleanerConfig, LogCleaner
-from log.log import Log
-from log.manager import LogManager
-from log.offset_map import map_capacity
-from log.txn_index import AbortedTxn, build_marker_batch
-from wire.compression import GZIP, LZ4, NONE, SNAPPY, ZSTD
-from wire.records import (
+from gregor.log import LogConfig
+from gregor.log.cleaner import CLEANED_SUFFIX, SegmentFile, clean_log, group_segments
+from gregor.log.cleaner_manager import CleanerConfig, LogCleaner
+from gregor.log.log import Log
+from gregor.log.manager import LogManager
+from gregor.log.offset_map import map_capacity
+from gregor.log.txn_index import AbortedTxn, build_marker_batch
+from gregor.wire.compression import GZIP, LZ4, NONE, SNAPPY, ZSTD
+from gregor.wire.records import (
     InvalidRecordError,
     build_batch,
     decode_records,

@@ -14,12 +14,18 @@ from pathlib import Path
 
 import pytest
 
-from log import LogConfig
-from log.cleaner import clean_log, iter_records, peak_rss
-from log.cleaner_manager import CleanerConfig, LogCleaner
-from log.manager import LogManager
-from log.offset_map import OffsetMap, map_capacity, map_slots, md5, new_offset_map
-from wire.records import build_batch, decode_records, parse_header, records_section, split_batches
+from gregor.log import LogConfig
+from gregor.log.cleaner import clean_log, iter_records, peak_rss
+from gregor.log.cleaner_manager import CleanerConfig, LogCleaner
+from gregor.log.manager import LogManager
+from gregor.log.offset_map import OffsetMap, map_capacity, map_slots, md5, new_offset_map
+from gregor.wire.records import (
+    build_batch,
+    decode_records,
+    parse_header,
+    records_section,
+    split_batches,
+)
 
 NOW = 1_700_000_000_000
 DAY = 86_400_000

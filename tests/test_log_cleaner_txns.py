@@ -9,11 +9,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from log.cleaner_manager import cleanable_offsets
-from log.log import Log
-from log.txn_index import AbortedTxn, build_marker_batch
+from gregor.log.cleaner_manager import cleanable_offsets
+from gregor.log.log import Log
+from gregor.log.txn_index import AbortedTxn, build_marker_batch
+from gregor.wire.records import build_batch
 from tests.test_log_cleaner import DAY, NOW, Harness, compact_config, latest
-from wire.records import build_batch
 
 RETENTION = DAY
 COORDINATOR_EPOCH = 5

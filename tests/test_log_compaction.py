@@ -15,7 +15,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from compat_tests.broker import BrokerProcess
-from log.cleaner import CRASH_ENV
+from gregor.log.cleaner import CRASH_ENV
 
 TOPIC = "compacted"
 KEYS = 1000

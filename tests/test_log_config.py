@@ -4,7 +4,13 @@ from dataclasses import fields
 
 import pytest
 
-from log.config import LONG_MAX, TOPIC_CONFIGS, LogConfig, resolve_config, validate_topic_configs
+from gregor.log.config import (
+    LONG_MAX,
+    TOPIC_CONFIGS,
+    LogConfig,
+    resolve_config,
+    validate_topic_configs,
+)
 
 
 def test_defaults_match_kafka() -> None:

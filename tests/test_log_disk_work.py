@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from log import Log, LogConfig, LogManager
-from log.checkpoint import DiskJob
-from log.errors import KafkaStorageError
-from log.open_files import OPEN_SEGMENTS
-from log.segment import LogSegment
-from wire.records import build_batch, split_batches
+from gregor.log import Log, LogConfig, LogManager
+from gregor.log.checkpoint import DiskJob
+from gregor.log.errors import KafkaStorageError
+from gregor.log.open_files import OPEN_SEGMENTS
+from gregor.log.segment import LogSegment
+from gregor.wire.records import build_batch, split_batches
 
 NOW = 1_700_000_000_000
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from log import LogConfig, LogManager
-from log.future import copy_files, segment_files
-from log.log import Log
-from wire.records import build_batch, decode_records, split_batches
+from gregor.log import LogConfig, LogManager
+from gregor.log.future import copy_files, segment_files
+from gregor.log.log import Log
+from gregor.wire.records import build_batch, decode_records, split_batches
 
 NOW = 1_700_000_000_000
 SMALL = LogConfig(segment_bytes=400)

@@ -2,11 +2,11 @@
 
 from pathlib import Path
 
-from log import Log, LogConfig
-from log.checkpoint import DiskJob
-from log.leader_epoch import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache
-from log.manager import LogManager
-from wire.records import build_batch
+from gregor.log import Log, LogConfig
+from gregor.log.checkpoint import DiskJob
+from gregor.log.leader_epoch import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache
+from gregor.log.manager import LogManager
+from gregor.wire.records import build_batch
 
 NOW = 1_700_000_000_000
 

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from log import LogConfig, LogManager, checkpoint
-from log.checkpoint import RECOVERY_POINT_CHECKPOINT, read_checkpoint, write_checkpoint
-from log.errors import KafkaStorageError
-from log.manager import CLEAN_SHUTDOWN_FILE, parse_partition_dir
-from wire.records import build_batch
+from gregor.log import LogConfig, LogManager, checkpoint
+from gregor.log.checkpoint import RECOVERY_POINT_CHECKPOINT, read_checkpoint, write_checkpoint
+from gregor.log.errors import KafkaStorageError
+from gregor.log.manager import CLEAN_SHUTDOWN_FILE, parse_partition_dir
+from gregor.wire.records import build_batch
 
 NOW = 1_700_000_000_000
 

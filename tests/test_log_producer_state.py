@@ -6,10 +6,10 @@ from pathlib import Path
 import crc32c
 import pytest
 
-from log import AppendResult, Log, LogConfig
-from log.errors import InvalidProducerEpochError, OutOfOrderSequenceError
-from log.producer_state import ProducerStateManager
-from wire.records import build_batch
+from gregor.log import AppendResult, Log, LogConfig
+from gregor.log.errors import InvalidProducerEpochError, OutOfOrderSequenceError
+from gregor.log.producer_state import ProducerStateManager
+from gregor.wire.records import build_batch
 
 NOW = 1_700_000_000_000
 PID = 4242

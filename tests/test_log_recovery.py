@@ -8,8 +8,8 @@ from pathlib import Path
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from log import Log, LogConfig
-from wire.records import build_batch, split_batches
+from gregor.log import Log, LogConfig
+from gregor.wire.records import build_batch, split_batches
 
 NOW = 1_700_000_000_000
 

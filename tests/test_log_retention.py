@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from log import Log, LogConfig
-from log.errors import OffsetOutOfRangeError
-from wire.records import build_batch
+from gregor.log import Log, LogConfig
+from gregor.log.errors import OffsetOutOfRangeError
+from gregor.wire.records import build_batch
 
 NOW = 1_700_000_000_000
 HOUR = 3_600_000

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from log import Log, LogConfig
-from log.errors import (
+from gregor.log import Log, LogConfig
+from gregor.log.errors import (
     InvalidProducerEpochError,
     InvalidTxnStateError,
     TransactionCoordinatorFencedError,
 )
-from log.txn_index import ENTRY_SIZE, AbortedTxn, build_marker_batch, parse_marker
-from wire.records import build_batch, split_batches
+from gregor.log.txn_index import ENTRY_SIZE, AbortedTxn, build_marker_batch, parse_marker
+from gregor.wire.records import build_batch, split_batches
 
 NOW = 1_700_000_000_000
 P1, P2, P3 = 1001, 1002, 1003

@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from types import SimpleNamespace as Entity
 
-from controller.metadata import (
+from gregor.controller.metadata import (
     LEADER_DURING_DELETE,
     MetadataCache,
     apply_update_metadata,

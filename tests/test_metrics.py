@@ -17,8 +17,8 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from compat_tests.broker import BrokerError, BrokerProcess
 from compat_tests.confluent_admin import create_topic, delete_topic
-from server.config import BrokerConfig, ConfigError
-from server.metrics import BUCKETS_MS, TIMES, BrokerMetrics
+from gregor.server.config import BrokerConfig, ConfigError
+from gregor.server.metrics import BUCKETS_MS, TIMES, BrokerMetrics
 from tests.kafka_wire import WireClient
 from tests.prometheus_scrape import Scrape
 from tests.test_client_quotas import alter

@@ -13,8 +13,8 @@ import pytest
 from prometheus_client.exposition import generate_latest
 from prometheus_client.openmetrics import exposition as openmetrics
 
-from server.metrics import BrokerMetrics
-from server.metrics_exporter import (
+from gregor.server.metrics import BrokerMetrics
+from gregor.server.metrics_exporter import (
     OPENMETRICS,
     TEXT,
     Exposition,
@@ -22,7 +22,7 @@ from server.metrics_exporter import (
     build,
     reference_families,
 )
-from server.metrics_state import BrokerState, GroupOffset, Logs, LogState
+from gregor.server.metrics_state import BrokerState, GroupOffset, Logs, LogState
 
 
 class _Families:

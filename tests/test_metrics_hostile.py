@@ -20,13 +20,13 @@ from pathlib import Path
 
 import pytest
 
-from apis.context import build
 from compat_tests.broker import BrokerError, BrokerProcess
-from server.metrics_exporter import MAX_CONNECTIONS, REQUEST_TIMEOUT_S
+from gregor.apis.context import build
+from gregor.server.metrics_exporter import MAX_CONNECTIONS, REQUEST_TIMEOUT_S
+from gregor.wire.schema import request_type
+from gregor.wire.versions import API_VERSIONS, METADATA
 from tests.kafka_wire import WireClient, create_topic
 from tests.prometheus_scrape import Scrape
-from wire.schema import request_type
-from wire.versions import API_VERSIONS, METADATA
 
 GOOD_CLIENT_BOUND_S = 0.2  # every round trip of the good client during an attack
 _MP = multiprocessing.get_context("fork")

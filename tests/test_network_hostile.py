@@ -23,13 +23,13 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from apis.context import build, nested
 from compat_tests.broker import BrokerProcess
+from gregor.apis.context import build, nested
+from gregor.wire.compression import ZSTD
+from gregor.wire.records import build_batch, decode_records, split_batches
+from gregor.wire.schema import decode, request_type, response_type
+from gregor.wire.versions import API_VERSIONS, DELETE_TOPICS, FETCH, METADATA, PRODUCE
 from tests.kafka_wire import WireClient, create_topic, request_frame
-from wire.compression import ZSTD
-from wire.records import build_batch, decode_records, split_batches
-from wire.schema import decode, request_type, response_type
-from wire.versions import API_VERSIONS, DELETE_TOPICS, FETCH, METADATA, PRODUCE
 
 TIMEOUT = datetime.timedelta(seconds=5)
 # A well-behaved request must be answered within this while an attack goes on; before
@@ -455,7 +455,14 @@ def test_accept_backs_off_when_descriptors_run_out(tmp_path: Path) -> None:
 
 # -- item 16: configuration that cannot be honoured -----------------------------------
 def serve(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess[str]:
-    args = [sys.executable, "-m", "server.cli", "serve", "--override", f"log.dirs={tmp_path}"]
+    args = [
+        sys.executable,
+        "-m",
+        "gregor.server.cli",
+        "serve",
+        "--override",
+        f"log.dirs={tmp_path}",
+    ]
     for override in overrides:
         args += ["--override", override]
     return subprocess.run(args, capture_output=True, text=True, timeout=60)

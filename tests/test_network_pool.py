@@ -16,11 +16,11 @@ from pathlib import Path
 
 from kio.schema.errors import ErrorCode
 
-from apis.context import nested
 from compat_tests.broker import BrokerProcess
+from gregor.apis.context import nested
+from gregor.wire.schema import request_type
+from gregor.wire.versions import API_VERSIONS, PRODUCE
 from tests.kafka_wire import WireClient, create_topic, request_frame
-from wire.schema import request_type
-from wire.versions import API_VERSIONS, PRODUCE
 
 MIB = 1 << 20
 POOL = 100 * MIB  # queued.max.request.bytes, the default

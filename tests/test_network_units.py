@@ -3,7 +3,7 @@ are admitted whole and in order, small ones keep a reserve of their own."""
 
 from __future__ import annotations
 
-from server.network import MemoryPool
+from gregor.server.network import MemoryPool
 
 
 class FakeConnection:

@@ -22,11 +22,11 @@ from kio.serial import entity_reader
 from kio.serial._introspect import is_optional
 from test_tagged import encode, example
 
-from apis.dispatch import FAST_DECODERS
 from compat_tests.broker import BrokerProcess
+from gregor.apis.dispatch import FAST_DECODERS
+from gregor.wire import versions as v
+from gregor.wire.schema import SchemaDecodeError, decode, request_type
 from tests.kafka_wire import WireClient, request_frame
-from wire import versions as v
-from wire.schema import SchemaDecodeError, decode, request_type
 
 # One in this many mutations that leave no forbidden null is sent to the broker too, to
 # keep the run short; every mutation is checked against the decoders in-process.

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from server.polling import PollingSelector
+from gregor.server.polling import PollingSelector
 
 MAX_POLL_S = 0.05
 QUICK_S = 0.02  # a request this soon after the last is worth polling for

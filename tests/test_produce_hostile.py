@@ -14,14 +14,14 @@ import pytest
 from crc32c import crc32c
 from kio.schema.errors import ErrorCode
 
-from apis.context import build, nested
 from compat_tests.broker import BrokerProcess
+from gregor.apis.context import build, nested
+from gregor.wire import versions as v
+from gregor.wire.compression import GZIP, LZ4, NONE, SNAPPY, ZSTD
+from gregor.wire.records import BATCH_HEADER_SIZE, build_batch, decode_records, split_batches
+from gregor.wire.schema import request_type
 from tests.kafka_wire import WireClient, create_topic, request_frame
 from tests.test_api_behaviour import TIMEOUT, fetch, list_offset
-from wire import versions as v
-from wire.compression import GZIP, LZ4, NONE, SNAPPY, ZSTD
-from wire.records import BATCH_HEADER_SIZE, build_batch, decode_records, split_batches
-from wire.schema import request_type
 
 NOW_MS = 1_700_000_000_000
 

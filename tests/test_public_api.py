@@ -108,7 +108,6 @@ def test_a_checkout_on_pythonpath_imports_its_own_folders(tmp_path: Path) -> Non
 def test_lint_bans_the_bare_folder_names(tmp_path: Path) -> None:
     ruff = shutil.which("ruff") or str(Path(os.sys.executable).with_name("ruff"))
     probe = tmp_path / "probe.py"
-    # (Split so that scripts/rename_to_gregor.py leaves the bare names alone.)
     lines = [
         "import " + "log",
         "import " + "server.config as c",

@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
-from apis.dispatch import Dispatcher
-from controller.metadata import PartitionInfo
-from log import LogManager
-from replica.delayed_fetch import DelayedFetch, PartitionFetch
-from replica.manager import ReplicaManager
-from replica.partition import Partition
-from replica.purgatory import DelayedOperation, OperationFailed, Purgatory
-from wire.records import build_batch
+from gregor.apis.dispatch import Dispatcher
+from gregor.controller.metadata import PartitionInfo
+from gregor.log import LogManager
+from gregor.replica.delayed_fetch import DelayedFetch, PartitionFetch
+from gregor.replica.manager import ReplicaManager
+from gregor.replica.partition import Partition
+from gregor.replica.purgatory import DelayedOperation, OperationFailed, Purgatory
+from gregor.wire.records import build_batch
 
 NOW = 1_700_000_000_000
 
@@ -84,7 +84,7 @@ def test_a_failing_check_is_logged_and_answered_and_the_others_are_served(
         later = purgatory.park(["k"], 60_000, lambda force: "later")
         assert purgatory.check("k") == 1 and later.result() == "later"
 
-    with caplog.at_level(logging.ERROR, logger="replica.purgatory"):
+    with caplog.at_level(logging.ERROR, logger="gregor.replica.purgatory"):
         asyncio.run(scenario())
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 2, lines

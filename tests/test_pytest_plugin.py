@@ -17,8 +17,8 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Pro
 from confluent_kafka import TopicPartition as ConfluentPartition
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-from server.broker_process import BrokerProcess
-from server.wire_client import Client
+from gregor.server.broker_process import BrokerProcess
+from gregor.server.wire_client import Client
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 Sent = tuple[int, bytes | None, bytes, tuple[tuple[str, bytes], ...]]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from controller.quota_entities import (
+from gregor.controller.quota_entities import (
     DEFAULT,
     entity_path,
     parse_entity_path,
@@ -13,7 +13,13 @@ from controller.quota_entities import (
     sanitize,
     with_quotas,
 )
-from server.quotas import SENSOR_EXPIRY_MS, ClientQuotaManager, ClientQuotas, Rate, throttle_ms
+from gregor.server.quotas import (
+    SENSOR_EXPIRY_MS,
+    ClientQuotaManager,
+    ClientQuotas,
+    Rate,
+    throttle_ms,
+)
 
 
 def test_rate_counts_a_short_span_as_num_minus_one_windows() -> None:

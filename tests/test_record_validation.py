@@ -10,16 +10,16 @@ import threading
 import pytest
 from crc32c import crc32c
 
-from log.config import LogConfig
-from log.errors import InvalidRecordError, InvalidTimestampError
-from log.validator import (
+from gregor.log.config import LogConfig
+from gregor.log.errors import InvalidRecordError, InvalidTimestampError
+from gregor.log.validator import (
     Budget,
     RecordKeyError,
     RecordTimestampError,
     validate,
 )
-from wire.compression import GZIP, LZ4, NONE, SNAPPY, ZSTD
-from wire.records import (
+from gregor.wire.compression import GZIP, LZ4, NONE, SNAPPY, ZSTD
+from gregor.wire.records import (
     BATCH_HEADER_SIZE,
     CorruptRecordError,
     bad_records_of,

@@ -4,8 +4,8 @@ import pytest
 from crc32c import crc32c
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
-from wire.compression import GZIP, LZ4, NONE, SNAPPY, ZSTD, decompress
-from wire.records import (
+from gregor.wire.compression import GZIP, LZ4, NONE, SNAPPY, ZSTD, decompress
+from gregor.wire.records import (
     BATCH_HEADER_SIZE,
     BatchHeader,
     CorruptRecordError,

@@ -6,8 +6,8 @@ from crc32c import crc32c
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from wire.compression import GZIP, LZ4, NONE, SNAPPY, ZSTD, compress, decompress
-from wire.records import (
+from gregor.wire.compression import GZIP, LZ4, NONE, SNAPPY, ZSTD, compress, decompress
+from gregor.wire.records import (
     BATCH_HEADER_SIZE,
     CorruptRecordError,
     InvalidRecordError,

@@ -23,21 +23,21 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from apis.context import Services, nested
-from apis.dispatch import Dispatcher
-from controller.metadata import MetadataCache, PartitionInfo, TopicInfo
-from log import LogManager
-from replica.fetch_session import FetchSessions
-from replica.manager import ReplicaManager
-from replica.partition import Partition
-from replica.state import CommittedIsr, IsrProposal, LeaderAndIsrState, StopReplicaState
-from server.config import BrokerConfig
-from server.quotas import ClientQuotas
+from gregor.apis.context import Services, nested
+from gregor.apis.dispatch import Dispatcher
+from gregor.controller.metadata import MetadataCache, PartitionInfo, TopicInfo
+from gregor.log import LogManager
+from gregor.replica.fetch_session import FetchSessions
+from gregor.replica.manager import ReplicaManager
+from gregor.replica.partition import Partition
+from gregor.replica.state import CommittedIsr, IsrProposal, LeaderAndIsrState, StopReplicaState
+from gregor.server.config import BrokerConfig
+from gregor.server.quotas import ClientQuotas
+from gregor.wire.headers import skip_tagged_fields
+from gregor.wire.records import build_batch
+from gregor.wire.schema import decode, is_flexible, request_type, response_type
+from gregor.wire.versions import API_VERSIONS, FETCH, OFFSET_FOR_LEADER_EPOCH, PRODUCE
 from tests.kafka_wire import request_frame
-from wire.headers import skip_tagged_fields
-from wire.records import build_batch
-from wire.schema import decode, is_flexible, request_type, response_type
-from wire.versions import API_VERSIONS, FETCH, OFFSET_FOR_LEADER_EPOCH, PRODUCE
 
 TOPIC = "t"
 TOPIC_ID = uuid.uuid4()

@@ -12,12 +12,12 @@ import pytest
 from confluent_kafka import KafkaError, Producer
 from kio.schema.errors import ErrorCode
 
-from apis.context import nested
 from compat_tests.broker import BrokerProcess
+from gregor.apis.context import nested
+from gregor.wire.schema import request_type
+from gregor.wire.versions import FETCH, OFFSET_FOR_LEADER_EPOCH
 from tests.kafka_wire import WireClient, create_topic
 from tests.test_api_behaviour import fetch, produce, records
-from wire.schema import request_type
-from wire.versions import FETCH, OFFSET_FOR_LEADER_EPOCH
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from kio.serial.errors import DecodeError, SerialError, UnexpectedNull
 from kio.static.constants import EntityType
 from test_tagged import ALL_TYPES, encode, example
 
-from wire.tagged import ArrayLengthOverrun, decode_tolerant
+from gregor.wire.tagged import ArrayLengthOverrun, decode_tolerant
 
 # Everything a client can make us decode: request payloads and request headers.
 TARGETS = [

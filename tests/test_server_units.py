@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from server.config import BrokerConfig, ConfigError, parse_listener, read_properties
-from server.ratelimit import RateLimitedLog
+from gregor.server.config import BrokerConfig, ConfigError, parse_listener, read_properties
+from gregor.server.ratelimit import RateLimitedLog
 
 
 def test_properties_file_parsing(tmp_path: Path) -> None:

@@ -19,12 +19,12 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from compat_tests.broker import BrokerProcess
-from log.checkpoint import read_checkpoint
+from gregor.log.checkpoint import read_checkpoint
+from gregor.wire.records import build_batch
+from gregor.wire.schema import request_type
+from gregor.wire.versions import API_VERSIONS
 from tests.kafka_wire import WireClient, create_topic
 from tests.test_api_behaviour import produce
-from wire.records import build_batch
-from wire.schema import request_type
-from wire.versions import API_VERSIONS
 
 SEGMENT_BYTES = 256 * 1024
 BATCH_BYTES = 64 * 1024  # a roll every four produce requests

@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 from kio.schema.errors import ErrorCode
 
-from apis.context import build, nested
 from compat_tests.broker import BrokerProcess
+from gregor.apis.context import build, nested
+from gregor.wire.records import build_batch, split_batches
+from gregor.wire.schema import request_type
+from gregor.wire.versions import METADATA
 from tests.kafka_wire import WireClient, create_topic
 from tests.test_api_behaviour import fetch, produce
-from wire.records import build_batch, split_batches
-from wire.schema import request_type
-from wire.versions import METADATA
 
 FS_SIZE = "4m"
 # A second client's Metadata round trip while the disk is full: generous for a shared

@@ -15,9 +15,9 @@ from pathlib import Path
 from kio.schema.errors import ErrorCode
 
 from compat_tests.broker import BrokerProcess
+from gregor.wire.records import split_batches
 from tests.kafka_wire import WireClient, create_topic
 from tests.test_api_behaviour import fetch, produce, records
-from wire.records import split_batches
 
 TOPICS = 10
 PARTITIONS_PER_TOPIC = 1000  # one CreateTopics request per topic: 10,000 partitions in all

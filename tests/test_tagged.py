@@ -37,7 +37,7 @@ from kio.serial.writers import (
 from kio.static.constants import EntityType
 from kio.static.primitive import Records
 
-from wire.tagged import ArrayLengthOverrun, MalformedData, decode_tolerant
+from gregor.wire.tagged import ArrayLengthOverrun, MalformedData, decode_tolerant
 
 # kio's phantom types bring hypothesis hooks, but none for record data.
 st.register_type_strategy(Records, st.binary(max_size=64).map(Records.parse))

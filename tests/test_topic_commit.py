@@ -16,11 +16,11 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from compat_tests.broker import BrokerProcess
+from gregor.wire import versions as v
+from gregor.wire.records import build_batch, split_batches
+from gregor.wire.schema import request_type
 from tests.kafka_wire import WireClient, fetch_one
 from tests.test_internal_topics import assert_prompt, create_one, metadata
-from wire import versions as v
-from wire.records import build_batch, split_batches
-from wire.schema import request_type
 
 TIMEOUT = datetime.timedelta(seconds=5)
 

@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from apis.context import build, nested
 from compat_tests.broker import BrokerProcess
+from gregor.apis.context import build, nested
+from gregor.wire.schema import request_type
+from gregor.wire.versions import FETCH, METADATA, PRODUCE
 from tests.kafka_wire import WireClient, create_topic
 from tests.test_api_behaviour import TIMEOUT, produce, records
-from wire.schema import request_type
-from wire.versions import FETCH, METADATA, PRODUCE
 
 
 @pytest.fixture(scope="module")
@@ -178,7 +178,7 @@ def test_session_by_name_before_v13(client: WireClient) -> None:
 
 
 def test_a_full_cache_evicts_consumers_for_followers() -> None:
-    from replica.fetch_session import FetchSessions
+    from gregor.replica.fetch_session import FetchSessions
 
     sessions = FetchSessions(max_sessions=2)
     small = sessions.new(-1, True, 1)

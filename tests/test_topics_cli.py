@@ -11,13 +11,13 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
-from server.broker_process import BrokerProcess
+from gregor.server.broker_process import BrokerProcess
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def gregor(bootstrap: str, *args: str) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "server.cli", "topics", "--bootstrap-server", bootstrap]
+    command = [sys.executable, "-m", "gregor.server.cli", "topics", "--bootstrap-server", bootstrap]
     return subprocess.run(command + list(args), cwd=REPO_ROOT, capture_output=True, text=True)
 
 

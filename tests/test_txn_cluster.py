@@ -17,17 +17,17 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
 
-from apis.context import nested
 from compat_tests.cluster import Cluster
-from coordinator.records import OFFSETS_TOPIC, partition_for
-from coordinator.txn_records import TRANSACTION_STATE_TOPIC
+from gregor.apis.context import nested
+from gregor.coordinator.records import OFFSETS_TOPIC, partition_for
+from gregor.coordinator.txn_records import TRANSACTION_STATE_TOPIC
+from gregor.wire import versions as v
+from gregor.wire.records import build_batch
+from gregor.wire.schema import request_type
 from tests.kafka_wire import WireClient
 from tests.test_txn_coordinator_wire import add_partitions_v5, init, req
 from tests.test_txn_end_to_end import consume_all
 from tests.test_txn_offsets import add_offsets_to_txn, txn_offset_commit
-from wire import versions as v
-from wire.records import build_batch
-from wire.schema import request_type
 
 PARTITIONS = 3
 TXN_PARTITIONS = 3

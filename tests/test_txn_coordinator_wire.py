@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from apis.context import build, nested
 from compat_tests.broker import BrokerProcess
+from gregor.apis.context import build, nested
+from gregor.wire import versions as v
+from gregor.wire.schema import request_type
 from tests.kafka_wire import WireClient, create_topic, request_frame
-from wire import versions as v
-from wire.schema import request_type
 
 TOPIC = "txn-data"
 

@@ -26,11 +26,11 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from apis.context import build, nested
-from apis.transactions import transactional_id_pattern
 from compat_tests.broker import BrokerProcess
-from coordinator.txn_records import TxnLogValue, TxnState, decode_value, encode_value
-from coordinator.txn_state import (
+from gregor.apis.context import build, nested
+from gregor.apis.transactions import transactional_id_pattern
+from gregor.coordinator.txn_records import TxnLogValue, TxnState, decode_value, encode_value
+from gregor.coordinator.txn_state import (
     MAX_EPOCH,
     AlreadyEnded,
     NeedProducerId,
@@ -39,10 +39,10 @@ from coordinator.txn_state import (
     complete_end,
     end_txn_v2,
 )
+from gregor.wire import versions as v
+from gregor.wire.schema import request_type
 from tests.kafka_wire import WireClient, create_topic
 from tests.test_txn_coordinator_wire import add_partitions_v3
-from wire import versions as v
-from wire.schema import request_type
 
 TOPIC = "tocv-in"
 GROUP = "tocv-group"
@@ -638,7 +638,7 @@ def test_implicit_add_asks_the_owning_broker_with_add_partitions_to_txn() -> Non
     answers its partition error as a TxnOffsetCommit does."""
     from kio.schema.add_partitions_to_txn.v4 import response as r4
 
-    from coordinator.txn_verifier import CoordinatorVerifier
+    from gregor.coordinator.txn_verifier import CoordinatorVerifier
 
     sent: list[Any] = []
     answers = iter([ErrorCode.none, ErrorCode.producer_fenced, ErrorCode.concurrent_transactions])

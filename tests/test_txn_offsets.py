@@ -15,15 +15,15 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from apis.context import build, nested
 from compat_tests.broker import BrokerProcess
-from coordinator.group import Group
-from coordinator.records import OffsetValue
-from coordinator.runtime import TxnOffsets, complete_txn_offsets, replay_offsets
+from gregor.apis.context import build, nested
+from gregor.coordinator.group import Group
+from gregor.coordinator.records import OffsetValue
+from gregor.coordinator.runtime import TxnOffsets, complete_txn_offsets, replay_offsets
+from gregor.wire import versions as v
+from gregor.wire.schema import request_type
 from tests.kafka_wire import WireClient, create_topic
 from tests.test_txn_coordinator_wire import add_partitions_v3, init
-from wire import versions as v
-from wire.schema import request_type
 
 TP = ("in", 0)
 

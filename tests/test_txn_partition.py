@@ -17,13 +17,13 @@ from kio.schema.write_txn_markers.v1.request import (
     WriteTxnMarkersRequest,
 )
 
-from apis.context import nested
-from apis.write_txn_markers import write_txn_markers
-from log.txn_index import AbortedTxn
+from gregor.apis.context import nested
+from gregor.apis.write_txn_markers import write_txn_markers
+from gregor.log.txn_index import AbortedTxn
+from gregor.wire.records import build_batch, split_batches
+from gregor.wire.schema import request_type
+from gregor.wire.versions import FETCH, LIST_OFFSETS, PRODUCE
 from tests.test_replication import TOPIC, Cluster, Node, in_sync, run, until
-from wire.records import build_batch, split_batches
-from wire.schema import request_type
-from wire.versions import FETCH, LIST_OFFSETS, PRODUCE
 
 TXN_ID = "app-1"
 P1, P2 = 5001, 5002

@@ -7,8 +7,8 @@ import struct
 import pytest
 from kio.schema.errors import ErrorCode
 
-from coordinator.records import RecordFormatError
-from coordinator.txn_records import (
+from gregor.coordinator.records import RecordFormatError
+from gregor.coordinator.txn_records import (
     TxnLogValue,
     TxnState,
     decode_key,
@@ -16,7 +16,7 @@ from coordinator.txn_records import (
     encode_key,
     encode_value,
 )
-from coordinator.txn_state import (
+from gregor.coordinator.txn_state import (
     FenceFirst,
     InvalidTransition,
     Transition,

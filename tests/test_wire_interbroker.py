@@ -11,8 +11,8 @@ import uuid
 import pytest
 from kio.schema.errors import ErrorCode
 
-from wire import interbroker as ib
-from wire.schema import (
+from gregor.wire import interbroker as ib
+from gregor.wire.schema import (
     SchemaDecodeError,
     decode,
     encode,

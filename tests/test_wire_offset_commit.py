@@ -10,16 +10,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
-from apis.context import NO_THROTTLE, build, nested
-from wire import versions
-from wire.offset_commit import (
+from gregor.apis.context import NO_THROTTLE, build, nested
+from gregor.wire import versions
+from gregor.wire.offset_commit import (
     MAX_VERSION,
     MIN_VERSION,
     decode_offset_commit_request,
     encode_offset_commit_response,
 )
-from wire.reader import BodyDecodeError
-from wire.schema import encode, request_type, response_type
+from gregor.wire.reader import BodyDecodeError
+from gregor.wire.schema import encode, request_type, response_type
 
 VERSIONS = range(MIN_VERSION, MAX_VERSION + 1)
 # (partition, offset, leader epoch, metadata) per topic

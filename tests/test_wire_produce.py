@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
-from apis.context import NO_THROTTLE, build, nested
-from wire.produce import (
+from gregor.apis.context import NO_THROTTLE, build, nested
+from gregor.wire.produce import (
     MAX_VERSION,
     MIN_VERSION,
     PartitionResult,
@@ -20,8 +20,8 @@ from wire.produce import (
     decode_produce_request,
     encode_produce_response,
 )
-from wire.reader import BodyDecodeError
-from wire.schema import encode, request_type, response_type
+from gregor.wire.reader import BodyDecodeError
+from gregor.wire.schema import encode, request_type, response_type
 
 VERSIONS = range(MIN_VERSION, MAX_VERSION + 1)
 # From v13 topics are named by id.

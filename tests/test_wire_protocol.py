@@ -10,15 +10,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
-from apis.context import NO_THROTTLE, build, nested
-from wire.fetch import FetchPartition, FetchTopic, encode_fetch_response
-from wire.headers import (
+from gregor.apis.context import NO_THROTTLE, build, nested
+from gregor.wire.fetch import FetchPartition, FetchTopic, encode_fetch_response
+from gregor.wire.headers import (
     MalformedHeaderError,
     decode_request_header,
     encode_response_header,
     peek_api,
 )
-from wire.schema import SchemaDecodeError, decode, encode, request_type, response_type
+from gregor.wire.schema import SchemaDecodeError, decode, encode, request_type, response_type
 
 
 def test_request_header_v2_with_tagged_fields() -> None:
@@ -180,7 +180,7 @@ def test_fetch_encoder_matches_kio(version: int) -> None:
 def test_fetch_request_decoder_matches_kio(version: int) -> None:
     import datetime
 
-    from wire.fetch import decode_fetch_request
+    from gregor.wire.fetch import decode_fetch_request
 
     cls = request_type(1, version)
     t, p = nested(cls, "FetchTopic"), nested(cls, "FetchPartition")
@@ -254,7 +254,7 @@ def test_fetch_request_mutations_raise_only_decode_errors(
     import datetime
     import random
 
-    from wire.fetch import decode_fetch_request
+    from gregor.wire.fetch import decode_fetch_request
 
     cls = request_type(1, version)
     t, p = nested(cls, "FetchTopic"), nested(cls, "FetchPartition")

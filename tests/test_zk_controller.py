@@ -22,13 +22,19 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8, i32, i64
 
 from compat_tests.zookeeper import ZooKeeperProcess
-from controller.assignment import assign_replicas
-from controller.channel import Broker, ControllerChannel, Endpoint, PartitionView, RequestBatch
-from controller.election import RECOVERING
-from controller.zk import AsyncZk
-from controller.zk_controller import PREFERRED, UNCLEAN, ControllerConfig, ZkController
-from controller.zk_data import BrokerRegistration, KafkaZk, TopicAssignment, random_uuid
-from wire.interbroker import (
+from gregor.controller.assignment import assign_replicas
+from gregor.controller.channel import (
+    Broker,
+    ControllerChannel,
+    Endpoint,
+    PartitionView,
+    RequestBatch,
+)
+from gregor.controller.election import RECOVERING
+from gregor.controller.zk import AsyncZk
+from gregor.controller.zk_controller import PREFERRED, UNCLEAN, ControllerConfig, ZkController
+from gregor.controller.zk_data import BrokerRegistration, KafkaZk, TopicAssignment, random_uuid
+from gregor.wire.interbroker import (
     LeaderAndIsrRequest,
     LeaderAndIsrResponse,
     StopReplicaPartitionError,
@@ -37,7 +43,7 @@ from wire.interbroker import (
     UpdateMetadataRequest,
     UpdateMetadataResponse,
 )
-from wire.schema import decode, encode
+from gregor.wire.schema import decode, encode
 
 pytest_plugins = ["tests.zookeeper_fixture"]
 

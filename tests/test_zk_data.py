@@ -20,8 +20,8 @@ import pytest
 from kazoo.client import KazooClient
 
 from compat_tests.zookeeper import ZooKeeperProcess, four_letter_word
-from controller.zk import AsyncZk, EventType, SessionState, WatchedEvent, ZkConnectTimeout
-from controller.zk_data import (
+from gregor.controller.zk import AsyncZk, EventType, SessionState, WatchedEvent, ZkConnectTimeout
+from gregor.controller.zk_data import (
     BrokerIdInUseError,
     BrokerRegistration,
     ControllerMovedError,

@@ -204,7 +204,7 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "wire._recordwalk", "Record walking for produce validation.", -1,
+    PyModuleDef_HEAD_INIT, "gregor.wire._recordwalk", "Record walking for produce validation.", -1,
     methods,
 };
 

@@ -8,7 +8,7 @@ UpdateMetadata (6) v8 and ControlledShutdown (7) v3, all flexible. Only Gregor b
 speak them, to one another, so there is no older version to negotiate down to.
 
 The field order, types, defaults and tags are those of the JSON at these versions, so
-``wire.schema.encode`` and ``wire.schema.decode`` produce and read Kafka's bytes. The
+``gregor.wire.schema.encode`` and ``gregor.wire.schema.decode`` produce and read Kafka's bytes. The
 partition states of LeaderAndIsr and UpdateMetadata, of which a controller sends tens of
 thousands, are encoded by the struct-based ENCODERS below (kio's generic writer spent about
 0.1 s on 10,000 of them); the tests hold them byte-equal to the generic writer.
@@ -29,7 +29,7 @@ from kio.schema.types import BrokerId, TopicName
 from kio.static.constants import EntityType
 from kio.static.primitive import i8, i16, i32, i64
 
-from wire.headers import encode_uvarint
+from gregor.wire.headers import encode_uvarint
 
 LEADER_AND_ISR = 4
 STOP_REPLICA = 5

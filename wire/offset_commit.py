@@ -1,7 +1,7 @@
 """OffsetCommit requests and responses, hand-coded for the hot path.
 
 A consumer that commits synchronously sends one of these per poll, so the pair skips the
-generic schema walk (``wire.tagged``) and kio's writer. Layouts follow OffsetCommitRequest
+generic schema walk (``gregor.wire.tagged``) and kio's writer. Layouts follow OffsetCommitRequest
 and OffsetCommitResponse v2-v9; tests check them byte for byte against kio.
 """
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from wire.headers import encode_uvarint
-from wire.reader import Reader
+from gregor.wire.headers import encode_uvarint
+from gregor.wire.reader import Reader
 
 MIN_VERSION, MAX_VERSION = 2, 9
 _FLEXIBLE_FROM = 8

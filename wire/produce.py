@@ -1,7 +1,7 @@
 """Produce requests and responses, hand-coded for the hot path.
 
 Every produce request is decoded and answered, so this pair skips the generic
-schema walk (``wire.tagged``) and kio's writer. Layouts follow ProduceRequest and
+schema walk (``gregor.wire.tagged``) and kio's writer. Layouts follow ProduceRequest and
 ProduceResponse v3-v13 (v12 is v11; v13 names topics by id, KIP-516); tests check them
 byte for byte against kio.
 """
@@ -12,11 +12,11 @@ import struct
 import uuid
 from dataclasses import dataclass, field
 
-from wire.compression import ZSTD
-from wire.headers import encode_uvarint
-from wire.leader_hints import NodeEndpoint, current_leader_field, node_endpoints_field
-from wire.reader import Reader
-from wire.records import (
+from gregor.wire.compression import ZSTD
+from gregor.wire.headers import encode_uvarint
+from gregor.wire.leader_hints import NodeEndpoint, current_leader_field, node_endpoints_field
+from gregor.wire.reader import Reader
+from gregor.wire.records import (
     BatchHeader,
     InvalidRecordError,
     UnsupportedCompressionError,

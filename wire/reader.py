@@ -6,8 +6,8 @@ import struct
 import uuid
 from typing import Any
 
-from wire.headers import MalformedHeaderError, read_uvarint, skip_tagged_fields
-from wire.schema import SchemaDecodeError
+from gregor.wire.headers import MalformedHeaderError, read_uvarint, skip_tagged_fields
+from gregor.wire.schema import SchemaDecodeError
 
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")

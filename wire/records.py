@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from crc32c import crc32c
 
-from wire._recordwalk import bad_records, walk
-from wire.compression import (
+from gregor.wire._recordwalk import bad_records, walk
+from gregor.wire.compression import (
     NONE,
     ZSTD,
     CorruptRecordError,

@@ -1,6 +1,6 @@
-"""Kafka message schemas, from the generated ``kio`` classes and ``wire.interbroker``.
+"""Kafka message schemas, from the generated ``kio`` classes and ``gregor.wire.interbroker``.
 
-Requests are decoded by the bounds-checked reader in ``wire.tagged``, not kio's native
+Requests are decoded by the bounds-checked reader in ``gregor.wire.tagged``, not kio's native
 reader: the native one rejects unknown tagged fields (Kafka ignores them) and aborts the
 whole process when a hostile array length makes its up-front allocation fail.
 """
@@ -15,8 +15,8 @@ from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_writer
 from kio.serial.errors import SerialError
 
-from wire import interbroker
-from wire.tagged import decode_tolerant
+from gregor.wire import interbroker
+from gregor.wire.tagged import decode_tolerant
 
 
 class SchemaDecodeError(ValueError):

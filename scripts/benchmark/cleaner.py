@@ -32,12 +32,12 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from log.cleaner import CleanResult, SegmentFile, clean_log, frame, peak_rss  # noqa: E402
-from log.cleaner_manager import CleanerConfig, LogCleaner  # noqa: E402
-from log.config import LogConfig  # noqa: E402
-from log.manager import LogManager  # noqa: E402
-from wire.compression import CODEC_NAMES  # noqa: E402
-from wire.records import build_batch  # noqa: E402
+from gregor.log.cleaner import CleanResult, SegmentFile, clean_log, frame, peak_rss  # noqa: E402
+from gregor.log.cleaner_manager import CleanerConfig, LogCleaner  # noqa: E402
+from gregor.log.config import LogConfig  # noqa: E402
+from gregor.log.manager import LogManager  # noqa: E402
+from gregor.wire.compression import CODEC_NAMES  # noqa: E402
+from gregor.wire.records import build_batch  # noqa: E402
 
 _CODECS = {name: codec for codec, name in CODEC_NAMES.items()}
 _BATCH = 200
@@ -140,7 +140,11 @@ def _worker_passes(manager: LogManager, buffer_bytes: int) -> None:
     nothing is dirty; print each pass and the worker's peak RSS (VmHWM)."""
     path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
     worker = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from log.cleaner import serve; serve(int(sys.argv[1]))"]
+        [
+            sys.executable,
+            "-c",
+            "import sys; from gregor.log.cleaner import serve; serve(int(sys.argv[1]))",
+        ]
         + [str(os.getpid())],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,

@@ -23,7 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from replica.state import LeaderAndIsrState  # noqa: E402
+from gregor.replica.state import LeaderAndIsrState  # noqa: E402
 from tests.test_replication import Cluster, run  # noqa: E402
 
 

@@ -31,11 +31,11 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from apis.context import build, nested  # noqa: E402
+from gregor.apis.context import build, nested  # noqa: E402
+from gregor.wire.records import build_batch  # noqa: E402
+from gregor.wire.schema import request_type  # noqa: E402
+from gregor.wire.versions import FETCH, PRODUCE  # noqa: E402
 from tests.kafka_wire import request_frame  # noqa: E402
-from wire.records import build_batch  # noqa: E402
-from wire.schema import request_type  # noqa: E402
-from wire.versions import FETCH, PRODUCE  # noqa: E402
 
 from .brokers import GREGOR, Broker  # noqa: E402
 from .procstats import cpu_seconds  # noqa: E402

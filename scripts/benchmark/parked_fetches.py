@@ -1,7 +1,7 @@
 """Produce latency while consumers are parked on long-poll fetches over many partitions.
 
 Issue #10, item 13: every append used to re-read every partition of every parked fetch.
-This starts one Gregor process (``python -m server.cli serve`` in ``--repo``, so two
+This starts one Gregor process (``python -m gregor.server.cli serve`` in ``--repo``, so two
 checkouts can be compared), parks ``--consumers`` raw Fetch requests, each over all
 ``--partitions`` partitions of one topic with a ``min_bytes`` they never reach, and then
 times ``--produces`` sequential one-record Produce requests (acks=1) spread round-robin
@@ -29,9 +29,9 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from wire.headers import skip_tagged_fields  # noqa: E402
-from wire.records import build_batch  # noqa: E402
-from wire.schema import decode, encode, request_type, response_type  # noqa: E402
+from gregor.wire.headers import skip_tagged_fields  # noqa: E402
+from gregor.wire.records import build_batch  # noqa: E402
+from gregor.wire.schema import decode, encode, request_type, response_type  # noqa: E402
 
 PRODUCE, FETCH, METADATA, CREATE_TOPICS = 0, 1, 3, 19
 NEVER_ENOUGH = 2**31 - 1  # min_bytes no fetch reaches: it stays parked
@@ -167,7 +167,7 @@ def _free_port() -> int:
 def _start_broker(repo: Path, data_dir: Path, port: int, log_path: Path) -> subprocess.Popen:
     listener = f"PLAINTEXT://127.0.0.1:{port}"
     overrides = {"listeners": listener, "advertised.listeners": listener, "log.dirs": data_dir}
-    cmd = [sys.executable, "-m", "server.cli", "serve"]
+    cmd = [sys.executable, "-m", "gregor.server.cli", "serve"]
     for key, value in overrides.items():
         cmd += ["--override", f"{key}={value}"]
     with open(log_path, "wb") as log:

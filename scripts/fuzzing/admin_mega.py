@@ -18,10 +18,10 @@ import socket
 import time
 from typing import Any
 
-from apis.context import build, nested
+from gregor.apis.context import build, nested
+from gregor.wire.schema import request_type
+from gregor.wire.versions import CREATE_PARTITIONS, CREATE_TOPICS, DELETE_TOPICS, METADATA
 from tests.kafka_wire import WireClient, create_topics_request, request_frame
-from wire.schema import request_type
-from wire.versions import CREATE_PARTITIONS, CREATE_TOPICS, DELETE_TOPICS, METADATA
 
 FAMILY = "admin_mega"
 IO_TIMEOUT_S = 300.0  # a 10,000-partition create on a loaded machine takes seconds

@@ -1,6 +1,6 @@
 """Request bodies written straight from kio's request schemas, valid or deliberately not.
 
-``BodyWriter`` walks a kio request entity the way ``wire.tagged`` decodes it and writes
+``BodyWriter`` walks a kio request entity the way ``gregor.wire.tagged`` decodes it and writes
 plausible values for every field. With ``mutate`` > 0 each field is, with that
 probability, replaced by something its schema forbids: a null non-nullable string or
 array, a length or count of -1, 2^31-1 or past the end, a bad boolean or UTF-8, a huge
@@ -27,7 +27,7 @@ from kio.serial._introspect import (
     is_optional,
 )
 
-from wire.records import build_batch
+from gregor.wire.records import build_batch
 
 INT32_MAX = 2**31 - 1
 # Lengths and counts a hostile client might claim: null, negative, huge, or just past the end.

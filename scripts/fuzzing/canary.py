@@ -9,11 +9,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from apis.context import build, nested
-from tests.kafka_wire import WireClient
-from wire.records import build_batch, decode_records, split_batches
-from wire.schema import request_type
-from wire.versions import (
+from gregor.apis.context import build, nested
+from gregor.wire.records import build_batch, decode_records, split_batches
+from gregor.wire.schema import request_type
+from gregor.wire.versions import (
     CREATE_TOPICS,
     FETCH,
     FIND_COORDINATOR,
@@ -22,6 +21,7 @@ from wire.versions import (
     OFFSET_FETCH,
     PRODUCE,
 )
+from tests.kafka_wire import WireClient
 
 TOPIC = "canary"
 GROUP = "canary-group"  # committed to every COMMIT_EVERY rounds

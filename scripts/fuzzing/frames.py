@@ -15,10 +15,10 @@ import zstandard
 
 from fuzzing import admin_mega, metrics_http
 from fuzzing.bodies import INT32_MAX, BodyWriter, crc32c_of, uvarint
-from wire.compression import GZIP, LZ4, ZSTD, compress
-from wire.records import build_batch
-from wire.schema import is_flexible, request_type
-from wire.versions import API_VERSIONS, METADATA, PRODUCE, SUPPORTED
+from gregor.wire.compression import GZIP, LZ4, ZSTD, compress
+from gregor.wire.records import build_batch
+from gregor.wire.schema import is_flexible, request_type
+from gregor.wire.versions import API_VERSIONS, METADATA, PRODUCE, SUPPORTED
 
 # Topics the fuzzer names (created up front so produce reaches validation); the internal
 # topics are there on purpose: a client must not be able to write or delete them.

@@ -21,12 +21,12 @@ from fuzzing.frames import (
     schema_bodies,
 )
 
-from wire.compression import ZSTD, CorruptRecordError, decompress
-from wire.headers import skip_tagged_fields
-from wire.produce import decode_produce_request
-from wire.records import build_batch, parse_header
-from wire.schema import SchemaDecodeError, decode, is_flexible, request_type
-from wire.versions import PRODUCE, SUPPORTED, is_supported
+from gregor.wire.compression import ZSTD, CorruptRecordError, decompress
+from gregor.wire.headers import skip_tagged_fields
+from gregor.wire.produce import decode_produce_request
+from gregor.wire.records import build_batch, parse_header
+from gregor.wire.schema import SchemaDecodeError, decode, is_flexible, request_type
+from gregor.wire.versions import PRODUCE, SUPPORTED, is_supported
 
 INT32_MAX = 2**31 - 1
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fuzzing.report import percentile, tracebacks
 
 LOG = """\
-[t] ERROR Unexpected error handling a request from 127.0.0.1:1; closing it (server.network)
+[t] ERROR Unexpected error handling a request from 127.0.0.1:1; closing it (gregor.server.network)
 Traceback (most recent call last):
   File "/repo/server/network.py", line 376, in _handle
     self.handler(request.connection, request.frame)

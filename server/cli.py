@@ -68,7 +68,11 @@ def run(args: argparse.Namespace) -> int:
     # built (below), keeps full collections from scanning them again and again (with
     # 10,000 partitions, collections took most of a failover's time).
     gc.set_threshold(50_000, 20, 50)
-    props = read_properties(args.properties) if args.properties else {}
+    try:
+        props = read_properties(args.properties) if args.properties else {}
+    except OSError as e:
+        logger.error("Fatal error during startup: cannot read %s: %s", args.properties, e.strerror)
+        return 1
     props.update(dict(args.override))
     try:
         config = BrokerConfig(props)

@@ -94,9 +94,10 @@ class Offsets:
         later.append(asyncio.get_running_loop().create_future())
         return later[0]
 
-    def _commit_error(
-        self, group_id: str, generation: int, member_id: str, instance_id: str | None
-    ) -> ErrorCode | None:
+    def _commit_group(self, group_id: str, generation: int) -> Group | ErrorCode | None:
+        """The checks every offset commit starts with: an error, None when the commit is
+        accepted as it is (no such group, and no generation given), or the group whose
+        member fields the caller checks next."""
         if not group_id:
             return ErrorCode.invalid_group_id
         error = self._runtime.owner_error(group_id)
@@ -107,6 +108,14 @@ class Offsets:
             return None if generation < 0 else ErrorCode.illegal_generation
         if group.is_(GroupState.DEAD):
             return ErrorCode.coordinator_not_available
+        return group
+
+    def _commit_error(
+        self, group_id: str, generation: int, member_id: str, instance_id: str | None
+    ) -> ErrorCode | None:
+        group = self._commit_group(group_id, generation)
+        if not isinstance(group, Group):
+            return group
         if group.is_static_member_fenced(instance_id, member_id):
             return ErrorCode.fenced_instance_id
         if generation < 0 and group.is_(GroupState.EMPTY):
@@ -132,16 +141,9 @@ class Offsets:
         first (unknown: UNKNOWN_MEMBER_ID, mapped to another member: FENCED_INSTANCE_ID),
         then the member id, then the generation. The group's state is not enforced: no
         REBALANCE_IN_PROGRESS, and no heartbeat is counted."""
-        if not group_id:
-            return ErrorCode.invalid_group_id
-        error = self._runtime.owner_error(group_id)
-        if error is not None:
-            return error
-        group = self._groups.get(group_id)
-        if group is None:
-            return None if generation < 0 else ErrorCode.illegal_generation
-        if group.is_(GroupState.DEAD):
-            return ErrorCode.coordinator_not_available
+        group = self._commit_group(group_id, generation)
+        if not isinstance(group, Group):
+            return group
         if generation < 0 and group.is_(GroupState.EMPTY):
             return None
         if generation < 0 and not member_id and instance_id is None:

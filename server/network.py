@@ -30,7 +30,6 @@ import asyncio
 import collections
 import ctypes
 import errno
-import ipaddress
 import logging
 import os
 import socket
@@ -40,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from gregor.apis.timing import METRICS, RequestTiming
+from gregor.controller.quota_entities import normalize_ip
 from gregor.server.quotas import UNLIMITED_RATE, ClientQuotas, ConnectionRates
 from gregor.server.ratelimit import RateLimitedLog
 
@@ -1039,10 +1039,4 @@ def _now_ms() -> int:
 def _ip_of(address: str) -> str:
     """The peer's address as operators write it (an IPv4 client of a dual-stack listener
     shows as ::ffff:a.b.c.d)."""
-    try:
-        ip = ipaddress.ip_address(address.split("%")[0])
-    except ValueError:
-        return address
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        return str(ip.ipv4_mapped)
-    return str(ip)
+    return normalize_ip(address) or address

@@ -889,8 +889,8 @@ def create_partitions(case: Case) -> None:
     assert [(x.name, x.error_code) for x in r.results] == [(name, NONE)]
 
 
-def delete_groups(case: Case) -> None:
-    group = case.fresh("deleted-group")
+def commit_offset_one(case: Case, group: str) -> None:
+    """Commit offset 1 of TOPIC's partition 0 for ``group`` (no members: a simple commit)."""
     cls = request_type(v.OFFSET_COMMIT, 8)
     p = fill(
         nested(cls, "OffsetCommitRequestPartition"),
@@ -910,6 +910,11 @@ def delete_groups(case: Case) -> None:
         topics=(t,),
     )
     assert committed.topics[0].partitions[0].error_code == NONE
+
+
+def delete_groups(case: Case) -> None:
+    group = case.fresh("deleted-group")
+    commit_offset_one(case, group)
     r = case.call(groups_names=(group,))
     assert [(x.group_id, x.error_code) for x in r.results] == [(group, NONE)]
     assert offset_fetch_v9(case, group) == -1
@@ -948,25 +953,7 @@ def list_partition_reassignments(case: Case) -> None:
 
 def offset_delete(case: Case) -> None:
     group = case.fresh("offset-delete")
-    cls = request_type(v.OFFSET_COMMIT, 8)
-    p = fill(
-        nested(cls, "OffsetCommitRequestPartition"),
-        partition_index=0,
-        committed_offset=1,
-        committed_leader_epoch=-1,
-        committed_metadata="",
-    )
-    t = fill(nested(cls, "OffsetCommitRequestTopic"), name=TOPIC, partitions=(p,))
-    committed = case.other(
-        v.OFFSET_COMMIT,
-        8,
-        group_id=group,
-        generation_id_or_member_epoch=-1,
-        member_id="",
-        group_instance_id=None,
-        topics=(t,),
-    )
-    assert committed.topics[0].partitions[0].error_code == NONE
+    commit_offset_one(case, group)
     dp = case.n("OffsetDeleteRequestPartition")(partition_index=0)
     dt = case.n("OffsetDeleteRequestTopic")(name=TOPIC, partitions=(dp,))
     r = case.call(group_id=group, topics=(dt,))

@@ -15,7 +15,7 @@ from kio.schema.errors import ErrorCode
 
 if TYPE_CHECKING:
     from gregor.controller.base import Controller
-    from gregor.controller.metadata import MetadataCache
+    from gregor.controller.metadata.cache import MetadataCache
     from gregor.controller.zk_broker import ZkBroker
     from gregor.coordinator.coordinator import GroupCoordinator
     from gregor.coordinator.txn_coordinator import TransactionCoordinator

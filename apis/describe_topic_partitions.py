@@ -19,7 +19,7 @@ from gregor.apis.context import (
     Services,
     nested,
 )
-from gregor.controller.metadata import ZERO_UUID, PartitionInfo, TopicInfo
+from gregor.controller.metadata.cache import ZERO_UUID, PartitionInfo, TopicInfo
 from gregor.wire.schema import response_type
 from gregor.wire.versions import DESCRIBE_TOPIC_PARTITIONS
 

@@ -19,7 +19,7 @@ from gregor.apis.context import (
 )
 from gregor.apis.groups import create_offsets_topic
 from gregor.apis.topics import new_topic
-from gregor.controller.metadata import TopicInfo
+from gregor.controller.metadata.cache import TopicInfo
 from gregor.controller.topics import INTERNAL_TOPICS, TopicError, check_topic_name
 from gregor.coordinator.records import OFFSETS_TOPIC
 from gregor.wire.schema import response_type

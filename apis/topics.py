@@ -12,7 +12,7 @@ from kio.schema.errors import ErrorCode
 from gregor.apis.configs import describe_topic_configs
 from gregor.apis.context import NO_THROTTLE, RequestContext, Services, build, later, nested
 from gregor.controller.base import NewPartitions, NewTopic
-from gregor.controller.metadata import TopicInfo
+from gregor.controller.metadata.cache import TopicInfo
 from gregor.controller.topics import TopicError, check_client_creatable, check_client_deletable
 from gregor.wire.schema import response_type
 from gregor.wire.versions import CREATE_PARTITIONS, CREATE_TOPICS, DELETE_TOPICS

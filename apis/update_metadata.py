@@ -11,7 +11,7 @@ from kio.schema.errors import ErrorCode
 
 from gregor.apis.context import RequestContext, Services
 from gregor.apis.inter_broker import cluster_member, stale_epoch
-from gregor.controller.metadata import apply_update_metadata
+from gregor.controller.metadata.cache import apply_update_metadata
 from gregor.wire.interbroker import UpdateMetadataResponse
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from gregor.controller.configs import ConfigResource
-from gregor.controller.metadata import MetadataCache, TopicInfo
+from gregor.controller.metadata.cache import MetadataCache, TopicInfo
 from gregor.controller.quota_entities import QuotaConfigs, QuotaEntity
 from gregor.controller.topics import TopicError
 

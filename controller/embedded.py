@@ -40,7 +40,7 @@ from gregor.controller.base import (
     TopicPartition,
 )
 from gregor.controller.configs import TOPIC, ConfigResource, check_config_change
-from gregor.controller.metadata import BrokerInfo, MetadataCache, PartitionInfo, TopicInfo
+from gregor.controller.metadata.cache import BrokerInfo, MetadataCache, PartitionInfo, TopicInfo
 from gregor.controller.metadata_log import Change, MetadataStore
 from gregor.controller.quota_entities import (
     QuotaConfigs,

@@ -34,7 +34,7 @@ from gregor.controller.configs import (
     ConfigResource,
     check_config_change,
 )
-from gregor.controller.metadata import MetadataCache, PartitionInfo, TopicInfo
+from gregor.controller.metadata.cache import MetadataCache, PartitionInfo, TopicInfo
 from gregor.controller.quota_entities import (
     QuotaConfigs,
     QuotaEntity,
@@ -53,9 +53,9 @@ from gregor.controller.topics import (
     collision_error,
     excessive_partitions,
 )
-from gregor.controller.zk import SessionExpiredError, SessionState
 from gregor.controller.zk_controller import ControllerError
-from gregor.controller.zk_data import (
+from gregor.controller.zookeeper.client import SessionExpiredError, SessionState
+from gregor.controller.zookeeper.data import (
     BrokerRegistration,
     KafkaZk,
     ProducerIdBlock,

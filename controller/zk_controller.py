@@ -48,8 +48,8 @@ from gregor.controller.election import (
     elect_preferred,
     elect_reassigned,
 )
-from gregor.controller.zk import SessionExpiredError, SessionState, TransactionFailed
-from gregor.controller.zk_data import (
+from gregor.controller.zookeeper.client import SessionExpiredError, SessionState, TransactionFailed
+from gregor.controller.zookeeper.data import (
     CONTROLLER_EPOCH_PATH,
     BrokerRegistration,
     ControllerMovedError,

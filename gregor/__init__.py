@@ -20,7 +20,7 @@ own code and may change without notice.
     ``broker.stop_in_thread()`` are the same without ``with``.
 
 ``gregor.BrokerProcess(directory, overrides=None)``
-    A broker in a child process (``gregor.server.broker_process``), the one the pytest
+    A broker in a child process (``gregor.server.harness.broker_process``), the one the pytest
     plugin's fixtures hand out: ``start()``, ``stop()``, ``restart()``, ``kill()`` (kill -9
     and a recovering start), ``create_topic(name, partitions, config)``, ``bootstrap``,
     ``log_path``, ``data_dir``; a context manager. ``gregor.BrokerProcessError`` is what
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from gregor.inprocess import Broker
-    from gregor.server.broker_process import BrokerProcess, BrokerProcessError
+    from gregor.server.harness.broker_process import BrokerProcess, BrokerProcessError
 
 __all__ = ["Broker", "BrokerProcess", "BrokerProcessError", "__version__"]
 
@@ -59,8 +59,8 @@ del _checkout
 
 _LAZY = {
     "Broker": "gregor.inprocess",
-    "BrokerProcess": "gregor.server.broker_process",
-    "BrokerProcessError": "gregor.server.broker_process",
+    "BrokerProcess": "gregor.server.harness.broker_process",
+    "BrokerProcessError": "gregor.server.harness.broker_process",
 }
 
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from gregor.controller.metadata import PartitionInfo
+from gregor.controller.metadata.cache import PartitionInfo
 from gregor.log.config import LogConfig
 from gregor.log.errors import KafkaStorageError, LogError
 from gregor.log.log import AppendResult

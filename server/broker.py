@@ -22,11 +22,11 @@ from gregor.apis.write_txn_markers import write_txn_markers
 from gregor.controller.base import Controller
 from gregor.controller.configs import BROKER, TOPIC, ConfigResource, effective_value
 from gregor.controller.embedded import EmbeddedController
-from gregor.controller.metadata import BrokerInfo, MetadataCache, TopicInfo
-from gregor.controller.zk import AsyncZk
+from gregor.controller.metadata.cache import BrokerInfo, MetadataCache, TopicInfo
 from gregor.controller.zk_broker import ZkBroker
 from gregor.controller.zk_controller import ControllerConfig, ZkController
-from gregor.controller.zk_data import BrokerIdInUseError, BrokerRegistration, KafkaZk
+from gregor.controller.zookeeper.client import AsyncZk
+from gregor.controller.zookeeper.data import BrokerIdInUseError, BrokerRegistration, KafkaZk
 from gregor.coordinator.coordinator import GroupCoordinator, Settings
 from gregor.coordinator.records import OFFSETS_TOPIC
 from gregor.coordinator.txn_coordinator import TransactionCoordinator, TxnSettings

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextvars import ContextVar
 from typing import NamedTuple
 
-from gregor.controller.metadata import MetadataCache
+from gregor.controller.metadata.cache import MetadataCache
 from gregor.coordinator.group import Group
 from gregor.replica.partition import Partition
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 from unittest import mock
 
-from gregor.server.cli import main
+from gregor.server.cli.main import main
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, ResourceType
 
-from gregor.server.broker_process import BrokerProcess
+from gregor.server.harness.broker_process import BrokerProcess
 from tests.cli_run import gregor, new_topic, ok
 
 

@@ -12,7 +12,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from compat_tests.group_checks import wait_until
-from gregor.server.broker_process import BrokerProcess
+from gregor.server.harness.broker_process import BrokerProcess
 from tests.cli_run import gregor, new_topic, ok, table
 
 BASE_TS = 1_700_000_000_000

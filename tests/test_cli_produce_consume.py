@@ -21,7 +21,7 @@ import pytest
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
 
 from compat_tests.group_checks import wait_until
-from gregor.server.broker_process import BrokerProcess
+from gregor.server.harness.broker_process import BrokerProcess
 from tests.cli_run import gregor, new_topic, ok, table
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

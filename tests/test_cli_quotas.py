@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from compat_tests import java_client
-from gregor.server.broker_process import BrokerProcess
+from gregor.server.harness.broker_process import BrokerProcess
 from tests.cli_run import gregor, ok, table
 
 MIB = 1048576.0

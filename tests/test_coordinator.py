@@ -12,7 +12,7 @@ from typing import TypeVar
 import pytest
 from kio.schema.errors import ErrorCode
 
-from gregor.controller.metadata import PartitionInfo
+from gregor.controller.metadata.cache import PartitionInfo
 from gregor.coordinator.coordinator import GroupCoordinator, Settings
 from gregor.coordinator.group import GroupState
 from gregor.coordinator.membership import JoinResult

@@ -26,7 +26,7 @@ from test_coordinator import (
     until,
 )
 
-from gregor.controller.metadata import PartitionInfo
+from gregor.controller.metadata.cache import PartitionInfo
 from gregor.coordinator.coordinator import GroupCoordinator, Settings
 from gregor.coordinator.group import GroupState
 from gregor.coordinator.records import OFFSETS_TOPIC, partition_for

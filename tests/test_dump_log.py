@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, Message, Producer
 
-from gregor.server.broker_process import BrokerProcess
-from gregor.server.cli import main
+from gregor.server.cli.main import main
+from gregor.server.harness.broker_process import BrokerProcess
 from gregor.wire.compression import GZIP, LZ4, NONE
 from gregor.wire.records import build_batch
 

@@ -1,11 +1,11 @@
-"""The metadata cache applying the controller's UpdateMetadata (controller/metadata.py)."""
+"""The metadata cache applying the controller's UpdateMetadata (controller/metadata/cache.py)."""
 
 from __future__ import annotations
 
 import uuid
 from types import SimpleNamespace as Entity
 
-from gregor.controller.metadata import (
+from gregor.controller.metadata.cache import (
     LEADER_DURING_DELETE,
     MetadataCache,
     apply_update_metadata,

@@ -171,8 +171,8 @@ def test_the_wheel_holds_one_package_and_the_extensions(wheel: Path) -> None:
     for ext in ("wire/_recordwalk", "server/_histograms", "log/_offsetmap"):
         assert any(re.fullmatch(rf"gregor/{ext}\..*\.so", n) for n in names), ext
     entry_points = zipfile.ZipFile(wheel).read(f"{_dist_info(wheel)}/entry_points.txt").decode()
-    assert "gregor = gregor.server.cli:main" in entry_points
-    assert "gregor = gregor.server.pytest_plugin" in entry_points
+    assert "gregor = gregor.server.cli.main:main" in entry_points
+    assert "gregor = gregor.server.harness.pytest_plugin" in entry_points
 
 
 def _dist_info(wheel: Path) -> str:

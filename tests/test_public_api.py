@@ -15,14 +15,14 @@ import pytest
 
 import gregor
 from gregor._paths import import_root, set_child_pythonpath
-from gregor.server.wire_client import Client, ClientError
+from gregor.server.cli.client.connection import Client, ClientError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_version_and_exports() -> None:
     assert gregor.__version__ == importlib.metadata.version("gregor")
-    from gregor.server.broker_process import BrokerProcess, BrokerProcessError
+    from gregor.server.harness.broker_process import BrokerProcess, BrokerProcessError
 
     assert (gregor.BrokerProcess, gregor.BrokerProcessError) == (
         BrokerProcess,

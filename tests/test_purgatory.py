@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from gregor.apis.dispatch import Dispatcher
-from gregor.controller.metadata import PartitionInfo
+from gregor.controller.metadata.cache import PartitionInfo
 from gregor.log import LogManager
 from gregor.replica.delayed_fetch import DelayedFetch, PartitionFetch
 from gregor.replica.manager import ReplicaManager

@@ -1,4 +1,4 @@
-"""The pytest plugin for users' suites (server/pytest_plugin.py), used as a user would: its
+"""The pytest plugin for users' suites (server/harness/pytest_plugin.py), used as a user would: its
 fixtures with confluent-kafka and kafka-python, a clean restart and a kill -9 of its broker;
 and a user's suite run in a pytest of its own (nothing starts unless asked, one broker per
 session, the topic marker)."""
@@ -17,8 +17,8 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Pro
 from confluent_kafka import TopicPartition as ConfluentPartition
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-from gregor.server.broker_process import BrokerProcess
-from gregor.server.wire_client import Client
+from gregor.server.cli.client.connection import Client
+from gregor.server.harness.broker_process import BrokerProcess
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 Sent = tuple[int, bytes | None, bytes, tuple[tuple[str, bytes], ...]]

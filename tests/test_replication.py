@@ -25,7 +25,7 @@ from kio.schema.errors import ErrorCode
 
 from gregor.apis.context import Services, nested
 from gregor.apis.dispatch import Dispatcher
-from gregor.controller.metadata import MetadataCache, PartitionInfo, TopicInfo
+from gregor.controller.metadata.cache import MetadataCache, PartitionInfo, TopicInfo
 from gregor.log import LogManager
 from gregor.replica.fetch_session import FetchSessions
 from gregor.replica.manager import ReplicaManager

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
-from gregor.server.broker_process import BrokerProcess
+from gregor.server.harness.broker_process import BrokerProcess
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 

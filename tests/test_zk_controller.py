@@ -31,9 +31,14 @@ from gregor.controller.channel import (
     RequestBatch,
 )
 from gregor.controller.election import RECOVERING
-from gregor.controller.zk import AsyncZk
 from gregor.controller.zk_controller import PREFERRED, UNCLEAN, ControllerConfig, ZkController
-from gregor.controller.zk_data import BrokerRegistration, KafkaZk, TopicAssignment, random_uuid
+from gregor.controller.zookeeper.client import AsyncZk
+from gregor.controller.zookeeper.data import (
+    BrokerRegistration,
+    KafkaZk,
+    TopicAssignment,
+    random_uuid,
+)
 from gregor.wire.interbroker import (
     LeaderAndIsrRequest,
     LeaderAndIsrResponse,

@@ -20,8 +20,14 @@ import pytest
 from kazoo.client import KazooClient
 
 from compat_tests.zookeeper import ZooKeeperProcess, four_letter_word
-from gregor.controller.zk import AsyncZk, EventType, SessionState, WatchedEvent, ZkConnectTimeout
-from gregor.controller.zk_data import (
+from gregor.controller.zookeeper.client import (
+    AsyncZk,
+    EventType,
+    SessionState,
+    WatchedEvent,
+    ZkConnectTimeout,
+)
+from gregor.controller.zookeeper.data import (
     BrokerIdInUseError,
     BrokerRegistration,
     ControllerMovedError,

@@ -11,8 +11,8 @@ import argparse
 import sys
 from typing import Any
 
-from gregor.server.cli_output import print_json, print_table
-from gregor.server.wire_client import Client, ClientError, schema
+from gregor.server.cli.client.connection import Client, ClientError, schema
+from gregor.server.cli.output import print_json, print_table
 
 DESCRIBE_CLIENT_QUOTAS, ALTER_CLIENT_QUOTAS = 48, 49
 USER, CLIENT_ID = "user", "client-id"

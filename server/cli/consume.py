@@ -2,7 +2,7 @@
 ``kafka-console-consumer.sh``, from any Kafka-compatible broker over the wire.
 
 Without ``--group`` it reads every partition (or ``--partition``) itself; with one it is a
-member of that consumer group (``server/group_member.py``): it reads the partitions the
+member of that consumer group (``server/cli/client/group_member.py``): it reads the partitions the
 group gives it from the group's committed offsets and commits what it printed every 5 s and
 when it stops. Each record is printed through kcat's format tokens, or as a JSON line that
 ``gregor produce --json`` reads back."""
@@ -18,9 +18,9 @@ from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import IO, Any
 
-from gregor.server.cli_output import jsonable
-from gregor.server.group_member import GroupMember, RebalanceNeeded
-from gregor.server.records_client import (
+from gregor.server.cli.client.connection import Client, ClientError
+from gregor.server.cli.client.group_member import GroupMember, RebalanceNeeded
+from gregor.server.cli.client.records import (
     EARLIEST,
     LATEST,
     READ_COMMITTED,
@@ -33,7 +33,7 @@ from gregor.server.records_client import (
     fetched_records,
     list_offsets,
 )
-from gregor.server.wire_client import Client, ClientError
+from gregor.server.cli.output import jsonable
 from gregor.wire.records import Record
 
 MAX_WAIT_MS = 500

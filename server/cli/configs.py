@@ -9,9 +9,9 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from gregor.server.cli_output import print_json
-from gregor.server.groups_cli import list_groups
-from gregor.server.wire_client import Client, ClientError, schema
+from gregor.server.cli.client.connection import Client, ClientError, schema
+from gregor.server.cli.groups import list_groups
+from gregor.server.cli.output import print_json
 
 DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 32, 44
 TOPIC, BROKER, GROUP = 2, 4, 32  # Kafka's ConfigResource types

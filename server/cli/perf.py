@@ -27,9 +27,8 @@ from typing import Any
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from gregor.server.cli_output import console, print_json, print_table
-from gregor.server.produce_cli import CODEC_IDS
-from gregor.server.records_client import (
+from gregor.server.cli.client.connection import Client, ClientError, Connection
+from gregor.server.cli.client.records import (
     EARLIEST,
     ClusterView,
     TopicPartition,
@@ -40,7 +39,8 @@ from gregor.server.records_client import (
     produce_request,
     produce_results,
 )
-from gregor.server.wire_client import Client, ClientError, Connection
+from gregor.server.cli.output import console, print_json, print_table
+from gregor.server.cli.produce import CODEC_IDS
 from gregor.wire.records import CorruptRecordError, build_batch, restamp, split_batches
 
 _RECORD_OVERHEAD = 8  # a small record's framing in a batch, for records per batch

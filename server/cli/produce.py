@@ -18,10 +18,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from gregor.server.cli_output import bytes_from_json
-from gregor.server.partitioner import partition_for_key
-from gregor.server.records_client import ClusterView, error_name, produce
-from gregor.server.wire_client import Client, ClientError
+from gregor.server.cli.client.connection import Client, ClientError
+from gregor.server.cli.client.partitioner import partition_for_key
+from gregor.server.cli.client.records import ClusterView, error_name, produce
+from gregor.server.cli.output import bytes_from_json
 from gregor.wire.compression import CODEC_NAMES
 from gregor.wire.records import build_batch
 

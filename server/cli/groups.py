@@ -10,9 +10,9 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from gregor.server.cli_output import print_json, print_table
-from gregor.server.consumer_protocol import PROTOCOL_TYPE, assigned_partitions
-from gregor.server.records_client import (
+from gregor.server.cli.client.connection import Client, ClientError, Connection, schema
+from gregor.server.cli.client.consumer_protocol import PROTOCOL_TYPE, assigned_partitions
+from gregor.server.cli.client.records import (
     EARLIEST,
     LATEST,
     ClusterView,
@@ -21,7 +21,7 @@ from gregor.server.records_client import (
     error_name,
     list_offsets,
 )
-from gregor.server.wire_client import Client, ClientError, Connection, schema
+from gregor.server.cli.output import print_json, print_table
 
 OFFSET_COMMIT, OFFSET_FETCH, DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS = 8, 9, 15, 16, 42
 INACTIVE = ("Empty", "Dead")  # the states in which a group's offsets may be reset

@@ -105,7 +105,7 @@ def _dump_log(commands: _Commands) -> None:
     dump = _command(
         commands,
         "dump-log",
-        "gregor.server.dump_log",
+        "gregor.server.cli.dump_log",
         help="print log segment and index files (like kafka-dump-log.sh)",
         description="Reads .log, .index, .timeindex and .txnindex files directly (no broker).",
     )
@@ -132,7 +132,7 @@ def _topics(commands: _Commands) -> None:
     topics = _command(
         commands,
         "topics",
-        "gregor.server.topics",
+        "gregor.server.cli.topics",
         help="list, describe, create, delete and alter topics (like kafka-topics.sh)",
         description="Talks to any Kafka-compatible broker over the wire.",
     )
@@ -172,7 +172,7 @@ def _groups(commands: _Commands) -> None:
     groups = _command(
         commands,
         "groups",
-        "gregor.server.groups_cli",
+        "gregor.server.cli.groups",
         help="list, describe, reset offsets of and delete consumer groups "
         "(like kafka-consumer-groups.sh)",
         description="Talks to any Kafka-compatible broker over the wire. --reset-offsets "
@@ -231,7 +231,7 @@ def _configs(commands: _Commands) -> None:
     configs = _command(
         commands,
         "configs",
-        "gregor.server.configs_cli",
+        "gregor.server.cli.configs",
         help="describe and alter topic, broker and group configs (like kafka-configs.sh)",
         description="Talks to any Kafka-compatible broker over the wire; --alter uses "
         "IncrementalAlterConfigs. Client quotas are `gregor quotas`.",
@@ -278,7 +278,7 @@ def _quotas(commands: _Commands) -> None:
     quotas = _command(
         commands,
         "quotas",
-        "gregor.server.quotas_cli",
+        "gregor.server.cli.quotas",
         help="describe and alter client quotas (kafka-configs.sh --entity-type users|clients)",
         description="Quotas belong to a user, a client id, or a (user, client id) pair; "
         "--user-default and --client-default name the defaults. --describe with no "
@@ -351,7 +351,7 @@ def _produce(commands: _Commands) -> None:
     produce = _command(
         commands,
         "produce",
-        "gregor.server.produce_cli",
+        "gregor.server.cli.produce",
         help="send standard input's lines to a topic, one record each (like kcat -P)",
         description="Keyed records go to the partition the Java client would pick (murmur2); "
         "keyless ones to one partition per batch, in turn. Prints nothing on success.",
@@ -384,7 +384,7 @@ def _consume(commands: _Commands) -> None:
     consume = _command(
         commands,
         "consume",
-        "gregor.server.consume_cli",
+        "gregor.server.cli.consume",
         help="print a topic's records (like kcat -C / kafka-console-consumer.sh)",
         description="Reads every partition (or --partition) from the log end, "
         "--from-beginning or --offset; with --group as a member of a consumer group, from "
@@ -434,7 +434,7 @@ def _perf(commands: _Commands) -> None:
     produce = _command(
         modes,
         "produce",
-        "gregor.server.perf_cli",
+        "gregor.server.cli.perf",
         help="produce --num-records records of --record-size bytes at --throughput",
         description="Like kafka-producer-perf-test.sh: one fixed random payload, batches "
         "pipelined (--max-in-flight per broker); latency from a record's send time (its "
@@ -457,7 +457,7 @@ def _perf(commands: _Commands) -> None:
     consume = _command(
         modes,
         "consume",
-        "gregor.server.perf_cli",
+        "gregor.server.cli.perf",
         help="consume --num-records records from the start of a topic",
         description="Like kafka-consumer-perf-test.sh: every partition from its log start "
         "until --num-records records; latency is each fetch's round trip. MB/s counts the "

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gregor.controller.zk import (
+from gregor.controller.zookeeper.client import (
     AsyncZk,
     BadVersionError,
     NodeExistsError,

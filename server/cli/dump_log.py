@@ -20,7 +20,7 @@ from crc32c import crc32c
 
 from gregor.log.txn_index import ABORT, COMMIT, CONTROL_KEY, CONTROL_VALUE
 from gregor.log.txn_index import ENTRY as TXN_ENTRY
-from gregor.server.cli_output import jsonable
+from gregor.server.cli.output import jsonable
 from gregor.wire.compression import CODEC_NAMES, CorruptRecordError, UnsupportedCompressionError
 from gregor.wire.records import (
     BATCH_HEADER_SIZE,

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from gregor.server.wire_client import Client, ClientError, Connection, schema
+from gregor.server.cli.client.connection import Client, ClientError, Connection, schema
 from gregor.wire.records import (
     CorruptRecordError,
     Record,

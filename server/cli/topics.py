@@ -9,8 +9,8 @@ import json
 import sys
 from typing import IO, Any
 
-from gregor.server.configs_cli import TOPIC, alter_configs, describe_configs
-from gregor.server.wire_client import Client, ClientError, schema
+from gregor.server.cli.client.connection import Client, ClientError, schema
+from gregor.server.cli.configs import TOPIC, alter_configs, describe_configs
 
 CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = 19, 20, 37
 _TIMEOUT = datetime.timedelta(seconds=30)

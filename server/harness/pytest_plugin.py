@@ -29,7 +29,7 @@ from collections.abc import Callable, Generator, Iterator
 
 import pytest
 
-from gregor.server.broker_process import BrokerProcess
+from gregor.server.harness.broker_process import BrokerProcess
 
 _SCOPES = ("session", "package", "module", "class", "function")
 _TOPIC_MARKER = "gregor_topic"

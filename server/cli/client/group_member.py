@@ -9,7 +9,8 @@ import datetime
 import time
 from typing import Any
 
-from gregor.server.consumer_protocol import (
+from gregor.server.cli.client.connection import Client, ClientError, schema
+from gregor.server.cli.client.consumer_protocol import (
     PROTOCOL_TYPE,
     assigned_partitions,
     encode_assignment,
@@ -17,9 +18,8 @@ from gregor.server.consumer_protocol import (
     range_assign,
     subscribed_topics,
 )
-from gregor.server.groups_cli import commit_offsets, committed_offsets
-from gregor.server.records_client import TopicPartition, error_name
-from gregor.server.wire_client import Client, ClientError, schema
+from gregor.server.cli.client.records import TopicPartition, error_name
+from gregor.server.cli.groups import commit_offsets, committed_offsets
 
 JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 11, 12, 13, 14
 ASSIGNOR = "range"

@@ -1,5 +1,5 @@
 """A Gregor broker run as a child process in a directory of its own, on a free local port:
-what the pytest plugin (``gregor.server.pytest_plugin``) hands to tests.
+what the pytest plugin (``gregor.server.harness.pytest_plugin``) hands to tests.
 
 The child runs this very installation's ``gregor serve`` (``python -m gregor.server.cli``), so a
 checkout under test tests its own broker. Readiness is a Metadata answer listing the broker.
@@ -18,8 +18,8 @@ from types import TracebackType
 from typing import Self
 
 from gregor._paths import set_child_pythonpath
-from gregor.server import topics
-from gregor.server.wire_client import Client, ClientError
+from gregor.server.cli import topics
+from gregor.server.cli.client.connection import Client, ClientError
 
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 20.0

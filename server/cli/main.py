@@ -4,7 +4,7 @@
 ``kafka-server-start.sh``; SIGTERM or SIGINT shut it down cleanly. The tools talk to any
 Kafka-compatible broker over the wire (``--bootstrap-server``): ``topics``, ``groups``,
 ``configs``, ``quotas``, ``produce``, ``consume`` and ``perf``; ``dump-log`` reads segment
-files directly. Their options are in ``server/cli_args.py``; each tool's module is imported
+files directly. Their options are in ``server/cli/args.py``; each tool's module is imported
 only when it runs.
 """
 
@@ -22,7 +22,7 @@ from functools import partial
 import anyio
 
 from gregor.log.errors import KafkaStorageError
-from gregor.server.cli_args import parser
+from gregor.server.cli.args import parser
 from gregor.server.config import BrokerConfig, ConfigError, read_properties
 from gregor.server.polling import new_event_loop
 
@@ -101,7 +101,3 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `gregor consume ... | head`
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - nothing more is written
         return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -28,6 +28,7 @@ from gregor.controller.quota_entities import (
     sanitize,
 )
 from gregor.log.errors import KafkaStorageError
+from gregor.wire.errors import KafkaError
 from gregor.wire.schema import response_type
 from gregor.wire.versions import ALTER_CLIENT_QUOTAS, DESCRIBE_CLIENT_QUOTAS
 
@@ -43,11 +44,8 @@ _UNSUPPORTED_KEYS = ("controller_mutation_rate",)
 _INT_MAX = 2**31 - 1
 
 
-class QuotaRequestError(Exception):
-    def __init__(self, code: ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
+class QuotaRequestError(KafkaError):
+    """A client quota request refused with a Kafka error code."""
 
 
 def handle_describe(services: Services, ctx: RequestContext, request: Any) -> Any:

@@ -10,6 +10,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from gregor.apis.context import NO_THROTTLE, RequestContext, Services, build, nested
+from gregor.configdef import Type
 from gregor.controller.configs import (
     ALL_DYNAMIC_BROKER_KEYS,
     BROKER,
@@ -34,19 +35,6 @@ DYNAMIC_DEFAULT_BROKER_CONFIG = 3
 STATIC_BROKER_CONFIG = 4
 DEFAULT_CONFIG = 5
 GROUP_CONFIG = 8
-
-_CONFIG_TYPES = {
-    "bool": 1,
-    "boolean": 1,
-    "string": 2,
-    "int": 3,
-    "short": 4,
-    "long": 5,
-    "double": 6,
-    "list": 7,
-    "class": 8,
-    "password": 9,
-}
 
 Synonym = tuple[str, str | None, int]
 Layers = list[tuple[int, Mapping[str, str]]]
@@ -133,9 +121,7 @@ def describe_topic_configs(
             first = definition.synonyms[0][0]
             found += _synonyms(layers, first, broker_synonyms(first), False)
         source = found[0][2] if found else DEFAULT_CONFIG
-        entry = ConfigEntry(
-            name, format_value(value), source, _CONFIG_TYPES.get(definition.type, 0)
-        )
+        entry = ConfigEntry(name, format_value(value), source, definition.type)
         if synonyms:
             entry.synonyms = found
         entries.append(entry)
@@ -156,7 +142,7 @@ def _broker_entry(
         name,
         None if sensitive else value,
         found[0][2] if found else DEFAULT_CONFIG,
-        0 if key is None else _CONFIG_TYPES.get(key.type, 0),
+        0 if key is None else key.type,  # 0: UNKNOWN
         read_only=name not in ALL_DYNAMIC_BROKER_KEYS,
         is_sensitive=sensitive,
     )
@@ -171,9 +157,9 @@ def _value(props: Mapping[str, str], name: str) -> str | None:
     if text is None:
         return None
     key = broker_key(name)
-    if key is not None and key.type == "list":
+    if key is not None and key.type is Type.LIST:
         return ",".join(item.strip() for item in text.split(",") if item.strip())
-    return text.strip() if key is not None and key.type != "password" else text
+    return text.strip() if key is not None and not key.sensitive else text
 
 
 def describe_broker_configs(
@@ -214,8 +200,8 @@ def describe_group_configs(
         if keys and name not in keys:
             continue
         source = GROUP_CONFIG if name in overrides else DEFAULT_CONFIG
-        value = overrides.get(name, str(definition.default))
-        entry = ConfigEntry(name, value, source, _CONFIG_TYPES[definition.type])
+        value = overrides.get(name, definition.default)
+        entry = ConfigEntry(name, value, source, definition.type)
         if synonyms:
             entry.synonyms.append((name, value, source))
         entries.append(entry)

@@ -127,7 +127,8 @@ def build(cls: type, **values: Any) -> Any:
 @cache
 def nested(entity: type, name: str) -> type:
     """A nested entity class defined next to ``entity`` (same API version)."""
-    return getattr(sys.modules[entity.__module__], name)
+    cls: type = getattr(sys.modules[entity.__module__], name)
+    return cls
 
 
 def later(response: Coroutine[Any, Any, T]) -> asyncio.Future[T]:

@@ -9,7 +9,7 @@ from kio.schema.errors import ErrorCode
 
 from gregor.apis.context import RequestContext, Services, later
 from gregor.apis.inter_broker import cluster_member
-from gregor.controller.zk_controller import ControllerError
+from gregor.controller.zk_controller.controller import ControllerError
 from gregor.wire.interbroker import ControlledShutdownResponse, RemainingPartition
 
 

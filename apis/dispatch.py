@@ -48,7 +48,7 @@ from gregor.apis import (
 )
 from gregor.apis.context import CloseConnection, RawResponse, RequestContext, Services, field_names
 from gregor.apis.timing import FOLLOWER_FETCH, LOCAL_DONE, SENT, THROTTLE_MS, RequestTiming
-from gregor.server.ratelimit import RateLimitedLog
+from gregor.ratelimit import RateLimitedLog
 from gregor.wire import versions
 from gregor.wire.fetch import decode_fetch_request
 from gregor.wire.headers import (
@@ -292,7 +292,7 @@ class Dispatcher:
         conn: Channel,
         ctx: RequestContext,
         flexible: bool,
-        future: asyncio.Future,
+        future: asyncio.Future[Any],
         timing: RequestTiming | None = None,
     ) -> None:
         """Answer a handler's future as `handle` answers a plain result."""
@@ -348,7 +348,8 @@ class Dispatcher:
 def _request_time_counts(api_key: int, body: Any) -> bool:
     """Request time counts toward request_percentage unless it is replication traffic."""
     if api_key == versions.FETCH:
-        return body.replica_id < 0
+        replica_id: int = body.replica_id
+        return replica_id < 0
     return api_key not in _INTER_BROKER
 
 

@@ -13,7 +13,8 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from gregor.apis.context import NO_THROTTLE, RequestContext, Services, build, nested
-from gregor.apis.errors import STORAGE_ERRORS, error_code, not_hosted
+from gregor.apis.errors import not_hosted
+from gregor.replica.errors import STORAGE_ERRORS, error_code
 from gregor.wire.schema import response_type
 from gregor.wire.versions import LIST_OFFSETS
 

@@ -19,6 +19,7 @@ from gregor.apis.context import (
 )
 from gregor.apis.groups import create_offsets_topic
 from gregor.apis.topics import new_topic
+from gregor.controller.base import NewTopic
 from gregor.controller.metadata.cache import TopicInfo
 from gregor.controller.topics import INTERNAL_TOPICS, TopicError, check_topic_name
 from gregor.coordinator.records import OFFSETS_TOPIC
@@ -92,7 +93,8 @@ async def _create_then_respond(
         except TopicError as e:
             failed[OFFSETS_TOPIC] = e.code
             logger.info("Auto-creation of topic %s failed: %s", OFFSETS_TOPIC, e.message)
-    wanted, errors = [], []
+    wanted: list[NewTopic] = []
+    errors: list[tuple[str | NewTopic, TopicInfo | TopicError]] = []
     for name in names:
         if name == OFFSETS_TOPIC:
             continue

@@ -47,7 +47,7 @@ def handle_commit(services: Services, ctx: RequestContext, request: OffsetCommit
     def respond(errors: dict[TopicPartition, ErrorCode]) -> RawResponse:
         if unknown:
             errors = {**errors, **unknown}
-        topics = [
+        topics: list[tuple[str, list[tuple[int, int]]]] = [
             (
                 t.name,
                 [(p[0], errors[(t.name, p[0])]) for p in t.partitions],

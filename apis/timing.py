@@ -10,7 +10,9 @@ BrokerMetrics that counts it once it ends."""
 
 from __future__ import annotations
 
+from typing import Any, TypeAlias
+
 KIND, VERSION, RECEIVED, DEQUEUED, LOCAL_DONE, SENT, END, THROTTLE_MS, METRICS = range(9)
 FOLLOWER_FETCH = -1
 
-RequestTiming = list
+RequestTiming: TypeAlias = list[Any]

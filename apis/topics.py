@@ -170,6 +170,7 @@ async def _delete(services: Services, ctx: RequestContext, request: Any) -> Any:
         wanted = [(name, None) for name in request.topic_names]
     # Each entry: the name and id to answer with, and its error or None to ask the controller.
     entries: list[tuple[str | None, Any, TopicError | None]] = []
+    names: list[str] = []  # those asked of the controller
     for name, topic_id in wanted:
         try:
             if name is None:
@@ -182,9 +183,9 @@ async def _delete(services: Services, ctx: RequestContext, request: Any) -> Any:
                 raise TopicError(ErrorCode.topic_deletion_disabled, "Topic deletion is disabled.")
             check_client_deletable(name)
             entries.append((name, topic_id, None))
+            names.append(name)
         except TopicError as e:
             entries.append((name, topic_id, e))
-    names = [n for n, _, e in entries if e is None]
     answers = iter(await _controller(services.controller.delete_topics(names), len(names)))
     results = []
     for name, topic_id, error in entries:

@@ -17,7 +17,7 @@ from gregor.wire.interbroker import UpdateMetadataResponse
 
 def handle(
     services: Services, ctx: RequestContext, request: Any
-) -> UpdateMetadataResponse | asyncio.Future:
+) -> UpdateMetadataResponse | asyncio.Future[UpdateMetadataResponse]:
     member = cluster_member(services, "UpdateMetadata")
     stale = stale_epoch(services, member, request)
     if stale is not None:
@@ -47,8 +47,8 @@ def _apply(
             topic.configs = overrides
     groups = services.groups
     if groups is not None:
-        for topic in {t for t, _ in deleted}:
-            if topic not in services.metadata.topics:
-                groups.on_topic_deleted(topic)
+        for name in {t for t, _ in deleted}:
+            if name not in services.metadata.topics:
+                groups.on_topic_deleted(name)
     member.metadata_updated()
     return UpdateMetadataResponse(error_code=ErrorCode.none)

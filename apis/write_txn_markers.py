@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from kio.schema.errors import ErrorCode
+from kio.schema.types import TopicName
 from kio.schema.write_txn_markers.v1.request import WriteTxnMarkersRequest
 from kio.schema.write_txn_markers.v1.response import (
     WritableTxnMarkerPartitionResult,
@@ -17,6 +18,7 @@ from kio.schema.write_txn_markers.v1.response import (
     WritableTxnMarkerTopicResult,
     WriteTxnMarkersResponse,
 )
+from kio.static.primitive import i32
 
 from gregor.apis.context import RequestContext, Services, later
 from gregor.apis.errors import not_hosted
@@ -38,12 +40,12 @@ async def write_txn_markers(
     TRANSACTION_COORDINATOR_FENCED, REQUEST_TIMED_OUT...)."""
     replicas = services.replicas
     # Per marker, per topic: (partition index, its append or the error found first).
-    outcomes: list[list[tuple[str, list[tuple[int, MarkerAppend | ErrorCode]]]]] = []
+    outcomes: list[list[tuple[TopicName, list[tuple[i32, MarkerAppend | ErrorCode]]]]] = []
     appends: list[MarkerAppend] = []
     for marker in request.markers:
-        topics = []
+        topics: list[tuple[TopicName, list[tuple[i32, MarkerAppend | ErrorCode]]]] = []
         for topic in marker.topics:
-            partitions: list[tuple[int, MarkerAppend | ErrorCode]] = []
+            partitions: list[tuple[i32, MarkerAppend | ErrorCode]] = []
             for index in topic.partition_indexes:
                 partition = replicas.get(topic.name, index)
                 if partition is None:

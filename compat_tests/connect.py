@@ -15,9 +15,9 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from compat_tests.broker import REPO_ROOT, free_port
+from compat_tests.broker import REPO_ROOT
 from compat_tests.java_client import JAR_DIR, JVM_FLAGS, compiled, jars_classpath
-from compat_tests.process import ServerProcess
+from gregor.server.harness.process import ServerProcess, free_port
 
 CONNECT_JAR_DIR = REPO_ROOT / ".cache" / "connect-jars"
 SECURITY_STUB = Path(__file__).resolve().parent / "java" / "connect" / "SecurityHandler.java"

@@ -23,8 +23,9 @@ from pathlib import Path
 import pytest
 from kio.schema.errors import ErrorCode
 
-from compat_tests.broker import BrokerError, BrokerProcess
+from compat_tests.broker import BrokerProcess
 from gregor.log.checkpoint import RECOVERY_POINT_CHECKPOINT, read_checkpoint
+from gregor.server.harness.broker_process import BrokerProcessError as BrokerError
 from gregor.wire import versions as v
 from gregor.wire.records import build_batch, decode_records, split_batches
 from gregor.wire.schema import request_type

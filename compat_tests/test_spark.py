@@ -30,7 +30,6 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from compat_tests.broker import REPO_ROOT, BrokerProcess
-from compat_tests.cluster import Cluster
 from compat_tests.matrix import compat
 from compat_tests.records import (
     Rec,
@@ -47,6 +46,7 @@ from compat_tests.spark_checks import (
 )
 from compat_tests.test_confluent import consume, produce
 from compat_tests.txn_checks import TXN_OVERRIDES, wait_for
+from gregor.server.harness.cluster import Cluster
 from scripts.spark_pipeline import events, job, results
 from scripts.spark_pipeline.session import new_session
 

@@ -28,9 +28,9 @@ from kafka.errors import KafkaTimeoutError
 
 from compat_tests import java_client as java
 from compat_tests.broker import REPO_ROOT
-from compat_tests.cluster import BrokerView, Cluster
 from compat_tests.matrix import compat
 from compat_tests.txn_checks import TXN_OVERRIDES, wait_for
+from gregor.server.harness.cluster import BrokerView, Cluster
 from gregor.wire.schema import request_type
 from tests.kafka_wire import WireClient
 

@@ -14,8 +14,18 @@ from urllib.parse import quote, unquote
 
 from kio.schema.errors import ErrorCode
 
+from gregor.configdef import (
+    LONG_MAX,
+    ConfigError,
+    ConfigKey,
+    Type,
+    at_least,
+    between,
+    invalid,
+    one_of,
+)
 from gregor.controller.topics import TopicError, check_configs
-from gregor.log.config import TOPIC_CONFIGS, ConfigDef, LogConfig
+from gregor.log.config import LOG_BROKER_KEYS, TOPIC_CONFIGS, LogConfig
 
 logger = logging.getLogger(__name__)
 
@@ -69,62 +79,82 @@ class ConfigResource:
 # dynamic log keys (Kafka's DynamicLogConfig): every log picks them up at once. The other
 # keys of a chain (log.retention.minutes/.hours, log.roll.hours, log.roll.jitter.hours,
 # log.flush.scheduler.interval.ms) are read-only, as in Kafka.
-DYNAMIC_BROKER_KEYS: dict[str, ConfigDef] = {
-    definition.synonyms[0][0]: definition
-    for definition in TOPIC_CONFIGS.values()
-    if definition.synonyms
-}
-# Every broker key that is a topic config's synonym, with its topic config.
-LOG_BROKER_KEYS: dict[str, ConfigDef] = {
-    key: definition for definition in TOPIC_CONFIGS.values() for key, _ in definition.synonyms
-}
+DYNAMIC_BROKER_KEYS = frozenset(
+    definition.synonyms[0][0] for definition in TOPIC_CONFIGS.values() if definition.synonyms
+)
 
 
-@dataclass(frozen=True, slots=True)
-class GroupConfigDef:
-    """One of Kafka 4's GroupConfig keys: its default and the bounds the broker sets
-    (Kafka's group.<type>.min/max.* defaults; Gregor does not make them configurable)."""
+def _group_int(name: str, default: int, low: int, high: int, bounds: str) -> ConfigKey:
+    """An int key of Kafka 4's GroupConfig, within the bounds the broker sets (Kafka's
+    group.<type>.min/max.* defaults; Gregor does not make them configurable), whose keys
+    Kafka's messages name."""
 
-    name: str
-    type: str
-    default: int | str
-    low: int | None = None
-    high: int | None = None
-    choices: tuple[str, ...] = ()
+    def check(key: str, value: int) -> None:
+        if value < low:
+            raise ConfigError(f"{key} must be greater than or equal to {bounds.format('min')}")
+        if value > high:
+            raise ConfigError(f"{key} must be less than or equal to {bounds.format('max')}")
+
+    return ConfigKey(name, Type.INT, str(default), check)
 
 
-GROUP_CONFIGS: dict[str, GroupConfigDef] = {
-    d.name: d
-    for d in (
-        GroupConfigDef("consumer.session.timeout.ms", "int", 45_000, 45_000, 60_000),
-        GroupConfigDef("consumer.heartbeat.interval.ms", "int", 5_000, 5_000, 15_000),
-        GroupConfigDef("share.session.timeout.ms", "int", 45_000, 45_000, 60_000),
-        GroupConfigDef("share.heartbeat.interval.ms", "int", 5_000, 5_000, 15_000),
-        GroupConfigDef("share.record.lock.duration.ms", "int", 30_000, 15_000, 60_000),
-        GroupConfigDef(
-            "share.auto.offset.reset", "string", "latest", choices=("latest", "earliest")
+GROUP_CONFIGS: dict[str, ConfigKey] = {
+    k.name: k
+    for k in (
+        _group_int(
+            "consumer.session.timeout.ms",
+            45_000,
+            45_000,
+            60_000,
+            "group.consumer.{}.session.timeout.ms",
         ),
-        GroupConfigDef(
+        _group_int(
+            "consumer.heartbeat.interval.ms",
+            5_000,
+            5_000,
+            15_000,
+            "group.consumer.{}.heartbeat.interval.ms",
+        ),
+        _group_int(
+            "share.session.timeout.ms", 45_000, 45_000, 60_000, "group.share.{}.session.timeout.ms"
+        ),
+        _group_int(
+            "share.heartbeat.interval.ms",
+            5_000,
+            5_000,
+            15_000,
+            "group.share.{}.heartbeat.interval.ms",
+        ),
+        _group_int(
+            "share.record.lock.duration.ms",
+            30_000,
+            15_000,
+            60_000,
+            "group.share.{}.record.lock.duration.ms",
+        ),
+        ConfigKey("share.auto.offset.reset", Type.STRING, "latest", one_of("latest", "earliest")),
+        ConfigKey(
             "share.isolation.level",
-            "string",
+            Type.STRING,
             "read_uncommitted",
-            choices=("read_committed", "read_uncommitted"),
+            one_of("read_committed", "read_uncommitted"),
         ),
-        GroupConfigDef("streams.session.timeout.ms", "int", 45_000, 45_000, 60_000),
-        GroupConfigDef("streams.heartbeat.interval.ms", "int", 5_000, 5_000, 15_000),
-        GroupConfigDef("streams.num.standby.replicas", "int", 0, 0, 2),
+        _group_int(
+            "streams.session.timeout.ms",
+            45_000,
+            45_000,
+            60_000,
+            "group.streams.{}.session.timeout.ms",
+        ),
+        _group_int(
+            "streams.heartbeat.interval.ms",
+            5_000,
+            5_000,
+            15_000,
+            "group.streams.{}.heartbeat.interval.ms",
+        ),
+        _group_int("streams.num.standby.replicas", 0, 0, 2, "group.streams.{}.standby.replicas"),
     )
-}
-# Kafka's broker keys holding the bounds, named in its messages.
-_GROUP_BOUND_KEYS = {
-    "consumer.session.timeout.ms": "group.consumer.{}.session.timeout.ms",
-    "consumer.heartbeat.interval.ms": "group.consumer.{}.heartbeat.interval.ms",
-    "share.session.timeout.ms": "group.share.{}.session.timeout.ms",
-    "share.heartbeat.interval.ms": "group.share.{}.heartbeat.interval.ms",
-    "share.record.lock.duration.ms": "group.share.{}.record.lock.duration.ms",
-    "streams.session.timeout.ms": "group.streams.{}.session.timeout.ms",
-    "streams.heartbeat.interval.ms": "group.streams.{}.heartbeat.interval.ms",
-    "streams.num.standby.replicas": "group.streams.{}.standby.replicas",
 }
 
 
@@ -132,12 +162,14 @@ def _list_default(resource_type: int, key: str) -> str | None:
     """The default of a list-typed key of the resource type (APPEND and SUBTRACT apply to
     those only, from the default when unset), else None."""
     if resource_type == BROKER:
-        broker = broker_key(key)
-        return (broker.default or "") if broker is not None and broker.type == "list" else None
-    definition = TOPIC_CONFIGS.get(key) if resource_type == TOPIC else None
-    if definition is None or definition.type != "list":
+        definition = broker_key(key)
+    elif resource_type == TOPIC:
+        definition = TOPIC_CONFIGS.get(key)
+    else:
         return None
-    return str(definition.default)
+    if definition is None or definition.type is not Type.LIST:
+        return None
+    return definition.default or ""
 
 
 def apply_operations(
@@ -177,48 +209,16 @@ def check_group_configs(configs: Mapping[str, str]) -> None:
     for name in configs:
         if name not in GROUP_CONFIGS:
             raise TopicError(ErrorCode.invalid_config, f"Unknown group config name: {name}")
-    values = {
-        d.name: d.default if d.name not in configs else _group_value(d, configs[d.name])
-        for d in GROUP_CONFIGS.values()
-    }
+    try:
+        values = {d.name: d.parse(configs.get(d.name, d.default)) for d in GROUP_CONFIGS.values()}
+    except ConfigError as e:
+        raise TopicError(ErrorCode.invalid_config, str(e)) from None
     for kind in ("consumer", "share", "streams"):
         session, heartbeat = f"{kind}.session.timeout.ms", f"{kind}.heartbeat.interval.ms"
-        if values[session] <= values[heartbeat]:  # type: ignore[operator]
+        if values[session] <= values[heartbeat]:
             raise TopicError(
                 ErrorCode.invalid_config, f"{session} must be greater than {heartbeat}"
             )
-
-
-def _group_value(definition: GroupConfigDef, text: str) -> int | str:
-    name = definition.name
-    if definition.type == "string":
-        if text not in definition.choices:
-            raise TopicError(
-                ErrorCode.invalid_config,
-                f"Invalid value {text} for configuration {name}: String must be one of: "
-                + ", ".join(definition.choices),
-            )
-        return text
-    try:
-        value = int(text.strip())
-        if not -(2**31) <= value < 2**31:
-            raise ValueError
-    except ValueError:
-        raise TopicError(
-            ErrorCode.invalid_config,
-            f"Invalid value {text} for configuration {name}: Not a number of type INT",
-        ) from None
-    bound = _GROUP_BOUND_KEYS[name]
-    if definition.low is not None and value < definition.low:
-        raise TopicError(
-            ErrorCode.invalid_config,
-            f"{name} must be greater than or equal to {bound.format('min')}",
-        )
-    if definition.high is not None and value > definition.high:
-        raise TopicError(
-            ErrorCode.invalid_config, f"{name} must be less than or equal to {bound.format('max')}"
-        )
-    return value
 
 
 def check_config_change(
@@ -406,126 +406,79 @@ def base_key(name: str) -> str:
     return match.group(2) if match else name
 
 
-@dataclass(frozen=True, slots=True)
-class BrokerKey:
-    """A broker key's Kafka type (int, long, short, double, boolean, string, list, password,
-    class), default (as text; None: no default) and bounds."""
-
-    name: str
-    type: str
-    default: str | None
-    low: float | None = None
-    high: float | None = None
-    choices: tuple[str, ...] | None = None
-
-    @property
-    def sensitive(self) -> bool:
-        return self.type == "password"
-
-
-_INT_RANGE = {"int": 1 << 31, "short": 1 << 15, "long": 1 << 63}
-_NO_DEFAULT = frozenset(
-    {
-        "log.retention.ms",
-        "log.retention.minutes",
-        "log.roll.ms",
-        "log.roll.jitter.ms",
-        "log.flush.interval.ms",
-    }
-)
-_CHAIN_DEFAULTS = {
-    "log.retention.hours": "168",
-    "log.roll.hours": "168",
-    "log.roll.jitter.hours": "0",
-}
-_HOUR_KEYS = frozenset(
-    {"log.retention.minutes", "log.retention.hours", "log.roll.hours", "log.roll.jitter.hours"}
-)
-
-
-def _log_broker_key(key: str, definition: ConfigDef) -> BrokerKey:
-    if key in _HOUR_KEYS:
-        return BrokerKey(
-            key, "int", _CHAIN_DEFAULTS.get(key), 1 if key == "log.roll.hours" else None
-        )
-    if key in _NO_DEFAULT:
-        return BrokerKey(key, definition.type, None)
-    default = definition.default
-    text = ("true" if default else "false") if isinstance(default, bool) else str(default)
-    return BrokerKey(key, definition.type, text)
-
-
-_LONG_MAX = str((1 << 63) - 1)
-_INT_MAX = str((1 << 31) - 1)
 # Kafka's keys that Gregor's server.properties table (server/config.py) does not have, and
 # that Kafka reconfigures at run time: stored and described (types, defaults and bounds as
 # Kafka's), not acted on (no TLS or SASL yet, no tiered storage, no metrics reporters).
 _EXTRA_BROKER_KEYS = [
-    BrokerKey("ssl.keystore.type", "string", "JKS"),
-    BrokerKey("ssl.keystore.location", "string", None),
-    BrokerKey("ssl.keystore.password", "password", None),
-    BrokerKey("ssl.key.password", "password", None),
-    BrokerKey("ssl.truststore.type", "string", "JKS"),
-    BrokerKey("ssl.truststore.location", "string", None),
-    BrokerKey("ssl.truststore.password", "password", None),
-    BrokerKey("ssl.keystore.certificate.chain", "password", None),
-    BrokerKey("ssl.keystore.key", "password", None),
-    BrokerKey("ssl.truststore.certificates", "password", None),
-    BrokerKey("ssl.protocol", "string", "TLSv1.3"),
-    BrokerKey("ssl.provider", "string", None),
-    BrokerKey("ssl.cipher.suites", "list", None),
-    BrokerKey("ssl.enabled.protocols", "list", "TLSv1.2,TLSv1.3"),
-    BrokerKey("ssl.keymanager.algorithm", "string", "SunX509"),
-    BrokerKey("ssl.trustmanager.algorithm", "string", "PKIX"),
-    BrokerKey("ssl.endpoint.identification.algorithm", "string", "https"),
-    BrokerKey("ssl.secure.random.implementation", "string", None),
-    BrokerKey("ssl.client.auth", "string", "none", choices=("required", "requested", "none")),
-    BrokerKey("ssl.engine.factory.class", "class", None),
-    BrokerKey(
+    ConfigKey("ssl.keystore.type", Type.STRING, "JKS"),
+    ConfigKey("ssl.keystore.location", Type.STRING, None),
+    ConfigKey("ssl.keystore.password", Type.PASSWORD, None),
+    ConfigKey("ssl.key.password", Type.PASSWORD, None),
+    ConfigKey("ssl.truststore.type", Type.STRING, "JKS"),
+    ConfigKey("ssl.truststore.location", Type.STRING, None),
+    ConfigKey("ssl.truststore.password", Type.PASSWORD, None),
+    ConfigKey("ssl.keystore.certificate.chain", Type.PASSWORD, None),
+    ConfigKey("ssl.keystore.key", Type.PASSWORD, None),
+    ConfigKey("ssl.truststore.certificates", Type.PASSWORD, None),
+    ConfigKey("ssl.protocol", Type.STRING, "TLSv1.3"),
+    ConfigKey("ssl.provider", Type.STRING, None),
+    ConfigKey("ssl.cipher.suites", Type.LIST, None),
+    ConfigKey("ssl.enabled.protocols", Type.LIST, "TLSv1.2,TLSv1.3"),
+    ConfigKey("ssl.keymanager.algorithm", Type.STRING, "SunX509"),
+    ConfigKey("ssl.trustmanager.algorithm", Type.STRING, "PKIX"),
+    ConfigKey("ssl.endpoint.identification.algorithm", Type.STRING, "https"),
+    ConfigKey("ssl.secure.random.implementation", Type.STRING, None),
+    ConfigKey("ssl.client.auth", Type.STRING, "none", one_of("required", "requested", "none")),
+    ConfigKey("ssl.engine.factory.class", Type.CLASS, None),
+    ConfigKey(
         "principal.builder.class",
-        "class",
+        Type.CLASS,
         "org.apache.kafka.common.security.authenticator.DefaultKafkaPrincipalBuilder",
     ),
-    BrokerKey("sasl.mechanism.inter.broker.protocol", "string", "GSSAPI"),
-    BrokerKey("sasl.jaas.config", "password", None),
-    BrokerKey("sasl.enabled.mechanisms", "list", "GSSAPI"),
-    BrokerKey("sasl.kerberos.service.name", "string", None),
-    BrokerKey("sasl.kerberos.kinit.cmd", "string", "/usr/bin/kinit"),
-    BrokerKey("sasl.kerberos.ticket.renew.window.factor", "double", "0.8"),
-    BrokerKey("sasl.kerberos.ticket.renew.jitter", "double", "0.05"),
-    BrokerKey("sasl.kerberos.min.time.before.relogin", "long", "60000"),
-    BrokerKey("sasl.kerberos.principal.to.local.rules", "list", "DEFAULT"),
-    BrokerKey("sasl.login.refresh.window.factor", "double", "0.8", 0.5, 1.0),
-    BrokerKey("sasl.login.refresh.window.jitter", "double", "0.05", 0.0, 0.25),
-    BrokerKey("sasl.login.refresh.min.period.seconds", "short", "60", 0, 900),
-    BrokerKey("sasl.login.refresh.buffer.seconds", "short", "300", 0, 3600),
-    BrokerKey("max.connection.creation.rate", "int", _INT_MAX, 0),
-    BrokerKey("num.recovery.threads.per.data.dir", "int", "2", 1),
-    BrokerKey("background.threads", "int", "10", 1),
-    BrokerKey("metric.reporters", "list", ""),
-    BrokerKey("transaction.partition.verification.enable", "boolean", "true"),
-    BrokerKey("remote.log.index.file.cache.total.size.bytes", "long", "1073741824", 1),
-    BrokerKey("remote.fetch.max.wait.ms", "int", "500", 1),
-    BrokerKey("remote.log.manager.copy.max.bytes.per.second", "long", _LONG_MAX, 1),
-    BrokerKey("remote.log.manager.fetch.max.bytes.per.second", "long", _LONG_MAX, 1),
-    BrokerKey("remote.list.offsets.request.timeout.ms", "long", "30000", 1),
-    BrokerKey("remote.log.manager.copier.thread.pool.size", "int", "10", 1),
-    BrokerKey("remote.log.manager.expiration.thread.pool.size", "int", "10", 1),
-    BrokerKey("remote.log.manager.follower.thread.pool.size", "int", "2", 1),
-    BrokerKey("remote.log.reader.threads", "int", "10", 1),
-    BrokerKey("follower.fetch.last.tiered.offset.enable", "boolean", "false"),
-    BrokerKey("config.providers", "list", ""),
-    BrokerKey("group.coordinator.cached.buffer.max.bytes", "int", "1048588", 512 * 1024),
-    BrokerKey("share.coordinator.cached.buffer.max.bytes", "int", "1048588", 512 * 1024),
+    ConfigKey("sasl.mechanism.inter.broker.protocol", Type.STRING, "GSSAPI"),
+    ConfigKey("sasl.jaas.config", Type.PASSWORD, None),
+    ConfigKey("sasl.enabled.mechanisms", Type.LIST, "GSSAPI"),
+    ConfigKey("sasl.kerberos.service.name", Type.STRING, None),
+    ConfigKey("sasl.kerberos.kinit.cmd", Type.STRING, "/usr/bin/kinit"),
+    ConfigKey("sasl.kerberos.ticket.renew.window.factor", Type.DOUBLE, "0.8"),
+    ConfigKey("sasl.kerberos.ticket.renew.jitter", Type.DOUBLE, "0.05"),
+    ConfigKey("sasl.kerberos.min.time.before.relogin", Type.LONG, "60000"),
+    ConfigKey("sasl.kerberos.principal.to.local.rules", Type.LIST, "DEFAULT"),
+    ConfigKey("sasl.login.refresh.window.factor", Type.DOUBLE, "0.8", between(0.5, 1.0)),
+    ConfigKey("sasl.login.refresh.window.jitter", Type.DOUBLE, "0.05", between(0.0, 0.25)),
+    ConfigKey("sasl.login.refresh.min.period.seconds", Type.SHORT, "60", between(0, 900)),
+    ConfigKey("sasl.login.refresh.buffer.seconds", Type.SHORT, "300", between(0, 3600)),
+    ConfigKey("num.recovery.threads.per.data.dir", Type.INT, "2", at_least(1)),
+    ConfigKey("background.threads", Type.INT, "10", at_least(1)),
+    ConfigKey("metric.reporters", Type.LIST, ""),
+    ConfigKey("transaction.partition.verification.enable", Type.BOOLEAN, "true"),
+    ConfigKey("remote.log.index.file.cache.total.size.bytes", Type.LONG, "1073741824", at_least(1)),
+    ConfigKey("remote.fetch.max.wait.ms", Type.INT, "500", at_least(1)),
+    ConfigKey(
+        "remote.log.manager.copy.max.bytes.per.second", Type.LONG, str(LONG_MAX), at_least(1)
+    ),
+    ConfigKey(
+        "remote.log.manager.fetch.max.bytes.per.second", Type.LONG, str(LONG_MAX), at_least(1)
+    ),
+    ConfigKey("remote.list.offsets.request.timeout.ms", Type.LONG, "30000", at_least(1)),
+    ConfigKey("remote.log.manager.copier.thread.pool.size", Type.INT, "10", at_least(1)),
+    ConfigKey("remote.log.manager.expiration.thread.pool.size", Type.INT, "10", at_least(1)),
+    ConfigKey("remote.log.manager.follower.thread.pool.size", Type.INT, "2", at_least(1)),
+    ConfigKey("remote.log.reader.threads", Type.INT, "10", at_least(1)),
+    ConfigKey("follower.fetch.last.tiered.offset.enable", Type.BOOLEAN, "false"),
+    ConfigKey("config.providers", Type.LIST, ""),
+    ConfigKey(
+        "group.coordinator.cached.buffer.max.bytes", Type.INT, "1048588", at_least(512 * 1024)
+    ),
+    ConfigKey(
+        "share.coordinator.cached.buffer.max.bytes", Type.INT, "1048588", at_least(512 * 1024)
+    ),
 ]
 
-# Every broker key Gregor knows (Kafka's names): server/config.py registers its
-# server.properties table here at import (register_broker_keys), over the log keys and the
-# extra dynamic keys above. A key not in it is unknown: Kafka stores those as given.
-BROKER_KEYS: dict[str, BrokerKey] = {
-    **{k.name: k for k in _EXTRA_BROKER_KEYS},
-    **{key: _log_broker_key(key, d) for key, d in LOG_BROKER_KEYS.items()},
-}
+# Every broker key Gregor knows (Kafka's names): the log keys, the extra dynamic keys above,
+# and the server.properties table that server/config.py registers here at import
+# (register_broker_keys). A key not in it is unknown: Kafka stores those as given.
+BROKER_KEYS: dict[str, ConfigKey] = {**{k.name: k for k in _EXTRA_BROKER_KEYS}, **LOG_BROKER_KEYS}
 
 
 # Kafka's read-only broker keys that Gregor does not have (KRaft, security and plug-in
@@ -564,63 +517,13 @@ KAFKA_READ_ONLY_KEYS = frozenset(
 )
 
 
-def register_broker_keys(keys: Iterable[BrokerKey]) -> None:
-    for key in keys:
-        if key.name not in LOG_BROKER_KEYS:
-            BROKER_KEYS[key.name] = key
+def register_broker_keys(keys: Iterable[ConfigKey]) -> None:
+    BROKER_KEYS.update((key.name, key) for key in keys)
 
 
-def broker_key(name: str) -> BrokerKey | None:
+def broker_key(name: str) -> ConfigKey | None:
     """The key's definition; a listener-prefixed key has its base key's type."""
     return BROKER_KEYS.get(name) or BROKER_KEYS.get(base_key(name))
-
-
-def _invalid(name: str, value: object, reason: str) -> TopicError:
-    return TopicError(
-        ErrorCode.invalid_request, f"Invalid value {value} for configuration {name}: {reason}"
-    )
-
-
-def _number(text: str) -> str:
-    return text[:-2] if text.endswith(".0") else text
-
-
-def parse_broker_value(key: BrokerKey, text: str, name: str | None = None) -> object:
-    """A value of `key` parsed and checked as Kafka's ConfigDef does (its messages);
-    TopicError(INVALID_REQUEST) otherwise."""
-    name = name or key.name
-    kind = key.type
-    value: object
-    trimmed = text.strip()
-    if kind in _INT_RANGE:
-        try:
-            value = int(trimmed)
-        except ValueError:
-            raise _invalid(name, text, f"Not a number of type {kind.upper()}") from None
-        bound = _INT_RANGE[kind]
-        if not -bound <= value < bound:
-            raise _invalid(name, text, f"Not a number of type {kind.upper()}")
-    elif kind == "double":
-        try:
-            value = float(trimmed)
-        except ValueError:
-            raise _invalid(name, text, "Not a number of type DOUBLE") from None
-    elif kind == "boolean" or kind == "bool":
-        if trimmed.lower() not in ("true", "false"):
-            raise _invalid(name, text, "Expected value to be either true or false")
-        value = trimmed.lower() == "true"
-    elif kind == "list":
-        value = [item.strip() for item in text.split(",") if item.strip()]
-    else:
-        value = trimmed if kind != "password" else text
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        if key.low is not None and value < key.low:
-            raise _invalid(name, value, f"Value must be at least {_number(str(key.low))}")
-        if key.high is not None and value > key.high:
-            raise _invalid(name, value, f"Value must be no more than {_number(str(key.high))}")
-    if key.choices is not None and value not in key.choices:
-        raise _invalid(name, value, "String must be one of: " + ", ".join(key.choices))
-    return value
 
 
 def _set(names: Iterable[str]) -> str:
@@ -657,26 +560,26 @@ def check_broker_configs(
             "These security configs can be dynamically updated only per-listener using the "
             f"listener prefix: {_set(unprefixed)}",
         )
-    for name, text in configs.items():
-        key = BROKER_KEYS.get(base_key(name))
-        if key is not None and base_key(name) in ALL_DYNAMIC_BROKER_KEYS:
-            parse_broker_value(key, text, base_key(name))
-    if not per_broker:
-        only_per_broker = [
-            k
-            for k in configs
-            if k in PER_BROKER_KEYS
-            or (_LISTENER_KEY.fullmatch(k) and base_key(k) not in CLUSTER_LEVEL_LISTENER)
-        ]
-        if only_per_broker:
-            raise TopicError(
-                ErrorCode.invalid_request,
-                "Cannot update these configs at default cluster level, broker id must be "
-                f"specified: {_set(only_per_broker)}",
-            )
     try:
+        for name, text in configs.items():
+            key = BROKER_KEYS.get(base_key(name))
+            if key is not None and base_key(name) in ALL_DYNAMIC_BROKER_KEYS:
+                key.parse(text, base_key(name))
+        if not per_broker:
+            only_per_broker = [
+                k
+                for k in configs
+                if k in PER_BROKER_KEYS
+                or (_LISTENER_KEY.fullmatch(k) and base_key(k) not in CLUSTER_LEVEL_LISTENER)
+            ]
+            if only_per_broker:
+                raise TopicError(
+                    ErrorCode.invalid_request,
+                    "Cannot update these configs at default cluster level, broker id must be "
+                    f"specified: {_set(only_per_broker)}",
+                )
         LogConfig.from_properties(new, {})
-    except ValueError as e:
+    except ConfigError as e:
         raise TopicError(ErrorCode.invalid_request, str(e)) from None
     try:
         _check_reconfiguration(current, new, set(advertised))
@@ -689,12 +592,11 @@ def check_broker_configs(
 def effective_value(props: Mapping[str, str], name: str) -> object:
     """A broker key's typed value in `props` (its default when unset)."""
     key = broker_key(name)
-    text = props.get(name, None if key is None else key.default)
-    if key is None or text is None:
-        return text
+    if key is None:
+        return props.get(name)
     try:
-        return parse_broker_value(key, text, name)
-    except TopicError:
+        return key.parse(props.get(name, key.default), name)
+    except ConfigError:
         return None
 
 
@@ -769,14 +671,14 @@ def _check_reconfiguration(
 
 
 def parse_ip_overrides(text: str) -> dict[str, int]:
-    """max.connections.per.ip.overrides (`host:count,...`) by host; ValueError if malformed."""
+    """max.connections.per.ip.overrides (`host:count,...`) by host; ConfigError if malformed."""
     overrides = {}
     for entry in (e.strip() for e in text.split(",")):
         if not entry:
             continue
         host, sep, count = entry.rpartition(":")
-        if not sep or not host or not count.strip().isdigit():
-            raise ValueError(f"Invalid max.connections.per.ip.overrides entry {entry!r}")
+        if not sep or not host.strip() or not count.strip().isdigit():
+            raise invalid("max.connections.per.ip.overrides", entry, "expected host:count")
         overrides[host.strip()] = int(count)
     return overrides
 

@@ -53,6 +53,7 @@ from gregor.controller.topics import (
     TopicError,
     check_assignments,
     check_configs,
+    check_partition_increase,
     check_replicas,
     check_topic_name,
     collision_error,
@@ -286,27 +287,8 @@ class EmbeddedController(Controller):
     async def _create_partitions(self, new: NewPartitions, validate_only: bool) -> TopicInfo:
         """New partitions are committed as a new topic is: logs first, then the file."""
         topic = self._existing(new.topic)
+        check_partition_increase(topic, new, self.cache.brokers)
         current = len(topic.partitions)
-        if new.count < current:
-            raise TopicError(
-                ErrorCode.invalid_partitions,
-                f"The topic {topic.name} currently has {current} partition(s); {new.count} "
-                "would not be an increase.",
-            )
-        if new.count == current:
-            raise TopicError(
-                ErrorCode.invalid_partitions, f"Topic already has {current} partition(s)."
-            )
-        if new.assignments is not None:
-            if len(new.assignments) != new.count - current:
-                raise TopicError(
-                    ErrorCode.invalid_replica_assignment,
-                    f"Attempted to add {new.count - current} additional partition(s), but "
-                    f"only {len(new.assignments)} assignment(s) were specified.",
-                )
-            replication = len(topic.partitions[0].replicas)
-            for replicas in new.assignments:
-                check_replicas(replicas, self.cache.brokers, replication)
         epoch = max(p.leader_epoch for p in topic.partitions.values())
         added = self._topic(
             topic.name, topic.topic_id, range(current, new.count), topic.configs, epoch

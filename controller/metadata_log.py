@@ -31,7 +31,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from gregor.log.checkpoint import write_atomically
+from gregor.log.checkpoint import fsync_path, write_atomically
 from gregor.log.errors import KafkaStorageError
 
 logger = logging.getLogger(__name__)
@@ -166,7 +166,7 @@ class MetadataStore:
     def _sync(self, directories: set[Path]) -> OSError | None:
         try:
             for directory in sorted(directories):
-                _fsync_dir(directory)
+                fsync_path(directory)
         except OSError as e:
             logger.error("Could not make the new logs in %s durable: %s", directory, e)
             return e
@@ -181,7 +181,7 @@ class MetadataStore:
                 created = not path.exists()
                 self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
                 if created:
-                    _fsync_dir(self.dir)
+                    fsync_path(self.dir)
             start = os.lseek(self._fd, 0, os.SEEK_END)
             view = memoryview(data)
             while view:
@@ -243,14 +243,6 @@ def _settle(future: asyncio.Future[None], error: OSError | None) -> None:
         future.set_result(None)
     else:
         future.set_exception(error)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _load_snapshot(path: Path) -> dict[str, Any]:

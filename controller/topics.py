@@ -4,23 +4,24 @@ from __future__ import annotations
 
 import re
 from collections.abc import Container, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
 from gregor.log.config import validate_topic_configs
+from gregor.wire.errors import KafkaError
+
+if TYPE_CHECKING:
+    from gregor.controller.base import NewPartitions
+    from gregor.controller.metadata.cache import TopicInfo
 
 MAX_NAME_LENGTH = 249
 _LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
 
-class TopicError(Exception):
+class TopicError(KafkaError):
     """A topic operation that fails with a Kafka error code."""
-
-    def __init__(self, code: ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 def check_topic_name(name: str) -> None:
@@ -118,6 +119,30 @@ def check_assignments(assignments: Mapping[int, Sequence[int]], brokers: Contain
             ErrorCode.invalid_replica_assignment,
             "partitions should be a consecutive 0-based integer sequence",
         )
+
+
+def check_partition_increase(topic: TopicInfo, new: NewPartitions, brokers: Container[int]) -> None:
+    """CreatePartitions' rules: the new count is an increase, and the replicas the client
+    chose (if it did) are valid, one list per new partition, each as long as partition 0's."""
+    current = len(topic.partitions)
+    if new.count < current:
+        raise TopicError(
+            ErrorCode.invalid_partitions,
+            f"The topic {topic.name} currently has {current} partition(s); {new.count} "
+            "would not be an increase.",
+        )
+    if new.count == current:
+        raise TopicError(ErrorCode.invalid_partitions, f"Topic already has {current} partition(s).")
+    if new.assignments is None:
+        return
+    if len(new.assignments) != new.count - current:
+        raise TopicError(
+            ErrorCode.invalid_replica_assignment,
+            f"Attempted to add {new.count - current} additional partition(s), but "
+            f"only {len(new.assignments)} assignment(s) were specified.",
+        )
+    for replicas in new.assignments:
+        check_replicas(replicas, brokers, len(topic.partitions[0].replicas))
 
 
 def check_configs(configs: Mapping[str, str]) -> None:

@@ -48,12 +48,12 @@ from gregor.controller.topics import (
     TopicError,
     check_assignments,
     check_configs,
-    check_replicas,
+    check_partition_increase,
     check_topic_name,
     collision_error,
     excessive_partitions,
 )
-from gregor.controller.zk_controller import ControllerError
+from gregor.controller.zk_controller.controller import ControllerError
 from gregor.controller.zookeeper.client import SessionExpiredError, SessionState
 from gregor.controller.zookeeper.data import (
     BrokerRegistration,
@@ -74,7 +74,7 @@ ANY_VERSION = -1
 
 
 class ActiveController(Protocol):
-    """The controller every broker runs (controller/zk_controller.py): it campaigns for
+    """The controller every broker runs (controller/zk_controller/): it campaigns for
     /controller itself and is ``active`` while elected."""
 
     active: bool
@@ -427,29 +427,12 @@ class ZkBroker:
                 ErrorCode.unknown_topic_or_partition,
                 "This server does not host this topic-partition.",
             )
-        current = len(topic.partitions)
-        if new.count < current:
-            raise TopicError(
-                ErrorCode.invalid_partitions,
-                f"The topic {topic.name} currently has {current} partition(s); {new.count} "
-                "would not be an increase.",
-            )
-        if new.count == current:
-            raise TopicError(
-                ErrorCode.invalid_partitions, f"Topic already has {current} partition(s)."
-            )
-        existing = {i: p.replicas for i, p in topic.partitions.items()}
+        check_partition_increase(topic, new, self.cache.brokers)
         if new.assignments is None:
             racks = {b.node_id: b.rack for b in self.cache.brokers.values()}
+            existing = {i: p.replicas for i, p in topic.partitions.items()}
             return assign_new_partitions(racks, existing, new.count)
-        if len(new.assignments) != new.count - current:
-            raise TopicError(
-                ErrorCode.invalid_replica_assignment,
-                f"Attempted to add {new.count - current} additional partition(s), but "
-                f"only {len(new.assignments)} assignment(s) were specified.",
-            )
-        for replicas in new.assignments:
-            check_replicas(replicas, self.cache.brokers, len(existing[0]))
+        current = len(topic.partitions)
         return {current + i: list(r) for i, r in enumerate(new.assignments)}
 
     async def client_quotas(self) -> QuotaConfigs:

@@ -10,6 +10,7 @@ partitions' leadership and runs the broker's periodic and shutdown work.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
@@ -28,7 +29,7 @@ class GroupCoordinator:
         self,
         settings: Settings,
         replicas: ReplicaManager,
-        append_purgatory: Purgatory,
+        append_purgatory: Purgatory[Any],
         now_ms: Callable[[], int],
     ) -> None:
         self.runtime = CoordinatorRuntime(settings, replicas, append_purgatory, now_ms)

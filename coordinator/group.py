@@ -8,17 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import struct
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
 from gregor.coordinator.records import GroupValue, MemberValue, OffsetValue
+from gregor.wire.reader import BodyDecodeError, Reader
 
 TopicPartition = tuple[str, int]
-
-_I16 = struct.Struct(">h")
-_I32 = struct.Struct(">i")
 
 
 class GroupState(enum.Enum):
@@ -244,17 +241,8 @@ class Group:
 
 def parse_subscription_topics(data: bytes) -> list[str] | None:
     """The topics of a ConsumerProtocolSubscription (any version), None if it won't parse."""
+    r = Reader(data, 2)  # after the int16 version
     try:
-        (count,) = _I32.unpack_from(data, 2)  # after the int16 version
-        pos = 6
-        topics = []
-        for _ in range(count):
-            (length,) = _I16.unpack_from(data, pos)
-            pos += 2
-            if length < 0 or pos + length > len(data):
-                return None
-            topics.append(data[pos : pos + length].decode())
-            pos += length
-        return topics
-    except (struct.error, UnicodeDecodeError):
+        return [r.string(False) or "" for _ in range(r.count(2))]
+    except BodyDecodeError:
         return None

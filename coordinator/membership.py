@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
@@ -27,6 +27,8 @@ from gregor.coordinator.settings import Settings
 from gregor.replica.purgatory import Purgatory
 
 logger = logging.getLogger(__name__)
+
+_R = TypeVar("_R")
 
 # A new member that never completes its first join is dropped after this long.
 NEW_MEMBER_JOIN_TIMEOUT_MS = 300_000
@@ -60,7 +62,7 @@ class Membership:
         self._runtime = runtime
         self._groups = runtime.groups  # the runtime's: loaded and unloaded there
         self._now = now_ms
-        self._join_purgatory: Purgatory = Purgatory("Rebalance")
+        self._join_purgatory: Purgatory[bool] = Purgatory("Rebalance")
 
     # -- loading and unloading --------------------------------------------------------------
     def resume(self, group: Group) -> None:
@@ -307,7 +309,9 @@ class Membership:
             self._join_purgatory.check(group.group_id)
 
     # -- resilience -------------------------------------------------------------------------
-    def _guarded(self, group: Group, what: str, callback: Callable[..., Any], *args: Any) -> Any:
+    def _guarded(
+        self, group: Group, what: str, callback: Callable[..., _R], *args: Any
+    ) -> _R | bool:
         """Run a timer's or a parked join's callback. A fault in it must not leave the group
         stuck (in PreparingRebalance, or with a member never removed): log one line and
         reset the group's membership, so that its members join again."""

@@ -17,6 +17,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
@@ -56,7 +57,7 @@ class CoordinatorPartitions:
         self,
         topic: str,
         replicas: ReplicaManager,
-        append_purgatory: Purgatory,
+        append_purgatory: Purgatory[Any],
         commit_timeout_ms: int,
         now_ms: Callable[[], int],
     ) -> None:
@@ -155,24 +156,22 @@ class CoordinatorPartitions:
             done(ErrorCode.not_coordinator)
             return False
         now = self._now()
-        batch = build_batch(
-            [(key, value, (), now) for key, value in records],
-            **(
-                {}
-                if producer is None
-                else {
-                    "producer_id": producer.producer_id,
-                    "producer_epoch": producer.producer_epoch,
-                    "base_sequence": 0,  # as Kafka's coordinators: not checked for them
-                    "is_transactional": True,
-                }
-            ),
-        )
+        entries = [(key, value, (), now) for key, value in records]
+        if producer is None:
+            batch = build_batch(entries)
+        else:
+            batch = build_batch(
+                entries,
+                producer_id=producer.producer_id,
+                producer_epoch=producer.producer_epoch,
+                base_sequence=0,  # as Kafka's coordinators: not checked for them
+                is_transactional=True,
+            )
         try:
             appended = self._replicas.append(partition, batch, now, origin_client=False)
         except LogError as e:
             logger.warning("Writing to %s-%d failed: %s", self.topic, index, e)
-            done(_append_error(ErrorCode(e.error_code)))
+            done(_append_error(e.code))
             return False
         self._wait(index, partition, pending, _Write(appended.last_offset + 1, apply, done))
         return True

@@ -12,6 +12,8 @@ import struct
 from dataclasses import dataclass
 from functools import lru_cache
 
+from gregor.wire.reader import Reader
+
 OFFSETS_TOPIC = "__consumer_offsets"
 
 OFFSET_KEY_VERSION = 1
@@ -19,7 +21,6 @@ GROUP_KEY_VERSION = 2
 OFFSET_VALUE_VERSION = 3
 GROUP_VALUE_VERSION = 3
 
-_I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
@@ -151,93 +152,21 @@ def encode_group_value(value: GroupValue) -> bytes:
 
 
 # -- decoding ---------------------------------------------------------------------------
-class RecordReader:
-    """Sequential reader over one key or value; ``flexible`` switches to compact forms."""
-
-    __slots__ = ("data", "flexible", "pos")
-
-    def __init__(self, data: bytes, pos: int = 0) -> None:
-        self.data = data
-        self.pos = pos
-        self.flexible = False
-
-    def _fixed(self, codec: struct.Struct) -> int:
-        end = self.pos + codec.size
-        if end > len(self.data):
-            raise RecordFormatError("record ends early")
-        (value,) = codec.unpack_from(self.data, self.pos)
-        self.pos = end
-        return value
-
-    def i8(self) -> int:
-        return self._fixed(_I8)
-
-    def i16(self) -> int:
-        return self._fixed(_I16)
-
-    def i32(self) -> int:
-        return self._fixed(_I32)
-
-    def i64(self) -> int:
-        return self._fixed(_I64)
-
-    def uvarint(self) -> int:
-        value = shift = 0
-        while True:
-            if self.pos >= len(self.data) or shift > 28:
-                raise RecordFormatError("bad varint")
-            b = self.data[self.pos]
-            self.pos += 1
-            value |= (b & 0x7F) << shift
-            if not b & 0x80:
-                return value
-            shift += 7
-
-    def _raw(self, length: int) -> bytes | None:
-        if length < 0:
-            return None
-        end = self.pos + length
-        if end > len(self.data):
-            raise RecordFormatError("record ends early")
-        raw = self.data[self.pos : end]
-        self.pos = end
-        return raw
-
-    def string(self) -> str | None:
-        length = self.uvarint() - 1 if self.flexible else self.i16()
-        raw = self._raw(length)
-        return None if raw is None else raw.decode()
-
-    def blob(self) -> bytes:
-        length = self.uvarint() - 1 if self.flexible else self.i32()
-        return self._raw(length) or b""
-
-    def array_length(self) -> int:
-        return self.uvarint() - 1 if self.flexible else self.i32()
-
-    def skip_tags(self) -> None:
-        self.tags()
-
-    def tags(self) -> dict[int, bytes]:
-        """The tagged fields of a flexible structure, raw, by tag (none when not flexible)."""
-        found: dict[int, bytes] = {}
-        if self.flexible:
-            for _ in range(self.uvarint()):
-                tag = self.uvarint()
-                found[tag] = self._raw(self.uvarint()) or b""
-        return found
+def record_reader(data: bytes) -> Reader:
+    """A reader of one key or value; it turns flexible once the version says so."""
+    return Reader(data, 0, False, RecordFormatError)
 
 
 def decode_key(key: bytes) -> OffsetKey | GroupKey:
-    r = RecordReader(key)
-    version = r.i16()
+    r = record_reader(key)
+    version = r.int16()
     if version in (0, 1):
-        group, topic = r.string(), r.string()
+        group, topic = r.string(True), r.string(True)
         if group is None or topic is None:
             raise RecordFormatError("offset key with a null group or topic")
-        return OffsetKey(group, topic, r.i32())
+        return OffsetKey(group, topic, r.int32())
     if version == 2:
-        group = r.string()
+        group = r.string(True)
         if group is None:
             raise RecordFormatError("group key with a null group")
         return GroupKey(group)
@@ -245,44 +174,44 @@ def decode_key(key: bytes) -> OffsetKey | GroupKey:
 
 
 def decode_offset_value(value: bytes) -> OffsetValue:
-    r = RecordReader(value)
-    version = r.i16()
+    r = record_reader(value)
+    version = r.int16()
     if not 0 <= version <= 4:
         raise RecordFormatError(f"unknown offset commit value version {version}")
     r.flexible = version >= 4
-    offset = r.i64()
-    epoch = r.i32() if version >= 3 else -1
-    metadata = r.string() or ""
-    timestamp = r.i64()
-    expire = r.i64() if version == 1 else -1
-    r.skip_tags()
+    offset = r.int64()
+    epoch = r.int32() if version >= 3 else -1
+    metadata = r.string(True) or ""
+    timestamp = r.int64()
+    expire = r.int64() if version == 1 else -1
+    r.tagged_fields()
     return OffsetValue(offset, epoch, metadata, timestamp, expire)
 
 
 def decode_group_value(value: bytes) -> GroupValue:
-    r = RecordReader(value)
-    version = r.i16()
+    r = record_reader(value)
+    version = r.int16()
     if not 0 <= version <= 4:
         raise RecordFormatError(f"unknown group metadata value version {version}")
     r.flexible = version >= 4
-    protocol_type = r.string() or ""
-    generation = r.i32()
-    protocol = r.string()
-    leader = r.string()
-    state_timestamp = r.i64() if version >= 2 else -1
+    protocol_type = r.string(True) or ""
+    generation = r.int32()
+    protocol = r.string(True)
+    leader = r.string(True)
+    state_timestamp = r.int64() if version >= 2 else -1
     members = []
-    for _ in range(max(r.array_length(), 0)):
-        member_id = r.string() or ""
-        instance_id = r.string() if version >= 3 else None
-        client_id = r.string() or ""
-        client_host = r.string() or ""
-        session_timeout = r.i32()
+    for _ in range(r.count(1)):
+        member_id = r.string(True) or ""
+        instance_id = r.string(True) if version >= 3 else None
+        client_id = r.string(True) or ""
+        client_host = r.string(True) or ""
+        session_timeout = r.int32()
         rebalance_timeout = session_timeout
         if version >= 1:
-            rebalance_timeout, session_timeout = session_timeout, r.i32()
-        subscription = r.blob()
-        assignment = r.blob()
-        r.skip_tags()
+            rebalance_timeout, session_timeout = session_timeout, r.int32()
+        subscription = r.blob() or b""
+        assignment = r.blob() or b""
+        r.tagged_fields()
         members.append(
             MemberValue(
                 member_id,
@@ -295,5 +224,5 @@ def decode_group_value(value: bytes) -> GroupValue:
                 assignment,
             )
         )
-    r.skip_tags()
+    r.tagged_fields()
     return GroupValue(protocol_type, generation, protocol, leader, state_timestamp, tuple(members))

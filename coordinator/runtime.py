@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 import logging
 from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
@@ -143,7 +144,7 @@ class CoordinatorRuntime:
         self,
         settings: Settings,
         replicas: ReplicaManager,
-        append_purgatory: Purgatory,
+        append_purgatory: Purgatory[Any],
         now_ms: Callable[[], int],
     ) -> None:
         self.settings = settings

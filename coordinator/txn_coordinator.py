@@ -20,7 +20,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from gregor.coordinator.loader import PartitionLoader
-from gregor.coordinator.partitions import CoordinatorPartitions
+from gregor.coordinator.partitions import CoordinatorPartitions, Records
 from gregor.coordinator.records import partition_for
 from gregor.coordinator.txn_markers import TxnMarker, TxnMarkerChannel
 from gregor.coordinator.txn_records import (
@@ -104,7 +104,7 @@ class TransactionCoordinator:
         self,
         settings: TxnSettings,
         replicas: ReplicaManager,
-        append_purgatory: Purgatory,
+        append_purgatory: Purgatory[Any],
         now_ms: Callable[[], int],
         allocate_producer_id: Callable[[], Awaitable[int]],
         markers: TxnMarkerChannel,
@@ -177,7 +177,7 @@ class TransactionCoordinator:
         future: asyncio.Future[ErrorCode] = asyncio.get_running_loop().create_future()
         meta.begin(transition)
         index = self.partition_for(meta.transactional_id)
-        record = [(encode_key(meta.transactional_id), encode_value(transition.value))]
+        record: Records = [(encode_key(meta.transactional_id), encode_value(transition.value))]
 
         def done(error: ErrorCode) -> None:
             if error != ErrorCode.none and meta.pending is transition:

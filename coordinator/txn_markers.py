@@ -13,11 +13,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kio.schema.errors import ErrorCode
+from kio.schema.types import ProducerId, TopicName
 from kio.schema.write_txn_markers.v1.request import (
     WritableTxnMarker,
     WritableTxnMarkerTopic,
     WriteTxnMarkersRequest,
 )
+from kio.static.primitive import i16, i32
 
 logger = logging.getLogger(__name__)
 
@@ -136,20 +138,20 @@ class TxnMarkerChannel:
 def _request(batch: list[_Queued]) -> WriteTxnMarkersRequest:
     markers = []
     for queued in batch:
-        by_topic: dict[str, list[int]] = {}
+        by_topic: dict[str, list[i32]] = {}
         for topic, index in queued.partitions:
-            by_topic.setdefault(topic, []).append(index)
+            by_topic.setdefault(topic, []).append(i32(index))
         m = queued.marker
         markers.append(
             WritableTxnMarker(
-                producer_id=m.producer_id,
-                producer_epoch=m.producer_epoch,
+                producer_id=ProducerId(m.producer_id),
+                producer_epoch=i16(m.producer_epoch),
                 transaction_result=m.commit,
                 topics=tuple(
-                    WritableTxnMarkerTopic(name=topic, partition_indexes=tuple(parts))
+                    WritableTxnMarkerTopic(name=TopicName(topic), partition_indexes=tuple(parts))
                     for topic, parts in by_topic.items()
                 ),
-                coordinator_epoch=m.coordinator_epoch,
+                coordinator_epoch=i32(m.coordinator_epoch),
             )
         )
     return WriteTxnMarkersRequest(markers=tuple(markers))

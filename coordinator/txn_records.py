@@ -12,7 +12,8 @@ import struct
 from dataclasses import dataclass
 from enum import IntEnum
 
-from gregor.coordinator.records import RecordFormatError, RecordReader, encode_string
+from gregor.coordinator.records import RecordFormatError, encode_string, record_reader
+from gregor.wire.varint import encode_uvarint
 
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 
@@ -84,11 +85,11 @@ def encode_key(transactional_id: str) -> bytes:
 
 
 def decode_key(key: bytes) -> str:
-    r = RecordReader(key)
-    version = r.i16()
+    r = record_reader(key)
+    version = r.int16()
     if version != 0:
         raise RecordFormatError(f"unknown __transaction_state key version {version}")
-    transactional_id = r.string()
+    transactional_id = r.string(True)
     if transactional_id is None:
         raise RecordFormatError("transaction log key with a null transactional id")
     return transactional_id
@@ -120,28 +121,19 @@ def encode_value(value: TxnLogValue) -> bytes:
     return bytes(out)
 
 
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 def _compact_string(value: str) -> bytes:
     raw = value.encode()
-    return _uvarint(len(raw) + 1) + raw
+    return encode_uvarint(len(raw) + 1) + raw
 
 
 def _encode_value_v1(value: TxnLogValue) -> bytes:
     out = bytearray(
         _VALUE_HEAD.pack(1, value.producer_id, value.producer_epoch, value.timeout_ms, value.state)
     )
-    out += _uvarint(len(value.partitions) + 1)
+    out += encode_uvarint(len(value.partitions) + 1)
     for topic, parts in value.partitions:
         out += _compact_string(topic)
-        out += _uvarint(len(parts) + 1)
+        out += encode_uvarint(len(parts) + 1)
         for index in parts:
             out += _I32.pack(index)
         out += b"\x00"  # no tagged fields
@@ -153,37 +145,38 @@ def _encode_value_v1(value: TxnLogValue) -> bytes:
         tags.append((1, _I64.pack(value.next_producer_id)))
     if value.client_transaction_version != 0:
         tags.append((2, _I16.pack(value.client_transaction_version)))
-    out += _uvarint(len(tags))
+    out += encode_uvarint(len(tags))
     for tag, raw in tags:
-        out += _uvarint(tag) + _uvarint(len(raw)) + raw
+        out += encode_uvarint(tag) + encode_uvarint(len(raw)) + raw
     return bytes(out)
 
 
 def decode_value(value: bytes) -> TxnLogValue:
-    r = RecordReader(value)
-    version = r.i16()
+    r = record_reader(value)
+    version = r.int16()
     if version not in (0, 1):
         raise RecordFormatError(f"unknown transaction log value version {version}")
     r.flexible = version >= 1
-    producer_id = r.i64()
-    epoch = r.i16()
-    timeout_ms = r.i32()
-    status = r.i8()
+    producer_id = r.int64()
+    epoch = r.int16()
+    timeout_ms = r.int32()
+    status = r.int8()
     try:
         state = TxnState(status)
     except ValueError:
         raise RecordFormatError(f"unknown transaction status {status}") from None
     partitions = []
-    for _ in range(max(r.array_length(), 0)):
-        topic = r.string()
+    for _ in range(r.count(1)):
+        topic = r.string(True)
         if topic is None:
             raise RecordFormatError("transaction log value with a null topic")
-        parts = tuple(r.i32() for _ in range(max(r.array_length(), 0)))
-        r.skip_tags()
+        parts = tuple(r.int32() for _ in range(r.count(4)))
+        r.tagged_fields()
         partitions.append((topic, parts))
-    last_update_ms = r.i64()
-    start_ms = r.i64()
-    tags = r.tags()
+    last_update_ms = r.int64()
+    start_ms = r.int64()
+    spans = r.tagged_field_spans() if r.flexible else {}
+    tags = {tag: bytes(r.buf[start:end]) for tag, (start, end) in spans.items()}
     return TxnLogValue(
         producer_id,
         epoch,
@@ -204,4 +197,5 @@ def _tagged(tags: dict[int, bytes], tag: int, codec: struct.Struct, default: int
         return default
     if len(raw) != codec.size:
         raise RecordFormatError(f"tagged field {tag} of {len(raw)} bytes")
-    return codec.unpack(raw)[0]
+    value: int = codec.unpack(raw)[0]
+    return value

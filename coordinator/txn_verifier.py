@@ -12,7 +12,7 @@ AddPartitionsToTxnManager and ReplicaManager do.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from kio.schema.add_partitions_to_txn.v4.request import (
@@ -21,6 +21,8 @@ from kio.schema.add_partitions_to_txn.v4.request import (
     AddPartitionsToTxnTransaction,
 )
 from kio.schema.errors import ErrorCode
+from kio.schema.types import ProducerId, TopicName, TransactionalId
+from kio.static.primitive import i16, i32
 
 from gregor.coordinator.txn_coordinator import TransactionCoordinator
 from gregor.coordinator.txn_state import TV_2
@@ -126,17 +128,7 @@ class CoordinatorVerifier:
         # v4 without verify_only: Kafka's coordinator takes any AddPartitionsToTxn above v3
         # for transaction version 2 (transactionVersionForAddPartitionsToTxn), and v4 is
         # what the inter-broker client sends.
-        request = AddPartitionsToTxnRequest(
-            transactions=(
-                AddPartitionsToTxnTransaction(
-                    transactional_id=transactional_id,
-                    producer_id=producer_id,
-                    producer_epoch=producer_epoch,
-                    verify_only=False,
-                    topics=(AddPartitionsToTxnTopic(name=topic, partitions=(index,)),),
-                ),
-            )
-        )
+        request = _request(transactional_id, producer_id, producer_epoch, [partition], False)
         try:
             response = await self._send(node, request)
         except (ConnectionError, TimeoutError) as e:
@@ -180,23 +172,7 @@ class CoordinatorVerifier:
             return coordinator.verify(transactional_id, producer_id, producer_epoch, partitions)
         if node is None or node < 0 or self._send is None:
             return dict.fromkeys(partitions, ErrorCode.coordinator_not_available)
-        by_topic: dict[str, list[int]] = {}
-        for topic, index in partitions:
-            by_topic.setdefault(topic, []).append(index)
-        request = AddPartitionsToTxnRequest(
-            transactions=(
-                AddPartitionsToTxnTransaction(
-                    transactional_id=transactional_id,
-                    producer_id=producer_id,
-                    producer_epoch=producer_epoch,
-                    verify_only=True,
-                    topics=tuple(
-                        AddPartitionsToTxnTopic(name=topic, partitions=tuple(indexes))
-                        for topic, indexes in by_topic.items()
-                    ),
-                ),
-            )
-        )
+        request = _request(transactional_id, producer_id, producer_epoch, partitions, True)
         try:
             response = await self._send(node, request)
         except (ConnectionError, TimeoutError) as e:
@@ -218,6 +194,32 @@ class CoordinatorVerifier:
                 for p in topic.results_by_partition:
                     errors[topic.name, p.partition_index] = ErrorCode(p.partition_error_code)
         return errors
+
+
+def _request(
+    transactional_id: str,
+    producer_id: int,
+    producer_epoch: int,
+    partitions: Iterable[TopicPartition],
+    verify_only: bool,
+) -> AddPartitionsToTxnRequest:
+    by_topic: dict[str, list[i32]] = {}
+    for topic, index in partitions:
+        by_topic.setdefault(topic, []).append(i32(index))
+    return AddPartitionsToTxnRequest(
+        transactions=(
+            AddPartitionsToTxnTransaction(
+                transactional_id=TransactionalId(transactional_id),
+                producer_id=ProducerId(producer_id),
+                producer_epoch=i16(producer_epoch),
+                verify_only=verify_only,
+                topics=tuple(
+                    AddPartitionsToTxnTopic(name=TopicName(topic), partitions=tuple(indexes))
+                    for topic, indexes in by_topic.items()
+                ),
+            ),
+        )
+    )
 
 
 def _for_produce(error: ErrorCode) -> ErrorCode:

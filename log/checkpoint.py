@@ -19,6 +19,16 @@ _VERSION = 0
 _LIBC = ctypes.CDLL(None, use_errno=True)
 
 
+def fsync_path(path: Path) -> None:
+    """fsync a file, or a directory (making the names created or renamed in it durable)."""
+    # Closed at once: a job may sync thousands of paths.
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 class DiskJob:
     """Blocking disk work (opens, writes, fsyncs, renames, unlinks) queued on the event-loop
     thread, so that `run()` may go to a worker thread. Descriptors the steps open are closed
@@ -52,19 +62,14 @@ class DiskJob:
 
     def fsync_path(self, path: Path) -> None:
         """fsync a file or directory; one deleted or renamed meanwhile needs none."""
-        self._steps.append(partial(self._fsync_path, path))
+        self._steps.append(partial(self._fsync_if_present, path))
 
     @staticmethod
-    def _fsync_path(path: Path) -> None:
-        # Closed at once, not at finish(): a job may sync thousands of paths.
+    def _fsync_if_present(path: Path) -> None:
         try:
-            fd = os.open(path, os.O_RDONLY)
+            fsync_path(path)
         except FileNotFoundError:
-            return
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+            pass
 
     def sync_filesystem(self, path: Path) -> None:
         """syncfs(2) the filesystem holding ``path``: everything written to it so far reaches the
@@ -130,9 +135,10 @@ def _write_all(fd: int, data: bytes) -> None:
 def add_atomic_write(
     job: DiskJob, path: Path, data: bytes, *, sync: bool = True, missing_ok: bool = False
 ) -> None:
-    """Write via `<path>.tmp` and rename over `path`; with `sync`, fsync the file before the
-    rename and the directory after it. With `missing_ok`, a directory gone by the time the
-    job runs is no error."""
+    """The one way a file is replaced whole: write `<path>.tmp` (every byte, over as many
+    writes as it takes), rename it over `path`; with `sync`, fsync the file before the rename
+    and the directory after it (without, the caller's later flush or syncfs makes it
+    durable). With `missing_ok`, a directory gone by the time the job runs is no error."""
     tmp = path.with_name(path.name + ".tmp")
 
     def write() -> None:
@@ -158,6 +164,7 @@ def add_atomic_write(
 
 
 def write_atomically(path: Path, data: bytes, *, sync: bool = True) -> None:
+    """add_atomic_write, now, on this thread; raises the OSError."""
     job = DiskJob()
     add_atomic_write(job, path, data, sync=sync)
     job.run_here()

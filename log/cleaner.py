@@ -67,11 +67,11 @@ from gregor.wire.records import (
     TRANSACTIONAL_MASK,
     BatchHeader,
     CorruptRecordError,
-    encode_varint,
     parse_header,
     records_section,
     split_batches,
 )
+from gregor.wire.varint import VarintError, encode_varint, read_varint, read_varlong
 
 CLEANED_SUFFIX = ".cleaned"
 # The log renamed last; a `.txnindex` only exists when the segments merged had one.
@@ -162,23 +162,6 @@ class Throttler:
 
 
 # -- the records of one batch ------------------------------------------------------------------
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    shift = 0
-    raw = 0
-    while True:
-        try:
-            byte = data[pos]
-        except IndexError:
-            raise CorruptRecordError("varint runs past the end of the records") from None
-        pos += 1
-        raw |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return (raw >> 1) ^ -(raw & 1), pos
-        shift += 7
-        if shift > 63:
-            raise CorruptRecordError("varint is too long")
-
-
 Fields = tuple[int, int, int, int, int, int, bytes | None, bool]
 
 
@@ -197,25 +180,25 @@ def iter_records(data: bytes, count: int) -> list[Fields]:
                 raw = (byte & 0x7F) | (data[pos + 1] << 7)
                 length, body = (raw >> 1) ^ -(raw & 1), pos + 2
             else:
-                length, body = _varint(data, pos)
+                length, body = read_varint(data, pos)
             end = body + length
             p = body + 1  # after the attributes byte
             byte = data[p]
             if byte < 0x80:
                 ts_delta, p = (byte >> 1) ^ -(byte & 1), p + 1
             else:
-                ts_delta, p = _varint(data, p)
+                ts_delta, p = read_varlong(data, p)
             ts_end = p
             byte = data[p]
             if byte < 0x80:
                 offset_delta, p = (byte >> 1) ^ -(byte & 1), p + 1
             else:
-                offset_delta, p = _varint(data, p)
+                offset_delta, p = read_varint(data, p)
             byte = data[p]
             if byte < 0x80:
                 key_len, p = (byte >> 1) ^ -(byte & 1), p + 1
             else:
-                key_len, p = _varint(data, p)
+                key_len, p = read_varint(data, p)
             if key_len < 0:
                 key = None
             else:
@@ -228,6 +211,8 @@ def iter_records(data: bytes, count: int) -> list[Fields]:
             pos = end
     except IndexError:
         raise CorruptRecordError("record runs past the end of its batch") from None
+    except VarintError as e:
+        raise CorruptRecordError(str(e)) from None
     if pos != len(data):
         raise CorruptRecordError("record batch has bytes after its last record")
     return out

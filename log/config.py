@@ -1,335 +1,297 @@
-"""Topic-level log configuration: the key table (types, defaults, broker synonyms, validators)
-and the resolved, typed `LogConfig` a Log runs with."""
+"""Topic-level log configuration: the key table (types, defaults, broker synonyms, validators),
+the broker keys those synonyms are, and the resolved, typed `LogConfig` a Log runs with."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-LONG_MAX = (1 << 63) - 1
-INT_MAX = (1 << 31) - 1
+from gregor.configdef import (
+    LONG_MAX,
+    ConfigError,
+    ConfigKey,
+    Type,
+    Validator,
+    at_least,
+    between,
+    each_one_of,
+    invalid,
+    one_of,
+)
 
 _HOUR_MS = 3_600_000
 _MINUTE_MS = 60_000
+_WEEK_MS = str(7 * 24 * _HOUR_MS)
+_NEVER = str(LONG_MAX)
 
 
-def _integer(text: str, kind: str) -> int:
-    try:
-        return int(text.strip())
-    except ValueError:
-        raise ValueError(f"Not a number of type {kind}") from None
+def _gzip_level(name: str, value: int) -> None:
+    if not (1 <= value <= 9 or value == -1):
+        raise invalid(name, value, "Value must be between 1 and 9 or -1")
 
 
-def _parse_long(text: str) -> int:
-    value = _integer(text, "LONG")
-    if not -(1 << 63) <= value <= LONG_MAX:
-        raise ValueError("out of range for a long")
-    return value
-
-
-def _parse_int(text: str) -> int:
-    value = _integer(text, "INT")
-    if not -(1 << 31) <= value <= INT_MAX:
-        raise ValueError("out of range for an int")
-    return value
-
-
-def _parse_bool(text: str) -> bool:
-    lowered = text.strip().lower()
-    if lowered not in ("true", "false"):
-        raise ValueError("expected true or false")
-    return lowered == "true"
-
-
-def _parse_double(text: str) -> float:
-    return float(text.strip())
-
-
-def _parse_string(text: str) -> str:
-    return text.strip()
-
-
-def _parse_list(text: str) -> str:
-    # Lists are kept in their canonical comma-joined text form.
-    return ",".join(item.strip() for item in text.split(",") if item.strip())
-
-
-_PARSERS: dict[str, Callable[[str], Any]] = {
-    "long": _parse_long,
-    "int": _parse_int,
-    "boolean": _parse_bool,
-    "double": _parse_double,
-    "string": _parse_string,
-    "list": _parse_list,
-}
-
-Validator = Callable[[Any], str | None]  # returns a reason when the value is invalid
-
-
-def _at_least(low: float) -> Validator:
-    return lambda v: None if v >= low else f"must be at least {low}"
-
-
-def _between(low: float, high: float) -> Validator:
-    return lambda v: None if low <= v <= high else f"must be between {low} and {high}"
-
-
-def _one_of(*allowed: str) -> Validator:
-    return lambda v: None if v in allowed else f"must be one of {', '.join(allowed)}"
-
-
-def _list_of(*allowed: str) -> Validator:
-    def check(v: str) -> str | None:
-        bad = [item for item in v.split(",") if item and item not in allowed]
-        return f"items must be in {', '.join(allowed)}" if bad else None
-
-    return check
-
-
-def _level(low: int, high: int, also: int | None = None) -> Validator:
-    def check(v: int) -> str | None:
-        if low <= v <= high or v == also:
-            return None
-        return f"must be between {low} and {high}"
-
-    return check
-
-
-def _throttled_replicas(v: str) -> str | None:
-    # "*" or a list of "partition:brokerId" pairs.
-    if v in ("", "*"):
-        return None
-    for item in v.split(","):
+def _throttled_replicas(name: str, value: list[str]) -> None:
+    """Kafka's ThrottledReplicaListValidator: "*" or partitionId:brokerId pairs."""
+    if value == ["*"]:
+        return
+    for item in value:
         part, sep, broker = item.partition(":")
         if not sep or not part.strip().isdigit() or not broker.strip().isdigit():
-            return "must be '*' or a list of partitionId:brokerId pairs"
-    return None
+            raise invalid(
+                name,
+                ",".join(value),
+                f"{name} must be the literal '*' or a list of replicas in the following "
+                "format: [partitionId]:[brokerId],[partitionId]:[brokerId],...",
+            )
 
 
 @dataclass(frozen=True, slots=True)
-class ConfigDef:
-    """One topic-level config key. `synonyms` are broker keys with their unit multipliers,
-    highest precedence first; `attr` is the LogConfig field holding it (None: unused here)."""
+class TopicKey(ConfigKey):
+    """A topic-level key. `synonyms` are the broker keys that set its value when the topic
+    does not, with their unit multipliers, highest precedence first; `attr` is the LogConfig
+    field holding it (None: unused here)."""
 
-    name: str
-    type: str
-    default: Any
-    synonyms: tuple[tuple[str, int], ...]
-    validator: Validator | None = None
+    synonyms: tuple[tuple[str, int], ...] = ()
     attr: str | None = None
-
-    def parse(self, text: str, *, key: str | None = None, multiplier: int = 1) -> Any:
-        """Parse and validate `text`; ValueError names `key` (defaults to the topic key)."""
-        shown = key or self.name
-        try:
-            value = _PARSERS[self.type](str(text))
-        except ValueError as exc:
-            raise ValueError(f"Invalid value {text!r} for configuration {shown}: {exc}") from None
-        if multiplier != 1:
-            value *= multiplier
-        if self.validator is not None:
-            reason = self.validator(value)
-            if reason is not None:
-                raise ValueError(f"Invalid value {text!r} for configuration {shown}: {reason}")
-        return value
 
 
 def _d(
     name: str,
-    type_: str,
-    default: Any,
-    synonyms: list[str | tuple[str, int]] = (),  # type: ignore[assignment]
+    type_: Type,
+    default: str,
+    synonyms: Sequence[str | tuple[str, int]] = (),
     validator: Validator | None = None,
     attr: str | None = "auto",
-) -> ConfigDef:
+) -> TopicKey:
     if attr == "auto":
         attr = name.replace(".", "_")
     syn = tuple((s, 1) if isinstance(s, str) else s for s in synonyms)
-    return ConfigDef(name, type_, default, syn, validator, attr)
+    return TopicKey(name, type_, default, validator, syn, attr)
 
 
 _COMPRESSION = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
 
-TOPIC_CONFIGS: dict[str, ConfigDef] = {
+TOPIC_CONFIGS: dict[str, TopicKey] = {
     d.name: d
     for d in (
         _d(
             "cleanup.policy",
-            "list",
+            Type.LIST,
             "delete",
             ["log.cleanup.policy"],
-            _list_of("compact", "delete"),
+            each_one_of("compact", "delete"),
         ),
-        _d("compression.type", "string", "producer", ["compression.type"], _one_of(*_COMPRESSION)),
-        _d("compression.gzip.level", "int", -1, ["compression.gzip.level"], _level(1, 9, -1)),
-        _d("compression.lz4.level", "int", 9, ["compression.lz4.level"], _level(1, 17)),
-        _d("compression.zstd.level", "int", 3, ["compression.zstd.level"], _level(-131072, 22)),
+        _d(
+            "compression.type",
+            Type.STRING,
+            "producer",
+            ["compression.type"],
+            one_of(*_COMPRESSION),
+        ),
+        _d("compression.gzip.level", Type.INT, "-1", ["compression.gzip.level"], _gzip_level),
+        _d("compression.lz4.level", Type.INT, "9", ["compression.lz4.level"], between(1, 17)),
+        _d(
+            "compression.zstd.level",
+            Type.INT,
+            "3",
+            ["compression.zstd.level"],
+            between(-131072, 22),
+        ),
         _d(
             "delete.retention.ms",
-            "long",
-            86_400_000,
+            Type.LONG,
+            "86400000",
             ["log.cleaner.delete.retention.ms"],
-            _at_least(0),
+            at_least(0),
         ),
-        _d("file.delete.delay.ms", "long", 60_000, ["log.segment.delete.delay.ms"], _at_least(0)),
+        _d(
+            "file.delete.delay.ms",
+            Type.LONG,
+            "60000",
+            ["log.segment.delete.delay.ms"],
+            at_least(0),
+        ),
         _d(
             "flush.messages",
-            "long",
-            LONG_MAX,
+            Type.LONG,
+            _NEVER,
             ["log.flush.interval.messages"],
-            _at_least(1),
+            at_least(1),
             "flush_interval_messages",
         ),
         _d(
             "flush.ms",
-            "long",
-            LONG_MAX,
+            Type.LONG,
+            _NEVER,
             ["log.flush.interval.ms", "log.flush.scheduler.interval.ms"],
-            _at_least(0),
+            at_least(0),
             "flush_interval_ms",
         ),
         _d(
             "follower.replication.throttled.replicas",
-            "list",
+            Type.LIST,
             "",
             [],
             _throttled_replicas,
             None,
         ),
-        _d("index.interval.bytes", "int", 4096, ["log.index.interval.bytes"], _at_least(0)),
+        _d("index.interval.bytes", Type.INT, "4096", ["log.index.interval.bytes"], at_least(0)),
         _d(
             "leader.replication.throttled.replicas",
-            "list",
+            Type.LIST,
             "",
             [],
             _throttled_replicas,
             None,
         ),
-        _d("local.retention.bytes", "long", -2, ["log.local.retention.bytes"], _at_least(-2)),
-        _d("local.retention.ms", "long", -2, ["log.local.retention.ms"], _at_least(-2)),
+        _d(
+            "local.retention.bytes",
+            Type.LONG,
+            "-2",
+            ["log.local.retention.bytes"],
+            at_least(-2),
+        ),
+        _d("local.retention.ms", Type.LONG, "-2", ["log.local.retention.ms"], at_least(-2)),
         _d(
             "max.compaction.lag.ms",
-            "long",
-            LONG_MAX,
+            Type.LONG,
+            _NEVER,
             ["log.cleaner.max.compaction.lag.ms"],
-            _at_least(1),
+            at_least(1),
         ),
-        _d("max.message.bytes", "int", 1_048_588, ["message.max.bytes"], _at_least(0)),
+        _d("max.message.bytes", Type.INT, "1048588", ["message.max.bytes"], at_least(0)),
         _d(
             "message.timestamp.after.max.ms",
-            "long",
-            LONG_MAX,
+            Type.LONG,
+            _NEVER,
             ["log.message.timestamp.after.max.ms"],
-            _at_least(0),
+            at_least(0),
         ),
         _d(
             "message.timestamp.before.max.ms",
-            "long",
-            LONG_MAX,
+            Type.LONG,
+            _NEVER,
             ["log.message.timestamp.before.max.ms"],
-            _at_least(0),
+            at_least(0),
         ),
         _d(
             "message.timestamp.type",
-            "string",
+            Type.STRING,
             "CreateTime",
             ["log.message.timestamp.type"],
-            _one_of("CreateTime", "LogAppendTime"),
+            one_of("CreateTime", "LogAppendTime"),
         ),
         _d(
             "min.cleanable.dirty.ratio",
-            "double",
-            0.5,
+            Type.DOUBLE,
+            "0.5",
             ["log.cleaner.min.cleanable.ratio"],
-            _between(0, 1),
+            between(0, 1),
         ),
         _d(
             "min.compaction.lag.ms",
-            "long",
-            0,
+            Type.LONG,
+            "0",
             ["log.cleaner.min.compaction.lag.ms"],
-            _at_least(0),
+            at_least(0),
         ),
-        _d("min.insync.replicas", "int", 1, ["min.insync.replicas"], _at_least(1)),
-        _d("preallocate", "boolean", False, ["log.preallocate"]),
-        _d("remote.storage.enable", "boolean", False, [], None, None),
-        _d("remote.log.copy.disable", "boolean", False, [], None, None),
-        _d("remote.log.delete.on.disable", "boolean", False, [], None, None),
-        _d("retention.bytes", "long", -1, ["log.retention.bytes"]),
+        _d("min.insync.replicas", Type.INT, "1", ["min.insync.replicas"], at_least(1)),
+        _d("preallocate", Type.BOOLEAN, "false", ["log.preallocate"]),
+        _d("remote.storage.enable", Type.BOOLEAN, "false", [], None, None),
+        _d("remote.log.copy.disable", Type.BOOLEAN, "false", [], None, None),
+        _d("remote.log.delete.on.disable", Type.BOOLEAN, "false", [], None, None),
+        _d("retention.bytes", Type.LONG, "-1", ["log.retention.bytes"]),
         _d(
             "retention.ms",
-            "long",
-            7 * 24 * _HOUR_MS,
+            Type.LONG,
+            _WEEK_MS,
             [
                 ("log.retention.ms", 1),
                 ("log.retention.minutes", _MINUTE_MS),
                 ("log.retention.hours", _HOUR_MS),
             ],
-            _at_least(-1),
+            at_least(-1),
         ),
         # Kafka 3.x minimum (a v0 record overhead), so tests can use tiny segments.
-        _d("segment.bytes", "int", 1 << 30, ["log.segment.bytes"], _at_least(14)),
+        _d("segment.bytes", Type.INT, str(1 << 30), ["log.segment.bytes"], at_least(14)),
         _d(
             "segment.index.bytes",
-            "int",
-            10 * 1024 * 1024,
+            Type.INT,
+            str(10 * 1024 * 1024),
             ["log.index.size.max.bytes"],
-            _at_least(4),
+            at_least(4),
         ),
         _d(
             "segment.jitter.ms",
-            "long",
-            0,
+            Type.LONG,
+            "0",
             [("log.roll.jitter.ms", 1), ("log.roll.jitter.hours", _HOUR_MS)],
-            _at_least(0),
+            at_least(0),
         ),
         _d(
             "segment.ms",
-            "long",
-            7 * 24 * _HOUR_MS,
+            Type.LONG,
+            _WEEK_MS,
             [("log.roll.ms", 1), ("log.roll.hours", _HOUR_MS)],
-            _at_least(1),
+            at_least(1),
         ),
         _d(
             "unclean.leader.election.enable",
-            "boolean",
-            False,
+            Type.BOOLEAN,
+            "false",
             ["unclean.leader.election.enable"],
         ),
     )
 }
 
-# Broker-level hour/minute keys are ints in Kafka; parse them as such.
-_BROKER_INT_KEYS = frozenset(
-    {"log.retention.hours", "log.retention.minutes", "log.roll.hours", "log.roll.jitter.hours"}
-)
+
+def _broker_key(topic: TopicKey, index: int) -> ConfigKey:
+    """The broker key of `topic`'s synonym at `index`, as Kafka's ServerLogConfigs defines
+    it: only the last of a chain has a default (the topic default, in the key's unit; the
+    others fall back to it); hours and minutes keys are ints."""
+    name, multiplier = topic.synonyms[index]
+    last = index == len(topic.synonyms) - 1
+    if multiplier != 1:
+        default = str(topic.parse(topic.default) // multiplier) if last else None
+        return ConfigKey(name, Type.INT, default)
+    return ConfigKey(name, topic.type, topic.default if last else None, topic.validator)
+
+
+# Every broker key that is a topic key's synonym.
+LOG_BROKER_KEYS: dict[str, ConfigKey] = {
+    key.name: key
+    for topic in TOPIC_CONFIGS.values()
+    for key in (_broker_key(topic, i) for i in range(len(topic.synonyms)))
+}
 
 
 def validate_topic_configs(overrides: Mapping[str, str | None]) -> None:
-    """Raise ValueError for an unknown key or a bad value (CreateTopics → INVALID_CONFIG)."""
+    """Raise ConfigError for an unknown key or a bad value (CreateTopics → INVALID_CONFIG)."""
     for key, text in overrides.items():
         definition = TOPIC_CONFIGS.get(key)
         if definition is None:
-            raise ValueError(f"Unknown topic config name: {key}")
+            raise ConfigError(f"Unknown topic config name: {key}")
         if text is None:
-            raise ValueError(f"Null value not supported for topic configs: {key}")
+            raise ConfigError(f"Null value not supported for topic configs: {key}")
         definition.parse(text)
 
 
 def resolve_config(
-    definition: ConfigDef, broker_props: Mapping[str, str], topic_overrides: Mapping[str, str]
+    definition: TopicKey, broker_props: Mapping[str, str], topic_overrides: Mapping[str, str]
 ) -> tuple[Any, str | None]:
     """The effective value and its source: the topic key, a broker key, or None (default)."""
     if definition.name in topic_overrides:
         return definition.parse(topic_overrides[definition.name]), definition.name
     for key, multiplier in definition.synonyms:
         if key in broker_props:
-            if key in _BROKER_INT_KEYS:
-                base = ConfigDef(key, "int", None, (), definition.validator)
-                return base.parse(broker_props[key], multiplier=multiplier), key
-            return definition.parse(broker_props[key], key=key, multiplier=multiplier), key
-    return definition.default, None
+            value = LOG_BROKER_KEYS[key].parse(broker_props[key])
+            if multiplier != 1:  # hours or minutes: the topic key's bounds hold in ms
+                value *= multiplier
+                if definition.validator is not None:
+                    definition.validator(key, value)
+            return value, key
+    return definition.parse(definition.default), None
 
 
 @dataclass(frozen=True, slots=True)
@@ -382,14 +344,15 @@ class LogConfig:
         cls, broker_props: Mapping[str, str], topic_overrides: Mapping[str, str]
     ) -> LogConfig:
         """Topic override > broker key (in Kafka's precedence, e.g. log.retention.ms >
-        .minutes > .hours) > default. Raises ValueError naming the offending key."""
+        .minutes > .hours) > default. Raises ConfigError naming the offending key."""
         unknown = [k for k in topic_overrides if k not in TOPIC_CONFIGS]
         if unknown:
-            raise ValueError(f"Unknown topic config name: {unknown[0]}")
-        values = {}
+            raise ConfigError(f"Unknown topic config name: {unknown[0]}")
+        values: dict[str, Any] = {}
         for definition in TOPIC_CONFIGS.values():
             if definition.attr is not None:
-                values[definition.attr] = resolve_config(definition, broker_props, topic_overrides)[
-                    0
-                ]
+                value = resolve_config(definition, broker_props, topic_overrides)[0]
+                # a list (cleanup.policy) is kept as its comma-joined text
+                is_list = definition.type is Type.LIST
+                values[definition.attr] = ",".join(value) if is_list else value
         return cls(**values)

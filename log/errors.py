@@ -1,5 +1,8 @@
-"""Errors raised by the log layer, each carrying the Kafka error code it maps to."""
+"""Errors raised by the log layer, each a KafkaError with the error code it maps to."""
 
+from kio.schema.errors import ErrorCode
+
+from gregor.wire.errors import KafkaError
 from gregor.wire.records import CorruptRecordError, InvalidRecordError, UnsupportedCompressionError
 
 __all__ = [
@@ -21,52 +24,55 @@ __all__ = [
 ]
 
 
-class LogError(Exception):
-    """Base class; `error_code` is the Kafka protocol error code."""
+class LogError(KafkaError):
+    """Base class; each subclass is one Kafka error code, raised with its message only."""
 
-    error_code: int = -1
+    code = ErrorCode.unknown_server_error
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(type(self).code, message)
 
 
 class OffsetOutOfRangeError(LogError):
-    error_code = 1
+    code = ErrorCode.offset_out_of_range
 
 
 class RecordTooLargeError(LogError):
-    error_code = 10
+    code = ErrorCode.message_too_large
 
 
 class InvalidTimestampError(LogError):
-    error_code = 32
+    code = ErrorCode.invalid_timestamp
 
 
 class OutOfOrderSequenceError(LogError):
-    error_code = 45
+    code = ErrorCode.out_of_order_sequence_number
 
 
 class InvalidProducerEpochError(LogError):
-    error_code = 47
+    code = ErrorCode.invalid_producer_epoch
 
 
 class PolicyViolationError(LogError):
-    error_code = 44
+    code = ErrorCode.policy_violation
 
 
 class InvalidTxnStateError(LogError):
-    error_code = 48
+    code = ErrorCode.invalid_txn_state
 
 
 class TransactionCoordinatorFencedError(LogError):
     """A marker from a coordinator older than the one that wrote the producer's last."""
 
-    error_code = 52
+    code = ErrorCode.transaction_coordinator_fenced
 
 
 class KafkaStorageError(LogError):
-    error_code = 56
+    code = ErrorCode.kafka_storage_error
 
 
 class UnknownProducerIdError(LogError):
-    error_code = 59
+    code = ErrorCode.unknown_producer_id
 
 
 class UnexpectedAppendOffsetError(LogError):

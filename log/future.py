@@ -13,6 +13,7 @@ import shutil
 import uuid
 from pathlib import Path
 
+from gregor.log.checkpoint import fsync_path
 from gregor.log.segment import LogSegment
 
 FUTURE_DIR_SUFFIX = "-future"
@@ -52,20 +53,8 @@ def copy_files(sources: list[Path], target_dir: Path) -> dict[Path, Identity]:
             after = identity(source)
         except FileNotFoundError:  # deleted meanwhile (retention)
             continue
-        fd = os.open(target_dir / source.name, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync_path(target_dir / source.name)
         if before == after:
             copied[source] = before
-    fsync_dir(target_dir)
+    fsync_path(target_dir)
     return copied
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

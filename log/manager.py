@@ -20,6 +20,7 @@ from gregor.log.checkpoint import (
     DiskJob,
     add_atomic_write,
     checkpoint_bytes,
+    fsync_path,
     read_checkpoint,
 )
 from gregor.log.config import LogConfig
@@ -27,7 +28,6 @@ from gregor.log.errors import KafkaStorageError
 from gregor.log.future import (
     FUTURE_DIR_SUFFIX,
     copy_files,
-    fsync_dir,
     new_future_dir,
     segment_files,
 )
@@ -367,10 +367,10 @@ class LogManager:
         )
         source_dir = self._dir_of[tp]
         self.delete(topic, partition)
-        fsync_dir(source_dir)
+        fsync_path(source_dir)
         final = log_dir / f"{topic}-{partition}"
         os.rename(future, final)
-        fsync_dir(log_dir)
+        fsync_path(log_dir)
         moved = Log.open(
             final,
             log.config,

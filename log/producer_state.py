@@ -12,7 +12,6 @@ current transaction first offset int64).
 
 from __future__ import annotations
 
-import os
 import struct
 from collections import deque
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from pathlib import Path
 
 import crc32c
 
+from gregor.log.checkpoint import write_atomically
 from gregor.log.errors import (
     InvalidProducerEpochError,
     InvalidTxnStateError,
@@ -418,15 +418,7 @@ class ProducerStateManager:
                 e.current_txn_first_offset,
             )
         data = _HEADER.pack(_SNAPSHOT_VERSION, crc32c.crc32c(body)) + body
-        tmp = path.with_name(path.name + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.write(fd, data)
-            if sync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
+        write_atomically(path, data, sync=sync)
         return path
 
     @staticmethod

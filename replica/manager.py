@@ -1,8 +1,10 @@
 """The ReplicaManager: every Produce and Fetch goes through it.
 
-It owns the partitions this broker hosts, applies leadership decisions from the
-controller, runs the follower fetchers, keeps each led partition's ISR (asking the
-controller to change it through the injected ``alter_partition``) and owns the
+It reads partitions for Fetch and parks the fetches that wait for data
+(replica/fetch_messages.py), validates and appends Produce's batches
+(replica/append_records.py), owns the partitions this broker hosts, applies leadership
+decisions from the controller, runs the follower fetchers, keeps each led partition's ISR
+(asking the controller to change it through the injected ``alter_partition``) and owns the
 purgatories of the requests that wait on partitions: fetches (for data) and produces (for
 replication, acks=all; the group coordinator's own writes wait there too, as in Kafka,
 where they are appends with acks=all). Every change of a partition's data, high
@@ -15,20 +17,23 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from gregor.controller.metadata.cache import PartitionInfo
+from gregor.controller.metadata.cache import MetadataCache, PartitionInfo
 from gregor.log.config import LogConfig
 from gregor.log.errors import KafkaStorageError, LogError
 from gregor.log.log import AppendResult
 from gregor.log.manager import LogManager
 from gregor.log.txn_index import build_marker_batch
 from gregor.log.validator import Validated
+from gregor.replica.append_records import append_records
 from gregor.replica.delayed_produce import DelayedProduce, ReplicationWait
+from gregor.replica.fetch_messages import fetch_messages
 from gregor.replica.fetch_session import FetchSessions
 from gregor.replica.fetcher import FetcherManager, Send
 from gregor.replica.log_mover import move_log
@@ -78,14 +83,21 @@ class ReplicaManager:
         send: Send | None = None,
         alter_partition: AlterPartition | None = None,
         now_ms: Callable[[], int] | None = None,
+        validation_pool: Executor | None = None,
     ) -> None:
         """``send`` (the inter-broker client's) and ``alter_partition`` are given in cluster
-        mode only: an embedded node has no followers."""
+        mode only: an embedded node has no followers. ``validation_pool`` validates
+        Produce's heavy batches (compressed or large) off the event loop; its owner sizes and
+        shuts it down (None: the event loop's default executor)."""
         self.broker_id = broker_id
+        self.validation_pool = validation_pool
+        # The broker's metadata cache, once it has one (at start): it tells a partition the
+        # cluster has elsewhere from one it does not have, and resolves topic ids.
+        self.metadata: MetadataCache | None = None
         self.logs = logs
         self._broker_props = broker_props
         self.config = ReplicationConfig.from_properties(broker_props)
-        self._now_ms = now_ms or _wall_clock_ms
+        self.now_ms: Callable[[], int] = now_ms or _wall_clock_ms  # the broker's clock (ms)
         self.fetch_purgatory: Purgatory[Any] = Purgatory("Fetch")
         self.fetch_sessions = FetchSessions()
         self.produce_purgatory: Purgatory[Any] = Purgatory("Produce")
@@ -103,6 +115,16 @@ class ReplicaManager:
 
     def get(self, topic: str, index: int) -> Partition | None:
         return self._partitions.get((topic, index))
+
+    def not_hosted(self, topic: str, index: int) -> ErrorCode:
+        """The error for a partition this broker has no replica of."""
+        if self.metadata is None or self.metadata.partition(topic, index) is None:
+            return ErrorCode.unknown_topic_or_partition
+        return ErrorCode.not_leader_or_follower
+
+    # -- the request paths: Kafka's fetchMessages and appendRecords, each in its module -----
+    fetch_messages = fetch_messages
+    append_records = append_records
 
     def __iter__(self) -> Iterator[Partition]:
         return iter(self._partitions.values())
@@ -141,7 +163,7 @@ class ReplicaManager:
         if self.fetchers is not None:
             self.fetchers.remove([(topic, info.index)])
         partition.make_leader(
-            info.leader_epoch, list(info.isr), list(info.replicas), 0, self._now_ms()
+            info.leader_epoch, list(info.isr), list(info.replicas), 0, self.now_ms()
         )
         self._on_data((topic, info.index))
 
@@ -181,7 +203,7 @@ class ReplicaManager:
             return {(s.topic, s.partition): ErrorCode.stale_controller_epoch for s in states}
         self.controller_epoch = controller_epoch
         errors: dict[TopicPartition, ErrorCode] = {}
-        now = self._now_ms()
+        now = self.now_ms()
         follow: dict[int, list[Partition]] = {}
         for s in states:
             tp = (s.topic, s.partition)
@@ -349,7 +371,7 @@ class ReplicaManager:
         """WriteTxnMarkers' work: append each marker as a control batch to its partition as
         leader (the broker's own batch: no client checks), then wait until the ISR has them
         all (acks=all, up to ``timeout_ms``). Each marker's ``error`` says how it ended."""
-        now_ms = self._now_ms()
+        now_ms = self.now_ms()
         waits: list[tuple[MarkerAppend, ReplicationWait]] = []
         for marker in markers:
             partition = marker.partition
@@ -369,7 +391,7 @@ class ReplicaManager:
             try:
                 appended = self.append(partition, batch, now_ms, origin_client=False)
             except LogError as e:
-                marker.error = ErrorCode(e.error_code)
+                marker.error = e.code
                 continue
             marker.offset = appended.first_offset
             waits.append((marker, ReplicationWait(partition, appended.last_offset + 1)))
@@ -403,7 +425,7 @@ class ReplicaManager:
         watermark may advance (answering parked produces and fetches of this partition)
         and the follower may rejoin the ISR; parked DeleteRecords see its log start."""
         tp = (partition.topic, partition.index)
-        if partition.update_follower(replica, fetch_offset, self._now_ms(), log_start_offset):
+        if partition.update_follower(replica, fetch_offset, self.now_ms(), log_start_offset):
             self._on_data(tp)
         else:
             self.delete_records_purgatory.check(tp)
@@ -417,7 +439,7 @@ class ReplicaManager:
         if self._alter_partition is None:
             return
         self._settle_quiet_followers()
-        now = self._now_ms()
+        now = self.now_ms()
         for partition in list(self._partitions.values()):
             if partition.is_leader:
                 shrunk = partition.isr_to_shrink(now, self.config.lag_time_max_ms)
@@ -530,9 +552,6 @@ class ReplicaManager:
     def on_log_start_moved(self, partition: Partition) -> None:
         """DeleteRecords moved a led partition's log start: followers are told it."""
         self._on_data((partition.topic, partition.index))
-
-    def now_ms(self) -> int:
-        return self._now_ms()
 
     def _on_data(self, tp: TopicPartition) -> None:
         """A partition's data, high watermark or leadership changed."""

@@ -8,6 +8,7 @@ import logging
 import socket
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import anyio
@@ -15,16 +16,17 @@ from kio.schema.add_partitions_to_txn.v4.request import AddPartitionsToTxnReques
 from kio.schema.errors import ErrorCode
 from kio.schema.write_txn_markers.v1.request import WriteTxnMarkersRequest
 
-from gregor.apis import produce
 from gregor.apis.context import Services, nested
 from gregor.apis.dispatch import Dispatcher
 from gregor.apis.write_txn_markers import write_txn_markers
+from gregor.configdef import LONG_MAX
 from gregor.controller.base import Controller
 from gregor.controller.configs import BROKER, TOPIC, ConfigResource, effective_value
 from gregor.controller.embedded import EmbeddedController
 from gregor.controller.metadata.cache import BrokerInfo, MetadataCache, TopicInfo
 from gregor.controller.zk_broker import ZkBroker
-from gregor.controller.zk_controller import ControllerConfig, ZkController
+from gregor.controller.zk_controller.config import ControllerConfig
+from gregor.controller.zk_controller.controller import ZkController
 from gregor.controller.zookeeper.client import AsyncZk
 from gregor.controller.zookeeper.data import BrokerIdInUseError, BrokerRegistration, KafkaZk
 from gregor.coordinator.coordinator import GroupCoordinator, Settings
@@ -41,7 +43,6 @@ from gregor.replica.manager import ReplicaManager
 from gregor.replica.state import CommittedIsr, IsrProposal
 from gregor.server.broker_client import InterBrokerClient
 from gregor.server.config import (
-    LONG_MAX,
     BrokerConfig,
     ConfigError,
     listener_connection_creation_rates,
@@ -67,6 +68,10 @@ META_PROPERTIES = "meta.properties"
 CONTROLLED_SHUTDOWN_VERSION = 3
 # How often the rates of quota groups idle for an hour are dropped.
 QUOTA_EXPIRY_CHECK_MS = 60_000
+# Produce's heavy batches are validated on this many threads: as many as there are cores to
+# spare, and a bound on the memory that requests being decompressed hold at once (each at
+# most MAX_DECOMPRESSED_PER_REQUEST).
+VALIDATION_THREADS = 2
 
 
 def now_ms() -> int:
@@ -78,6 +83,9 @@ class Broker:
         self.config = config
         self.broker_id = config.broker_id
         self.logs = LogManager(config.log_dirs, config.raw)
+        self.validation_pool = ThreadPoolExecutor(
+            VALIDATION_THREADS, thread_name_prefix="produce-validation"
+        )
         # Cluster mode: requests to other brokers (replica fetches; AlterPartition and
         # ControlledShutdown to the controller, on their own connections so that a parked
         # fetch does not hold them up).
@@ -106,9 +114,12 @@ class Broker:
                 send=self.fetch_client.send,
                 alter_partition=self._alter_partition,
                 now_ms=now_ms,
+                validation_pool=self.validation_pool,
             )
         else:
-            self.replicas = ReplicaManager(self.broker_id, self.logs, config.raw)
+            self.replicas = ReplicaManager(
+                self.broker_id, self.logs, config.raw, validation_pool=self.validation_pool
+            )
         self.cleaner = LogCleaner(
             self.logs,
             CleanerConfig(
@@ -306,6 +317,7 @@ class Broker:
             metrics=self.metrics,
         )
         self.services = services
+        self.replicas.metadata = self.cache
         self.dispatcher = Dispatcher(services)
         self.socket_server.start_handlers()
 
@@ -735,7 +747,10 @@ class Broker:
         if self.cluster is not None:
             await self.cluster.stop()
         await self.socket_server.stop_accepting()
-        produce.cancel_queued_validations()
+        # Validations not started yet are dropped (their requests were never answered, so
+        # nothing is lost), else the process would work through the backlog a flood of
+        # heavy requests left before it could exit.
+        self.validation_pool.shutdown(wait=False, cancel_futures=True)
         self.groups.shutdown()  # parked joins and syncs answer NOT_COORDINATOR
         self.transactions.shutdown()
         self.replicas.shutdown()  # parked fetches answer with what they have

@@ -9,201 +9,144 @@ from __future__ import annotations
 import logging
 import re
 import socket
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from gregor.controller.configs import BrokerKey, register_broker_keys
-from gregor.log.config import TOPIC_CONFIGS, ConfigDef, LogConfig, resolve_config
+from gregor.configdef import INT_MAX, ConfigError, ConfigKey, Type, at_least, between, invalid
+from gregor.controller.configs import parse_ip_overrides, register_broker_keys
+from gregor.log.config import LOG_BROKER_KEYS, LogConfig
 
 logger = logging.getLogger(__name__)
-
-LONG_MAX = 2**63 - 1
-INT_MAX = 2**31 - 1
-
-
-class ConfigError(ValueError):
-    """An invalid configuration value; the message names the key."""
-
-
-def _parse_bool(raw: str) -> bool:
-    lowered = raw.strip().lower()
-    if lowered not in ("true", "false"):
-        raise ValueError("expected true or false")
-    return lowered == "true"
-
-
-def _parse_list(raw: str) -> list[str]:
-    return [item.strip() for item in raw.split(",") if item.strip()]
-
-
-_PARSERS: dict[str, Callable[[str], Any]] = {
-    "int": int,
-    "long": int,
-    "double": float,
-    "bool": _parse_bool,
-    "string": str,
-    "list": _parse_list,
-    "password": str,
-}
-
-
-@dataclass(frozen=True, slots=True)
-class ConfigKey:
-    name: str
-    type: str
-    default: str | None
-    minimum: int | None = None
-    choices: tuple[str, ...] | None = None
-
-    def parse(self, raw: str) -> Any:
-        try:
-            value = _PARSERS[self.type](raw)
-        except ValueError as e:
-            raise ConfigError(f"Invalid value {raw!r} for configuration {self.name}: {e}") from e
-        if self.minimum is not None and value < self.minimum:
-            raise ConfigError(
-                f"Invalid value {raw!r} for configuration {self.name}: "
-                f"value must be at least {self.minimum}"
-            )
-        if self.choices is not None and value not in self.choices:
-            raise ConfigError(
-                f"Invalid value {raw!r} for configuration {self.name}: "
-                f"must be one of {', '.join(self.choices)}"
-            )
-        if self.type in ("int",) and not -(2**31) <= value <= INT_MAX:
-            raise ConfigError(f"Invalid value {raw!r} for configuration {self.name}: out of range")
-        return value
-
-
-def _k(
-    name: str,
-    type_: str,
-    default: str | None,
-    minimum: int | None = None,
-    choices: tuple[str, ...] | None = None,
-) -> ConfigKey:
-    return ConfigKey(name, type_, default, minimum, choices)
-
 
 KEYS: dict[str, ConfigKey] = {
     k.name: k
     for k in (
+        *LOG_BROKER_KEYS.values(),  # the broker keys of the topic keys' defaults
         # identity and listeners
-        _k("broker.id", "int", "0", -1),
-        _k("node.id", "int", None, -1),
-        _k("listeners", "list", "PLAINTEXT://:9092"),
-        _k("advertised.listeners", "list", None),
-        _k(
+        ConfigKey("broker.id", Type.INT, "0", at_least(-1)),
+        ConfigKey("node.id", Type.INT, None, at_least(-1)),
+        ConfigKey("listeners", Type.LIST, "PLAINTEXT://:9092"),
+        ConfigKey("advertised.listeners", Type.LIST, None),
+        ConfigKey(
             "listener.security.protocol.map",
-            "list",
+            Type.LIST,
             "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
         ),
-        _k("broker.rack", "string", None),
-        _k("log.dirs", "list", None),
-        _k("log.dir", "list", "/tmp/kafka-logs"),
+        ConfigKey("broker.rack", Type.STRING, None),
+        ConfigKey("log.dirs", Type.LIST, None),
+        ConfigKey("log.dir", Type.LIST, "/tmp/kafka-logs"),
         # cluster mode (docs/cluster.md): set zookeeper.connect to join a cluster
-        _k("zookeeper.connect", "string", None),
-        _k("zookeeper.session.timeout.ms", "int", "18000", 1),
-        _k("zookeeper.connection.timeout.ms", "int", None, 1),  # None: the session timeout
-        _k("inter.broker.listener.name", "string", None),
-        _k("security.inter.broker.protocol", "string", "PLAINTEXT"),
-        _k("replica.lag.time.max.ms", "long", "30000", 0),
-        _k("replica.fetch.wait.max.ms", "int", "500", 0),
-        _k("replica.fetch.min.bytes", "int", "1", 0),
-        _k("replica.fetch.max.bytes", "int", "1048576", 0),
-        _k("replica.fetch.response.max.bytes", "int", "10485760", 0),
-        _k("replica.fetch.backoff.ms", "int", "1000", 0),
-        _k("num.replica.fetchers", "int", "1", 1),
-        _k("replica.high.watermark.checkpoint.interval.ms", "long", "5000", 1),
-        _k("replica.socket.timeout.ms", "int", "30000", 1),
-        _k("controller.socket.timeout.ms", "int", "30000", 1),
-        _k("auto.leader.rebalance.enable", "bool", "true"),
-        _k("leader.imbalance.check.interval.seconds", "long", "300", 1),
-        _k("leader.imbalance.per.broker.percentage", "int", "10", 0),
-        _k("controlled.shutdown.enable", "bool", "true"),
-        _k("controlled.shutdown.max.retries", "int", "3", 0),
-        _k("controlled.shutdown.retry.backoff.ms", "long", "5000", 0),
+        ConfigKey("zookeeper.connect", Type.STRING, None),
+        ConfigKey("zookeeper.session.timeout.ms", Type.INT, "18000", at_least(1)),
+        # no default: the session timeout's
+        ConfigKey("zookeeper.connection.timeout.ms", Type.INT, None, at_least(1)),
+        ConfigKey("inter.broker.listener.name", Type.STRING, None),
+        ConfigKey("security.inter.broker.protocol", Type.STRING, "PLAINTEXT"),
+        ConfigKey("replica.lag.time.max.ms", Type.LONG, "30000", at_least(0)),
+        ConfigKey("replica.fetch.wait.max.ms", Type.INT, "500", at_least(0)),
+        ConfigKey("replica.fetch.min.bytes", Type.INT, "1", at_least(0)),
+        ConfigKey("replica.fetch.max.bytes", Type.INT, "1048576", at_least(0)),
+        ConfigKey("replica.fetch.response.max.bytes", Type.INT, "10485760", at_least(0)),
+        ConfigKey("replica.fetch.backoff.ms", Type.INT, "1000", at_least(0)),
+        ConfigKey("num.replica.fetchers", Type.INT, "1", at_least(1)),
+        ConfigKey("replica.high.watermark.checkpoint.interval.ms", Type.LONG, "5000", at_least(1)),
+        ConfigKey("replica.socket.timeout.ms", Type.INT, "30000", at_least(1)),
+        ConfigKey("controller.socket.timeout.ms", Type.INT, "30000", at_least(1)),
+        ConfigKey("auto.leader.rebalance.enable", Type.BOOLEAN, "true"),
+        ConfigKey("leader.imbalance.check.interval.seconds", Type.LONG, "300", at_least(1)),
+        ConfigKey("leader.imbalance.per.broker.percentage", Type.INT, "10", at_least(0)),
+        ConfigKey("controlled.shutdown.enable", Type.BOOLEAN, "true"),
+        ConfigKey("controlled.shutdown.max.retries", Type.INT, "3", at_least(0)),
+        ConfigKey("controlled.shutdown.retry.backoff.ms", Type.LONG, "5000", at_least(0)),
         # network and request handling
-        _k("num.network.threads", "int", "3", 1),
-        _k("num.io.threads", "int", "8", 1),
-        _k("queued.max.requests", "int", "500", 1),
-        _k("socket.request.max.bytes", "int", "104857600", 1),
+        ConfigKey("num.network.threads", Type.INT, "3", at_least(1)),
+        ConfigKey("num.io.threads", Type.INT, "8", at_least(1)),
+        ConfigKey("queued.max.requests", Type.INT, "500", at_least(1)),
+        ConfigKey("socket.request.max.bytes", Type.INT, "104857600", at_least(1)),
         # Kafka's default is -1 (unbounded); Gregor bounds the pool by default (README).
-        _k("queued.max.request.bytes", "long", "104857600", -1),
+        ConfigKey("queued.max.request.bytes", Type.LONG, "104857600", at_least(-1)),
         # Kafka's default is 102400; Gregor keeps the OS's autotuned buffers by default
         # (-1), which fetch twice as fast on loopback (README).
-        _k("socket.send.buffer.bytes", "int", "-1", -1),
-        _k("socket.receive.buffer.bytes", "int", "-1", -1),
-        _k("connections.max.idle.ms", "long", "600000"),
-        _k("max.connections", "int", str(INT_MAX), 0),
-        _k("max.connections.per.ip", "int", str(INT_MAX), 0),
-        _k("max.connections.per.ip.overrides", "string", ""),
+        ConfigKey("socket.send.buffer.bytes", Type.INT, "-1", at_least(-1)),
+        ConfigKey("socket.receive.buffer.bytes", Type.INT, "-1", at_least(-1)),
+        ConfigKey("connections.max.idle.ms", Type.LONG, "600000"),
+        ConfigKey("max.connections", Type.INT, str(INT_MAX), at_least(0)),
+        ConfigKey("max.connections.per.ip", Type.INT, str(INT_MAX), at_least(0)),
+        ConfigKey("max.connections.per.ip.overrides", Type.STRING, ""),
         # KIP-612; also listener.name.<listener>.max.connection.creation.rate
-        _k("max.connection.creation.rate", "int", str(INT_MAX), 0),
+        ConfigKey("max.connection.creation.rate", Type.INT, str(INT_MAX), at_least(0)),
         # Gregor's own: how long the event loop polls before it sleeps (server/polling.py)
-        _k("gregor.idle.poll.us", "int", "200", 0),
+        ConfigKey("gregor.idle.poll.us", Type.INT, "200", at_least(0)),
         # The Prometheus endpoint (server/metrics_exporter.py, docs/metrics.md): off unless
         # a port is set; 0 picks a free one (logged). The host as in listeners: empty, all
         # interfaces.
-        _k("metrics.prometheus.port", "int", "-1", -1),
-        _k("metrics.prometheus.host", "string", ""),
-        _k("fetch.max.bytes", "int", "57671680", 1024),
-        _k("request.timeout.ms", "int", "30000", 0),
+        ConfigKey("metrics.prometheus.port", Type.INT, "-1", between(-1, 65535)),
+        ConfigKey("metrics.prometheus.host", Type.STRING, ""),
+        ConfigKey("fetch.max.bytes", Type.INT, "57671680", at_least(1024)),
+        ConfigKey("request.timeout.ms", Type.INT, "30000", at_least(0)),
         # client quotas (server/quotas.py): the rate's windows
-        _k("quota.window.num", "int", "11", 1),
-        _k("quota.window.size.seconds", "int", "1", 1),
+        ConfigKey("quota.window.num", Type.INT, "11", at_least(1)),
+        ConfigKey("quota.window.size.seconds", Type.INT, "1", at_least(1)),
         # topics
-        _k("num.partitions", "int", "1", 1),
-        _k("default.replication.factor", "int", "1", 1),
-        _k("auto.create.topics.enable", "bool", "true"),
-        _k("delete.topic.enable", "bool", "true"),
+        ConfigKey("num.partitions", Type.INT, "1", at_least(1)),
+        ConfigKey("default.replication.factor", Type.INT, "1", at_least(1)),
+        ConfigKey("auto.create.topics.enable", Type.BOOLEAN, "true"),
+        ConfigKey("delete.topic.enable", Type.BOOLEAN, "true"),
         # log
-        _k("log.retention.check.interval.ms", "long", "300000", 1),
-        _k("log.flush.scheduler.interval.ms", "long", str(LONG_MAX)),
-        _k("log.flush.offset.checkpoint.interval.ms", "int", "60000", 0),
-        _k("log.flush.start.offset.checkpoint.interval.ms", "int", "60000", 0),
-        _k("log.cleaner.enable", "bool", "true"),
-        _k("log.cleaner.threads", "int", "1", 0),
-        _k("log.cleaner.dedupe.buffer.size", "long", "134217728", 0),
-        _k("log.cleaner.io.buffer.load.factor", "double", "0.9", 0),
-        _k("log.cleaner.io.buffer.size", "int", "524288", 0),
-        _k("log.cleaner.io.max.bytes.per.second", "double", "1.7976931348623157E308", 0),
-        _k("log.cleaner.backoff.ms", "long", "15000", 0),
+        ConfigKey("log.retention.check.interval.ms", Type.LONG, "300000", at_least(1)),
+        ConfigKey("log.flush.offset.checkpoint.interval.ms", Type.INT, "60000", at_least(0)),
+        ConfigKey("log.flush.start.offset.checkpoint.interval.ms", Type.INT, "60000", at_least(0)),
+        ConfigKey("log.cleaner.enable", Type.BOOLEAN, "true"),
+        ConfigKey("log.cleaner.threads", Type.INT, "1", at_least(0)),
+        ConfigKey("log.cleaner.dedupe.buffer.size", Type.LONG, "134217728", at_least(0)),
+        ConfigKey("log.cleaner.io.buffer.load.factor", Type.DOUBLE, "0.9", at_least(0)),
+        ConfigKey("log.cleaner.io.buffer.size", Type.INT, "524288", at_least(0)),
+        ConfigKey(
+            "log.cleaner.io.max.bytes.per.second",
+            Type.DOUBLE,
+            "1.7976931348623157E308",
+            at_least(0),
+        ),
+        ConfigKey("log.cleaner.backoff.ms", Type.LONG, "15000", at_least(0)),
         # groups and offsets
-        _k("offsets.topic.num.partitions", "int", "50", 1),
-        _k("offsets.topic.replication.factor", "int", "3", 1),
-        _k("offsets.topic.segment.bytes", "int", "104857600", 1),
-        _k("offsets.retention.minutes", "int", "10080", 1),
-        _k("offsets.retention.check.interval.ms", "long", "600000", 1),
-        _k("offsets.commit.timeout.ms", "int", "5000", 1),
-        _k("offset.metadata.max.bytes", "int", "4096", 0),
-        _k("group.initial.rebalance.delay.ms", "int", "3000", 0),
-        _k("group.min.session.timeout.ms", "int", "6000"),
-        _k("group.max.session.timeout.ms", "int", "1800000"),
-        _k("group.max.size", "int", str(INT_MAX), 1),
+        ConfigKey("offsets.topic.num.partitions", Type.INT, "50", at_least(1)),
+        ConfigKey("offsets.topic.replication.factor", Type.INT, "3", at_least(1)),
+        ConfigKey("offsets.topic.segment.bytes", Type.INT, "104857600", at_least(1)),
+        ConfigKey("offsets.retention.minutes", Type.INT, "10080", at_least(1)),
+        ConfigKey("offsets.retention.check.interval.ms", Type.LONG, "600000", at_least(1)),
+        ConfigKey("offsets.commit.timeout.ms", Type.INT, "5000", at_least(1)),
+        ConfigKey("offset.metadata.max.bytes", Type.INT, "4096", at_least(0)),
+        ConfigKey("group.initial.rebalance.delay.ms", Type.INT, "3000", at_least(0)),
+        ConfigKey("group.min.session.timeout.ms", Type.INT, "6000"),
+        ConfigKey("group.max.session.timeout.ms", Type.INT, "1800000"),
+        ConfigKey("group.max.size", Type.INT, str(INT_MAX), at_least(1)),
         # producers
-        _k("producer.id.expiration.ms", "int", "86400000", 1),
+        ConfigKey("producer.id.expiration.ms", Type.INT, "86400000", at_least(1)),
         # transactions (coordinator/txn_coordinator.py)
-        _k("transactional.id.expiration.ms", "int", "604800000", 1),
-        _k("transaction.max.timeout.ms", "int", "900000", 1),
-        _k("transaction.state.log.num.partitions", "int", "50", 1),
-        _k("transaction.state.log.replication.factor", "int", "3", 1),
-        _k("transaction.state.log.min.isr", "int", "2", 1),
-        _k("transaction.state.log.segment.bytes", "int", "104857600", 1),
-        _k("transaction.abort.timed.out.transaction.cleanup.interval.ms", "int", "10000", 1),
-        _k("transaction.remove.expired.transaction.cleanup.interval.ms", "int", "3600000", 1),
+        ConfigKey("transactional.id.expiration.ms", Type.INT, "604800000", at_least(1)),
+        ConfigKey("transaction.max.timeout.ms", Type.INT, "900000", at_least(1)),
+        ConfigKey("transaction.state.log.num.partitions", Type.INT, "50", at_least(1)),
+        ConfigKey("transaction.state.log.replication.factor", Type.INT, "3", at_least(1)),
+        ConfigKey("transaction.state.log.min.isr", Type.INT, "2", at_least(1)),
+        ConfigKey("transaction.state.log.segment.bytes", Type.INT, "104857600", at_least(1)),
+        ConfigKey(
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+            Type.INT,
+            "10000",
+            at_least(1),
+        ),
+        ConfigKey(
+            "transaction.remove.expired.transaction.cleanup.interval.ms",
+            Type.INT,
+            "3600000",
+            at_least(1),
+        ),
     )
 }
 
 # The dynamic broker config rules (controller/configs.py) know these keys' types and bounds.
-register_broker_keys(
-    BrokerKey(
-        k.name, "boolean" if k.type == "bool" else k.type, k.default, k.minimum, None, k.choices
-    )
-    for k in KEYS.values()
-)
+register_broker_keys(KEYS.values())
 
 # Keys Gregor accepts and does not act on, with why; the README lists them too, and each
 # one set explicitly is logged at start-up.
@@ -259,24 +202,14 @@ def _is_security_key(name: str) -> bool:
     return name.startswith(_SECURITY_PREFIXES) or name in _SECURITY_KEYS
 
 
-_LOG_BROKER_KEYS: dict[str, ConfigDef] = {
-    key: definition
-    for definition in TOPIC_CONFIGS.values()
-    for key, multiplier in definition.synonyms
-    if multiplier == 1
-}
-
-
 class BrokerConfig:
     """Validated broker configuration; ``raw`` keeps the explicitly set strings."""
 
     def __init__(self, raw: Mapping[str, str]) -> None:
         self.raw: dict[str, str] = dict(raw)
-        self._values: dict[str, Any] = {}
-        for name, key in KEYS.items():
-            text = self.raw.get(name, key.default)
-            self._values[name] = None if text is None else key.parse(text)
-        log_keys = {key for d in TOPIC_CONFIGS.values() for key, _ in d.synonyms}
+        self._values: dict[str, Any] = {
+            name: key.parse(self.raw.get(name, key.default)) for name, key in KEYS.items()
+        }
         for name in self.raw:
             if _is_security_key(name) and (name, self.raw[name].upper()) not in _HARMLESS:
                 raise ConfigError(
@@ -291,33 +224,16 @@ class BrokerConfig:
                     "(zookeeper.connect is not set)",
                     name,
                 )
-            elif name not in KEYS and name not in log_keys and not _LISTENER_RATE.fullmatch(name):
+            elif name not in KEYS and not _LISTENER_RATE.fullmatch(name):
                 logger.warning(
                     "Unknown configuration %r was supplied but isn't a known config; it is ignored",
                     name,
                 )
-        try:
-            self.log_config = LogConfig.from_properties(self.raw, {})
-        except ValueError as e:
-            raise ConfigError(str(e)) from None
+        self.log_config = LogConfig.from_properties(self.raw, {})
         self._check()
 
     def __getitem__(self, name: str) -> Any:
-        """A broker key's value; also a topic default's broker key without a unit
-        conversion (``min.insync.replicas``, ``unclean.leader.election.enable``)."""
-        try:
-            return self._values[name]
-        except KeyError:
-            definition = _LOG_BROKER_KEYS.get(name)
-            if definition is None:
-                raise
-            given = {name: self.raw[name]} if name in self.raw else {}
-            return resolve_config(definition, given, {})[0]
-
-    @staticmethod
-    def key_types() -> dict[str, str]:
-        """Every broker-level key this table defines, with its type."""
-        return {name: key.type for name, key in KEYS.items()}
+        return self._values[name]
 
     def is_default(self, name: str) -> bool:
         return name not in self.raw
@@ -345,11 +261,6 @@ class BrokerConfig:
             self._check_cluster()
         self.per_ip_overrides = self._per_ip_overrides()
         self.listener_connection_creation_rates = listener_connection_creation_rates(self.raw)
-        if self["metrics.prometheus.port"] > 65535:
-            raise ConfigError(
-                f"Invalid value {self['metrics.prometheus.port']} for configuration "
-                "metrics.prometheus.port: the port must be at most 65535 (-1: no endpoint)"
-            )
         if self["node.id"] is not None and self["node.id"] != self["broker.id"]:
             if "broker.id" in self.raw:
                 raise ConfigError("broker.id and node.id must match when both are set")
@@ -467,17 +378,8 @@ def listener_connection_creation_rates(props: Mapping[str, str]) -> dict[str, in
     rates = {}
     for name, text in props.items():
         match = _LISTENER_RATE.fullmatch(name)
-        if match is None:
-            continue
-        try:
-            rate = int(str(text).strip())
-        except ValueError:
-            rate = -1
-        if not 0 <= rate <= INT_MAX:
-            raise ConfigError(
-                f"Invalid value {text!r} for configuration {name}: expected an int of at least 0"
-            )
-        rates[match.group(1).upper()] = rate
+        if match is not None:
+            rates[match.group(1).upper()] = KEYS["max.connection.creation.rate"].parse(text, name)
     return rates
 
 
@@ -485,23 +387,13 @@ def resolve_ip_overrides(text: str) -> dict[str, int]:
     """max.connections.per.ip.overrides (``host:count,...``) by IP address, hosts resolved;
     ConfigError naming the key if malformed."""
     overrides = {}
-    for entry in _parse_list(text):
-        host, sep, count = entry.rpartition(":")
-        problem = None
-        if not sep or not host or not count.isdigit():
-            problem = "expected host:count"
-        else:
-            try:
-                infos = socket.getaddrinfo(host.strip("[]"), None, type=socket.SOCK_STREAM)
-            except OSError as e:
-                problem = f"cannot resolve {host}: {e}"
-        if problem:
-            raise ConfigError(
-                f"Invalid value {entry!r} for configuration "
-                f"max.connections.per.ip.overrides: {problem}"
-            )
+    for host, count in parse_ip_overrides(text).items():
+        try:
+            infos = socket.getaddrinfo(host.strip("[]"), None, type=socket.SOCK_STREAM)
+        except OSError as e:
+            raise invalid("max.connections.per.ip.overrides", host, f"cannot resolve: {e}") from e
         for info in infos:
-            overrides[str(info[4][0])] = int(count)
+            overrides[str(info[4][0])] = count
     return overrides
 
 

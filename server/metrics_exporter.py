@@ -70,6 +70,7 @@ from prometheus_client.openmetrics import exposition as openmetrics
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
+from gregor.ratelimit import RateLimitedLog
 from gregor.server.metrics import (
     BUCKETS_MS,
     BYTES_IN,
@@ -81,7 +82,6 @@ from gregor.server.metrics import (
     RequestStats,
 )
 from gregor.server.metrics_state import STEPS, BrokerState, GroupOffset, Logs, Steps, pause
-from gregor.server.ratelimit import RateLimitedLog
 
 logger = logging.getLogger(__name__)
 limited_log = RateLimitedLog(logger)

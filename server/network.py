@@ -40,8 +40,8 @@ from typing import Protocol
 
 from gregor.apis.timing import METRICS, RequestTiming
 from gregor.controller.quota_entities import normalize_ip
+from gregor.ratelimit import RateLimitedLog
 from gregor.server.quotas import UNLIMITED_RATE, ClientQuotas, ConnectionRates
-from gregor.server.ratelimit import RateLimitedLog
 
 logger = logging.getLogger(__name__)
 limited_log = RateLimitedLog(logger)

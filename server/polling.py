@@ -26,7 +26,7 @@ import time
 _GROW_FROM_S = 25e-6  # the first window after none
 
 
-class PollingSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
+class PollingSelector(selectors.DefaultSelector):
     def __init__(self, max_poll_s: float) -> None:
         super().__init__()
         self.max_poll_s = max_poll_s

@@ -28,9 +28,9 @@ from kafka.protocol.broker_version_data import (
 from kio.schema.errors import ErrorCode
 
 from compat_tests.broker import BrokerProcess
-from compat_tests.cluster import Cluster
 from gregor.apis.context import build, nested
 from gregor.controller.configs import GROUP, SET, TOPIC
+from gregor.server.harness.cluster import Cluster
 from gregor.wire import versions as v
 from gregor.wire.schema import request_type
 from tests.kafka_wire import WireClient, create_topic, request_frame

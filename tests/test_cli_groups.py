@@ -5,6 +5,7 @@ a reset changes what the consumer then reads, and deletion follows Kafka's rules
 from __future__ import annotations
 
 import datetime
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -13,7 +14,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from compat_tests.group_checks import wait_until
 from gregor.server.harness.broker_process import BrokerProcess
-from tests.cli_run import gregor, new_topic, ok, table
+from tests.cli_run import CliResult, gregor, new_topic, ok, table
 
 BASE_TS = 1_700_000_000_000
 PRODUCED = {0: 7, 1: 4}  # records per partition; record i of a partition at BASE_TS + i s
@@ -67,11 +68,14 @@ def member(broker: BrokerProcess, topic: str, group: str) -> Consumer:
     return member
 
 
-def committed(broker: BrokerProcess, topic: str, group: str) -> dict[int, int]:
-    """The group's committed offsets as librdkafka reads them."""
+def committed(
+    broker: BrokerProcess, topic: str, group: str, partitions: list[int] | None = None
+) -> dict[int, int]:
+    """The group's committed offsets as librdkafka reads them (-1001: none)."""
     reader = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group})
     try:
-        offsets = reader.committed([TopicPartition(topic, p) for p in PRODUCED], timeout=10)
+        tps = [TopicPartition(topic, p) for p in partitions or PRODUCED]
+        offsets = reader.committed(tps, timeout=10)
         return {tp.partition: tp.offset for tp in offsets}
     finally:
         reader.close()
@@ -235,7 +239,7 @@ def test_delete_and_missing_groups(broker: BrokerProcess, topic: str) -> None:
     out = groups(broker, "--delete", "--group", group)
     assert out == f"Deletion of requested consumer groups ('{group}') was successful.\n"
     assert group not in groups(broker, "--list").splitlines()
-    assert committed(broker, topic, group) == {0: -1001, 1: -1001}  # librdkafka's "none"
+    assert committed(broker, topic, group) == {0: -1001, 1: -1001}
 
     missing = gregor(
         "groups", "--bootstrap-server", broker.bootstrap, "--describe", "--group", group
@@ -247,3 +251,47 @@ def test_delete_and_missing_groups(broker: BrokerProcess, topic: str) -> None:
     assert gone.code == 1 and gone.json() == {
         "groups": [{"group": group, "error": "GROUP_ID_NOT_FOUND"}]
     }
+
+
+def test_reset_to_current_and_by_duration_over_two_topics(
+    broker: BrokerProcess, topic: str
+) -> None:
+    # A second topic whose first 3 records are old and last 2 are from now.
+    recent = new_topic(broker.bootstrap, "recent", 1)
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    now_ms = int(time.time() * 1000)
+    for i in range(5):
+        producer.produce(recent, b"r", partition=0, timestamp=BASE_TS + i if i < 3 else now_ms)
+    assert producer.flush(10) == 0
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    consumer = member(broker, topic, group)
+    consumer.commit(offsets=[TopicPartition(topic, 0, 2)], asynchronous=False)
+    consumer.close()
+    reset = ("groups", "--bootstrap-server", broker.bootstrap, "--reset-offsets", "--group", group)
+
+    def new_offsets(result: CliResult) -> dict[tuple[str, int], int]:
+        assert result.code == 0, result.err
+        return {(r["TOPIC"], int(r["PARTITION"])): int(r["NEW-OFFSET"]) for r in table(result.out)}
+
+    # --to-current: the committed offset; the log end where none is committed.
+    current = gregor(*reset, "--topic", topic, "--to-current")
+    assert new_offsets(current) == {(topic, 0): 2, (topic, 1): 4}
+    assert "--execute option is missing" in current.err
+    assert committed(broker, topic, group) == {0: 2, 1: -1001}  # a dry run changes nothing
+    ok(*reset, "--topic", topic, "--to-current", "--execute")
+    assert committed(broker, topic, group) == {0: 2, 1: 4}
+
+    # --by-duration: the first record at or after that long ago; the log end where there
+    # is none. Both --topic options count.
+    by_duration = (*reset, "--topic", topic, "--topic", recent, "--by-duration", "PT1H")
+    assert new_offsets(gregor(*by_duration)) == {(topic, 0): 7, (topic, 1): 4, (recent, 0): 3}
+    ok(*by_duration, "--execute")
+    assert committed(broker, topic, group) == {0: 7, 1: 4}
+    assert committed(broker, recent, group, [0]) == {0: 3}
+    # Long enough ago to cover every record: the log start.
+    everything = gregor(*reset, "--topic", recent, "--by-duration", "P3650DT0.5S")
+    assert new_offsets(everything) == {(recent, 0): 0}
+
+    bad = gregor(*reset, "--topic", recent, "--by-duration", "1h")
+    assert bad.code == 1
+    assert bad.err == "Error: --by-duration must look like PnDTnHnMnS (e.g. PT1H30M), got '1h'\n"

@@ -221,7 +221,8 @@ def test_consume_positions_and_stops(broker: BrokerProcess) -> None:
         "=",
         stdin=b"a=1\nno separator\n",
     )
-    assert unkeyed.code == 1 and "line 2: no key separator" in unkeyed.err
+    assert unkeyed.code == 1
+    assert unkeyed.err == "Error: No key separator found on line number 2: 'no separator'\n"
     not_json = gregor(
         "produce",
         "--bootstrap-server",
@@ -414,3 +415,136 @@ def test_read_committed_hides_aborted_records(broker: BrokerProcess) -> None:
         "c4",
     ]
     assert ok(*consume).out.split() == ["c1", "c2", "c3", "a1", "a2", "c4"]
+
+
+def test_console_tools_properties_and_nulls(broker: BrokerProcess) -> None:
+    """kafka-console-producer.sh's reader properties in, kafka-console-consumer.sh's
+    formatter properties out; null keys and values print as "null"."""
+    topic = new_topic(broker.bootstrap, "props", 2)
+    b = ("--bootstrap-server", broker.bootstrap, "--topic", topic)
+    lines = [
+        "h1:v1,h2:v2|k1=one",
+        "NULL|k2=NULL",  # no headers, a null value
+        "h3:NULL|NULL=three",  # a null header value and a null key
+        "no separators here",  # ignore.error: the whole line is the value, no key
+    ]
+    reader = [
+        ("parse.key", "true"),
+        ("key.separator", "="),
+        ("parse.headers", "true"),
+        ("headers.delimiter", "|"),
+        ("null.marker", "NULL"),
+        ("ignore.error", "true"),
+    ]
+    properties = [a for key, value in reader for a in ("--property", f"{key}={value}")]
+    ok("produce", *b, "--partition", "1", *properties, stdin="\n".join(lines).encode() + b"\n")
+    got = [(m.key(), m.value(), m.headers() or []) for m in read_all(broker, topic, 4)]
+    assert got == [
+        (b"k1", b"one", [("h1", b"v1"), ("h2", b"v2")]),
+        (b"k2", None, []),
+        (None, b"three", [("h3", None)]),
+        (None, b"no separators here", []),
+    ]
+
+    consume = ("consume", *b, "--from-beginning", "--exit-at-end")
+    # Kafka's default output: the value, "null" for none.
+    assert ok(*consume).out == "one\nnull\nthree\nno separators here\n"
+    printed = ok(
+        *consume,
+        *("--property", "print.key=true", "--property", "print.partition=true"),
+        *("--property", "print.offset=true", "--property", "print.headers=true"),
+        *("--property", "print.timestamp=true", "--formatter-property", "key.separator= | "),
+        *("--property", "null.literal=<none>", "--property", "line.separator=;\n"),
+    ).out.splitlines()
+    timestamps = [f"CreateTime:{m.timestamp()[1]}" for m in read_all(broker, topic, 4)]
+    assert printed == [
+        f"{timestamps[0]} | Partition:1 | Offset:0 | h1:v1,h2:v2 | k1 | one;",
+        f"{timestamps[1]} | Partition:1 | Offset:1 | NO_HEADERS | k2 | <none>;",
+        f"{timestamps[2]} | Partition:1 | Offset:2 | h3:<none> | <none> | three;",
+        f"{timestamps[3]} | Partition:1 | Offset:3 | NO_HEADERS | <none> | no separators here;",
+    ]
+    keys_only = ok(*consume, "--property", "print.key=true", "--property", "print.value=false")
+    assert keys_only.out == "k1\nk2\nnull\nnull\n"
+
+    def error(*args: str, stdin: bytes = b"") -> str:
+        result = gregor(*args, stdin=stdin)
+        assert result.code == 1 and result.out == ""
+        (line,) = result.err.splitlines()
+        return line
+
+    assert error(*consume, "--property", "print.epoch=true").startswith(
+        "Error: --property print.epoch: kafka-console-consumer.sh's formatter has no such property"
+    )
+    assert error(*consume, "--json", "--property", "print.key=true") == (
+        "Error: --property sets Kafka's formatter: not with --format or --json"
+    )
+    assert error("produce", *b, "--property", "parse.key=true", stdin=b"no tab\n") == (
+        "Error: No key separator found on line number 1: 'no tab'"
+    )
+    assert error("produce", *b, "--property", "headers.delimiter=,", stdin=b"x\n") == (
+        "Error: headers.delimiter and headers.separator may not be equal"
+    )
+    assert error("produce", *b, "--property", "parse.keys=true", stdin=b"x\n").startswith(
+        "Error: --property parse.keys: kafka-console-producer.sh's line reader has no such"
+    )
+
+
+def test_client_properties(broker: BrokerProcess) -> None:
+    """--producer-property and --consumer-property set what the tools' client has."""
+    topic = new_topic(broker.bootstrap, "client-props", 1)
+    b = ("--bootstrap-server", broker.bootstrap, "--topic", topic)
+    ok(
+        "produce",
+        *b,
+        *("--producer-property", "compression.type=gzip", "--producer-property", "acks=1"),
+        *("--command-property", "linger.ms=0", "--producer-property", "client.id=props-test"),
+        stdin=b"a\nb\n",
+    )
+    segment = broker.data_dir / f"{topic}-0" / "00000000000000000000.log"
+    dumped = ok("dump-log", "--files", str(segment), "--json").json()
+    codecs = {entry["compresscodec"] for f in dumped["files"] for entry in f["entries"]}
+    assert codecs == {"gzip"}
+
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    consume = ("consume", *b, "--exit-at-end")
+    first = ok(
+        *consume,
+        *("--consumer-property", "auto.offset.reset=earliest"),
+        *("--consumer-property", f"group.id={group}", "--group", group),
+    )
+    assert first.out == "a\nb\n"
+    assert committed(broker, topic, group, 1) == {0: 2}
+    # enable.auto.commit=false: what it printed is not committed.
+    ok("produce", *b, stdin=b"c\n")
+    unsaved = ok(
+        *consume,
+        *("--consumer-property", f"group.id={group}"),
+        *("--consumer-property", "enable.auto.commit=false"),
+    )
+    assert unsaved.out == "c\n"
+    assert committed(broker, topic, group, 1) == {0: 2}
+
+    def refused(*args: str) -> str:
+        result = gregor(*consume, *args)
+        assert result.code == 1 and result.out == ""
+        (line,) = result.err.splitlines()
+        return line
+
+    assert refused("--consumer-property", "max.poll.records=5") == (
+        "Error: --consumer-property max.poll.records: this tool's client has no such setting "
+        "(it takes auto.commit.interval.ms, auto.offset.reset, client.id, enable.auto.commit, "
+        "group.id, isolation.level)"
+    )
+    assert refused("--from-beginning", "--consumer-property", "auto.offset.reset=latest") == (
+        "Error: --consumer-property auto.offset.reset=latest contradicts --from-beginning"
+    )
+    assert refused("--group", "a", "--consumer-property", "group.id=b") == (
+        "Error: --consumer-property group.id=b contradicts --group"
+    )
+    assert refused("--consumer-property", "auto.offset.reset=none") == (
+        "Error: --consumer-property auto.offset.reset=none: must be earliest or latest"
+    )
+    produced = gregor("produce", *b, "--producer-property", "enable.idempotence=true")
+    assert produced.code == 1 and produced.err.startswith(
+        "Error: --producer-property enable.idempotence: this tool's client has no such setting"
+    )

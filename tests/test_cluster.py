@@ -1,6 +1,6 @@
 """A 3-broker cluster on a real ZooKeeper: membership, topics, replication and failover.
 
-Every broker is a real process (compat_tests/cluster.py); clients are confluent-kafka.
+Every broker is a real process (server/harness/cluster.py); clients are confluent-kafka.
 Conditions are awaited by polling Metadata from every running broker with a deadline; a
 failure names what was awaited and what each broker last answered.
 """
@@ -19,9 +19,10 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
 
 from compat_tests import java_client
-from compat_tests.broker import BrokerError, BrokerProcess
-from compat_tests.cluster import Cluster
+from compat_tests.broker import BrokerProcess
 from gregor.apis.context import nested
+from gregor.server.harness.broker_process import BrokerProcessError as BrokerError
+from gregor.server.harness.cluster import Cluster
 from gregor.wire.interbroker import (
     ControlledShutdownRequest,
     LeaderAndIsrPartitionState,

@@ -19,7 +19,7 @@ from confluent_kafka import TopicPartition as Tp
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from compat_tests import java_client
-from compat_tests.cluster import Cluster
+from gregor.server.harness.cluster import Cluster
 from tests.test_cluster import new_topic, wait_for_identical_replicas
 
 PARTITIONS = 3

@@ -10,8 +10,8 @@ from collections.abc import Callable, Iterator
 import pytest
 from confluent_kafka import Producer
 
-from compat_tests.cluster import Cluster
 from gregor.controller.configs import BROKER, DELETE, GROUP, SET, TOPIC
+from gregor.server.harness.cluster import Cluster
 from tests.kafka_wire import WireClient
 from tests.test_cluster import create, new_topic
 from tests.test_config_apis import described, errors, incremental

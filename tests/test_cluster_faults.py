@@ -16,7 +16,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from compat_tests.cluster import BrokerView, Cluster
+from gregor.server.harness.cluster import BrokerView, Cluster
 from tests.kafka_wire import WireClient
 from tests.test_client_quotas import alter
 from tests.test_cluster import acknowledged, consume_all, new_topic, produce

@@ -13,8 +13,8 @@ import pytest
 from kazoo.client import KazooClient
 from kio.schema.errors import ErrorCode
 
-from compat_tests.cluster import Cluster
 from gregor.controller.configs import SET, TOPIC
+from gregor.server.harness.cluster import Cluster
 from gregor.wire.schema import request_type
 from gregor.wire.versions import METADATA
 from tests.kafka_wire import WireClient

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from compat_tests.cluster import Cluster
 from gregor.apis.context import nested
+from gregor.server.harness.cluster import Cluster
 from gregor.wire.schema import request_type
 from gregor.wire.versions import LIST_OFFSETS, PRODUCE
 from tests.kafka_wire import WireClient

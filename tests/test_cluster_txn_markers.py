@@ -18,8 +18,8 @@ from kio.schema.write_txn_markers.v1.request import (
 )
 
 from compat_tests.broker import BrokerProcess
-from compat_tests.cluster import Cluster
 from gregor.apis.context import build, nested
+from gregor.server.harness.cluster import Cluster
 from gregor.wire.records import split_batches
 from gregor.wire.schema import request_type
 from gregor.wire.versions import FETCH, LIST_OFFSETS, WRITE_TXN_MARKERS

@@ -351,7 +351,7 @@ def test_ip_quotas_go_through_zookeeper(tmp_path: Path) -> None:
     brokers' own connections come from 127.0.0.1.)"""
     from kazoo.client import KazooClient
 
-    from compat_tests.cluster import Cluster
+    from gregor.server.harness.cluster import Cluster
 
     with Cluster(tmp_path, brokers=2, overrides=WINDOWS) as cluster:
         first, second = cluster.brokers[1], cluster.brokers[2]

@@ -1,22 +1,27 @@
-"""Replica assignment and leader election: the pure algorithms of controller/."""
+"""Replica assignment, CreatePartitions' rules and leader election: the pure algorithms of
+controller/."""
 
 from __future__ import annotations
 
 import random
+import uuid
 from collections import Counter
+from collections.abc import Sequence
 
 import pytest
 from kio.schema.errors import ErrorCode
 
 from gregor.controller.assignment import assign_new_partitions, assign_replicas, rack_alternated
-from gregor.controller.election import (
+from gregor.controller.base import NewPartitions
+from gregor.controller.metadata.cache import PartitionInfo, TopicInfo
+from gregor.controller.topics import TopicError, check_partition_increase
+from gregor.controller.zk_controller.election import (
     Elected,
     elect_for_controlled_shutdown,
     elect_offline,
     elect_preferred,
     elect_reassigned,
 )
-from gregor.controller.topics import TopicError
 
 NO_RACKS = {b: None for b in range(5)}
 
@@ -114,6 +119,36 @@ def test_new_partitions_continue_from_partition_zero() -> None:
     assert all(len(r) == 2 for r in added.values())
     # Round-robin goes on where partition 0's leader put it: 2, 3, 4 led 0-2; then 0, 1, 2.
     assert [added[p][0] for p in (3, 4, 5)] == [0, 1, 2]
+
+
+TWO_OF_RF_2 = TopicInfo(
+    "t", uuid.uuid4(), {p: PartitionInfo(p, p, 0, [p, p + 1], [p, p + 1]) for p in (0, 1)}
+)
+
+
+@pytest.mark.parametrize(
+    "count, assignments, code, message",
+    [
+        (1, None, ErrorCode.invalid_partitions, "currently has 2 partition(s); 1 would not"),
+        (2, None, ErrorCode.invalid_partitions, "Topic already has 2 partition(s)."),
+        (4, [[0, 1]], ErrorCode.invalid_replica_assignment, "add 2 additional partition(s)"),
+        (3, [[0]], ErrorCode.invalid_replica_assignment, "with 1 replica(s)"),
+        (3, [[0, 7]], ErrorCode.invalid_replica_assignment, "broker 7, but no such"),
+        (3, [[1, 1]], ErrorCode.invalid_replica_assignment, "broker 1 more than once"),
+    ],
+)
+def test_partition_increase_refused(
+    count: int, assignments: Sequence[Sequence[int]] | None, code: ErrorCode, message: str
+) -> None:
+    """The rules both controllers apply to CreatePartitions, in Kafka's words."""
+    with pytest.raises(TopicError) as e:
+        check_partition_increase(TWO_OF_RF_2, NewPartitions("t", count, assignments), {0, 1, 2})
+    assert e.value.code == code and message in e.value.message
+
+
+@pytest.mark.parametrize("assignments", [None, [[2, 0], [0, 1]]])
+def test_partition_increase_accepted(assignments: Sequence[Sequence[int]] | None) -> None:
+    check_partition_increase(TWO_OF_RF_2, NewPartitions("t", 4, assignments), {0, 1, 2})
 
 
 # Election -----------------------------------------------------------------------------

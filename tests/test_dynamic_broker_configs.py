@@ -18,6 +18,7 @@ from kio.schema.errors import ErrorCode
 import gregor.server.config  # noqa: F401  (registers the server.properties keys)
 from compat_tests.broker import BrokerProcess
 from gregor.apis.context import nested
+from gregor.configdef import Type
 from gregor.controller.configs import (
     ALL_DYNAMIC_BROKER_KEYS,
     BROKER,
@@ -101,15 +102,15 @@ _VALUES = {
     "log.local.retention.bytes": "-2",
 }
 _BY_TYPE = {
-    "int": "1000",
-    "long": "1000",
-    "short": "100",
-    "double": "0.5",
-    "boolean": "true",
-    "string": "x",
-    "list": "a",
-    "password": "secret",
-    "class": "org.example.Plugin",
+    Type.INT: "1000",
+    Type.LONG: "1000",
+    Type.SHORT: "100",
+    Type.DOUBLE: "0.5",
+    Type.BOOLEAN: "true",
+    Type.STRING: "x",
+    Type.LIST: "a",
+    Type.PASSWORD: "secret",
+    Type.CLASS: "org.example.Plugin",
 }
 
 
@@ -117,7 +118,7 @@ def _value(key: str) -> str:
     if key in _VALUES:
         return _VALUES[key]
     definition = BROKER_KEYS[key]
-    if definition.default not in (None, "") and definition.type not in ("password", "list"):
+    if definition.default not in (None, "") and definition.type not in (Type.PASSWORD, Type.LIST):
         return definition.default
     return _BY_TYPE[definition.type]
 
@@ -125,7 +126,7 @@ def _value(key: str) -> str:
 @pytest.mark.parametrize("key", sorted(ALL_DYNAMIC_BROKER_KEYS - {"listeners"}))
 def test_every_dynamic_key_per_broker_and_cluster_default(client: WireClient, key: str) -> None:
     value = _value(key)
-    sensitive = BROKER_KEYS[key].type == "password"
+    sensitive = BROKER_KEYS[key].sensitive
     for name, source in (("0", BROKER_SRC), ("", DEFAULT_BROKER_SRC)):
         outcome = set_one(client, name, key, value)
         if key in SSL_RECONFIGURABLE:

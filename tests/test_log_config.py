@@ -4,6 +4,7 @@ from dataclasses import fields
 
 import pytest
 
+from gregor.configdef import ConfigError
 from gregor.log.config import (
     LONG_MAX,
     TOPIC_CONFIGS,
@@ -112,3 +113,53 @@ def test_unknown_key_rejected_and_good_values_accepted() -> None:
 def test_bad_broker_value_names_broker_key() -> None:
     with pytest.raises(ValueError, match=r"log\.retention\.hours"):
         LogConfig.from_properties({"log.retention.hours": "x"}, {})
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        (
+            "segment.bytes",
+            "99999999999",
+            "Invalid value 99999999999 for configuration segment.bytes: Not a number of type INT",
+        ),
+        (
+            "retention.ms",
+            "1_000",
+            "Invalid value 1_000 for configuration retention.ms: Not a number of type LONG",
+        ),
+        (
+            "min.insync.replicas",
+            "0",
+            "Invalid value 0 for configuration min.insync.replicas: Value must be at least 1",
+        ),
+        (
+            "min.cleanable.dirty.ratio",
+            "1.5",
+            "Invalid value 1.5 for configuration "
+            "min.cleanable.dirty.ratio: Value must be no more than 1",
+        ),
+        (
+            "preallocate",
+            "yes",
+            "Invalid value yes for configuration preallocate: "
+            "Expected value to be either true or false",
+        ),
+        (
+            "cleanup.policy",
+            "compact,shred",
+            "Invalid value shred for configuration "
+            "cleanup.policy: String must be one of: compact, delete",
+        ),
+    ],
+)
+def test_kafkas_messages_for_topic_keys_and_their_broker_keys(
+    key: str, value: str, message: str
+) -> None:
+    with pytest.raises(ConfigError) as topic_level:
+        validate_topic_configs({key: value})
+    assert str(topic_level.value) == message
+    broker_key = TOPIC_CONFIGS[key].synonyms[0][0]
+    with pytest.raises(ConfigError) as broker_level:
+        LogConfig.from_properties({broker_key: value}, {})
+    assert str(broker_level.value) == message.replace(f" {key}: ", f" {broker_key}: ")

@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from compat_tests.broker import BrokerError, BrokerProcess
+from compat_tests.broker import BrokerProcess
 from compat_tests.confluent_admin import create_topic, delete_topic
 from gregor.server.config import BrokerConfig, ConfigError
+from gregor.server.harness.broker_process import BrokerProcessError as BrokerError
 from gregor.server.metrics import BUCKETS_MS, TIMES, BrokerMetrics
 from tests.kafka_wire import WireClient
 from tests.prometheus_scrape import Scrape

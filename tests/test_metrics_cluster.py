@@ -12,7 +12,7 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from compat_tests.cluster import Cluster
+from gregor.server.harness.cluster import Cluster
 from tests.prometheus_scrape import Scrape
 from tests.test_metrics_hostile import METRICS_ON_PORT_0, read_metrics_port
 

@@ -20,8 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from compat_tests.broker import BrokerError, BrokerProcess
+from compat_tests.broker import BrokerProcess
 from gregor.apis.context import build
+from gregor.server.harness.broker_process import BrokerProcessError as BrokerError
 from gregor.server.metrics_exporter import MAX_CONNECTIONS, REQUEST_TIMEOUT_S
 from gregor.wire.schema import request_type
 from gregor.wire.versions import API_VERSIONS, METADATA

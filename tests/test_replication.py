@@ -92,6 +92,7 @@ class Node:
         metadata.put_topic(
             TopicInfo(TOPIC, TOPIC_ID, {0: PartitionInfo(0, 0, 0, [0, 1, 2], [0, 1, 2])})
         )
+        self.replicas.metadata = metadata
         services = Services(
             BrokerConfig(props),
             metadata,
@@ -234,7 +235,7 @@ def batch(n: int, tag: bytes) -> bytes:
 
 def append(node: Node, n: int, tag: bytes) -> int:
     """Append as leader; return the new log end."""
-    node.replicas.append(node.partition, batch(n, tag), node.replicas._now_ms())
+    node.replicas.append(node.partition, batch(n, tag), node.replicas.now_ms())
     return node.partition.log.log_end_offset
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from gregor.ratelimit import RateLimitedLog
 from gregor.server.config import BrokerConfig, ConfigError, parse_listener, read_properties
-from gregor.server.ratelimit import RateLimitedLog
 
 
 def test_properties_file_parsing(tmp_path: Path) -> None:
@@ -66,6 +66,26 @@ def test_retention_precedence_ms_over_minutes_over_hours() -> None:
 def test_invalid_values_name_the_key(key: str, value: str) -> None:
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         BrokerConfig({key: value})
+
+
+@pytest.mark.parametrize(
+    ("props", "message"),
+    [
+        ({"num.io.threads": "zero"}, "num.io.threads: Not a number of type INT"),
+        ({"num.io.threads": "0"}, "num.io.threads: Value must be at least 1"),
+        ({"log.retention.bytes": "x"}, "log.retention.bytes: Not a number of type LONG"),
+        (
+            {"listener.name.plaintext.max.connection.creation.rate": "-1"},
+            "listener.name.plaintext.max.connection.creation.rate: Value must be at least 0",
+        ),
+    ],
+)
+def test_invalid_values_get_kafkas_messages(props: dict[str, str], message: str) -> None:
+    """As the dynamic broker configs answer them (test_dynamic_broker_configs)."""
+    ((_, value),) = props.items()
+    with pytest.raises(ConfigError) as refused:
+        BrokerConfig(props)
+    assert str(refused.value) == f"Invalid value {value} for configuration {message}"
 
 
 def test_unknown_keys_only_warn(caplog: pytest.LogCaptureFixture) -> None:

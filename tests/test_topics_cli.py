@@ -1,5 +1,7 @@
 """``gregor topics`` against a real broker process, each change checked through
-confluent-kafka's admin client as well as through the tool's own output."""
+confluent-kafka's admin client as well as through the tool's own output: regular
+expressions for ``--topic``, ``--if-exists``, ``--if-not-exists`` and ``--exclude-internal``
+as kafka-topics.sh has them."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import sys
 import uuid
 from pathlib import Path
 
+from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
 from gregor.server.harness.broker_process import BrokerProcess
@@ -99,7 +102,8 @@ def test_create_describe_alter_delete(gregor_broker: BrokerProcess) -> None:
     }
     assert topic not in ok(bootstrap, "--list").splitlines()
     gone = gregor(bootstrap, "--describe", "--topic", topic)
-    assert gone.returncode == 1 and "UNKNOWN_TOPIC_OR_PARTITION" in gone.stderr
+    assert gone.returncode == 1
+    assert gone.stderr == f"Error: Topic '{topic}' does not exist as expected\n"
 
 
 def test_describe_all_and_usage_errors(gregor_broker: BrokerProcess) -> None:
@@ -120,3 +124,78 @@ def test_describe_all_and_usage_errors(gregor_broker: BrokerProcess) -> None:
         f"127.0.0.1:{gregor_broker.port + 1 if gregor_broker.port < 65535 else 1}", "--list"
     )
     assert unreachable.returncode == 1 and "cannot connect" in unreachable.stderr
+
+
+def test_topic_regex_if_exists_if_not_exists(gregor_broker: BrokerProcess) -> None:
+    bootstrap = gregor_broker.bootstrap
+    prefix = f"rx-{uuid.uuid4().hex[:8]}"
+    dotted, lookalike, dashed = f"{prefix}.a", f"{prefix}xa", f"{prefix}-b"
+    for name in (dotted, lookalike, dashed):
+        ok(bootstrap, "--create", "--topic", name)
+
+    def listed(pattern: str) -> list[str]:
+        return ok(bootstrap, "--list", "--topic", pattern).splitlines()
+
+    # A Java regular expression matched against the whole name; "." is any character
+    # unless escaped, "," means "|", and a plain name matches itself.
+    assert listed(dashed) == [dashed]
+    assert listed(dotted) == [dotted, lookalike]
+    assert listed(prefix.replace("-", "\\-") + "\\.a") == [dotted]
+    assert listed(f"{prefix}.*") == [dashed, dotted, lookalike]
+    assert listed(f"{dashed},{prefix}x.") == [dashed, lookalike]
+    assert listed(prefix) == []  # the whole name, not a part of it
+    described = json.loads(ok(bootstrap, "--describe", "--topic", f"{prefix}[.-].*", "--json"))
+    assert [t["topic"] for t in described["topics"]] == [dashed, dotted]
+
+    # --if-not-exists: an existing topic is no error (and nothing is printed).
+    assert ok(bootstrap, "--create", "--topic", dotted, "--if-not-exists") == ""
+    again = gregor(bootstrap, "--create", "--topic", dotted)
+    assert again.returncode == 1 and "TOPIC_ALREADY_EXISTS" in again.stderr
+
+    # --alter and --delete act on every match; --if-exists makes no match no error.
+    altered = ok(bootstrap, "--alter", "--topic", f"{prefix}.a", "--partitions", "2")
+    assert altered == f"Altered topic {dotted}.\nAltered topic {lookalike}.\n"
+    assert [confluent_view(bootstrap, n)[0] for n in (dotted, lookalike, dashed)] == [2, 2, 1]
+    missing = gregor(bootstrap, "--delete", "--topic", f"{prefix}-nothing.*")
+    assert missing.returncode == 1
+    assert missing.stderr == f"Error: Topic '{prefix}-nothing.*' does not exist as expected\n"
+    for action in (("--delete",), ("--alter", "--partitions", "3"), ("--describe",)):
+        quiet = ok(bootstrap, *action, "--topic", f"{prefix}-nothing.*", "--if-exists")
+        assert quiet == ""
+    out = ok(bootstrap, "--delete", "--topic", f"{prefix}.*", "--json")
+    deleted = [json.loads(line) for line in out.splitlines()]
+    assert deleted == [{"topic": n, "result": "Deleted"} for n in (dashed, dotted, lookalike)]
+    assert listed(f"{prefix}.*") == []
+
+    # Each option goes with the actions kafka-topics.sh takes it with.
+    misplaced = gregor(bootstrap, "--delete", "--topic", dotted, "--if-not-exists")
+    assert misplaced.returncode == 1
+    assert misplaced.stderr == "Error: --if-not-exists goes with --create only\n"
+    misplaced = gregor(bootstrap, "--create", "--topic", dotted, "--if-exists")
+    assert "--if-exists goes with --alter, --delete, --describe only" in misplaced.stderr
+    bad = gregor(bootstrap, "--list", "--topic", "a(")
+    assert bad.returncode == 1 and bad.stderr == "Error: a( is an invalid regex.\n"
+
+
+def test_exclude_internal(gregor_broker: BrokerProcess) -> None:
+    bootstrap = gregor_broker.bootstrap
+    # A group's first commit creates __consumer_offsets.
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    topic = f"ex-{uuid.uuid4().hex[:8]}"
+    ok(bootstrap, "--create", "--topic", topic)
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{topic}"})
+    consumer.commit(offsets=[TopicPartition(topic, 0, 0)], asynchronous=False)
+    consumer.close()
+    assert "__consumer_offsets" in admin.list_topics(timeout=10).topics
+
+    everything = ok(bootstrap, "--list").splitlines()
+    assert "__consumer_offsets" in everything and topic in everything
+    external = ok(bootstrap, "--list", "--exclude-internal").splitlines()
+    assert external == [n for n in everything if n != "__consumer_offsets"]
+    described = json.loads(ok(bootstrap, "--describe", "--exclude-internal", "--json"))["topics"]
+    assert [t["topic"] for t in described] == external
+    assert ok(bootstrap, "--list", "--topic", "__.*", "--exclude-internal") == ""
+    assert ok(bootstrap, "--list", "--topic", "__.*") == "__consumer_offsets\n"
+    misplaced = gregor(bootstrap, "--delete", "--topic", topic, "--exclude-internal")
+    assert misplaced.returncode == 1
+    assert misplaced.stderr == "Error: --exclude-internal goes with --list, --describe only\n"

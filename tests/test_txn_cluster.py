@@ -17,10 +17,10 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
 
-from compat_tests.cluster import Cluster
 from gregor.apis.context import nested
 from gregor.coordinator.records import OFFSETS_TOPIC, partition_for
 from gregor.coordinator.txn_records import TRANSACTION_STATE_TOPIC
+from gregor.server.harness.cluster import Cluster
 from gregor.wire import versions as v
 from gregor.wire.records import build_batch
 from gregor.wire.schema import request_type

@@ -21,17 +21,18 @@ from kio.schema.alter_partition.v3 import request as alter
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8, i32, i64
 
-from compat_tests.zookeeper import ZooKeeperProcess
 from gregor.controller.assignment import assign_replicas
-from gregor.controller.channel import (
+from gregor.controller.base import ElectionType
+from gregor.controller.zk_controller.channel import (
     Broker,
     ControllerChannel,
     Endpoint,
     PartitionView,
     RequestBatch,
 )
-from gregor.controller.election import RECOVERING
-from gregor.controller.zk_controller import PREFERRED, UNCLEAN, ControllerConfig, ZkController
+from gregor.controller.zk_controller.config import ControllerConfig
+from gregor.controller.zk_controller.controller import ZkController
+from gregor.controller.zk_controller.election import RECOVERING
 from gregor.controller.zookeeper.client import AsyncZk
 from gregor.controller.zookeeper.data import (
     BrokerRegistration,
@@ -39,6 +40,7 @@ from gregor.controller.zookeeper.data import (
     TopicAssignment,
     random_uuid,
 )
+from gregor.server.harness.zookeeper import ZooKeeperProcess
 from gregor.wire.interbroker import (
     LeaderAndIsrRequest,
     LeaderAndIsrResponse,
@@ -313,7 +315,7 @@ def test_one_controller_is_elected_and_requests_carry_its_epoch(connect: str) ->
             controller = await c.active()
             assert controller.broker_id == 1  # the first to campaign
             assert [b for b, x in c.controllers.items() if x.active] == [1]
-            assert controller.epoch == 1
+            assert controller.context.epoch == 1
             assert (await c.zk.controller_epoch()).epoch == 1
             await wait_for(lambda: set(controller.brokers) == {1, 2, 3})
             await c.settled(controller)
@@ -336,7 +338,7 @@ def test_new_topic_gets_first_live_replica_as_leader_and_live_replicas_as_isr(
             await wait_for(lambda: len(controller.brokers) == 3)
             assignment = assign_replicas({1: None, 2: None, 3: None}, 6, 3, start_index=0)
             topic_id = await c.create_topic("t", assignment)
-            await wait_for(lambda: len(controller.states) == 6)
+            await wait_for(lambda: len(controller.context.states) == 6)
             states = await c.states("t", 6)
             for p, replicas in assignment.items():
                 assert states[p].leader == replicas[0]
@@ -366,11 +368,11 @@ def test_partitions_added_to_a_topic_are_initialised(connect: str) -> None:
         async with cluster(connect, 1, 2) as c:
             controller = await c.active()
             await c.create_topic("t", {0: [1, 2]})
-            await wait_for(lambda: len(controller.states) == 1)
+            await wait_for(lambda: len(controller.context.states) == 1)
             topic = await c.zk.topic_assignment("t")
             grown = TopicAssignment("t", topic.topic_id, {0: [1, 2], 1: [2, 1]})
-            await c.zk.set_topic_assignment(grown, controller._epoch_version)
-            await wait_for(lambda: ("t", 1) in controller.states)
+            await c.zk.set_topic_assignment(grown, controller.context.epoch_version)
+            await wait_for(lambda: ("t", 1) in controller.context.states)
             assert (await c.states("t", 2))[1].leader == 2
 
     run(body)
@@ -386,7 +388,7 @@ def test_dead_broker_partitions_reelected_in_one_batch(connect: str) -> None:
             await wait_for(lambda: len(controller.brokers) == 3)
             assignment = assign_replicas({1: None, 2: None, 3: None}, 30, 3, start_index=0)
             await c.create_topic("t", assignment)
-            await wait_for(lambda: len(controller.states) == 30)
+            await wait_for(lambda: len(controller.context.states) == 30)
             await c.settled(controller)
             zk = controller.zk.zk
             multis, since = zk.multis, time.monotonic()
@@ -425,10 +427,10 @@ def test_partition_with_no_live_isr_member_goes_offline_unless_unclean(connect: 
             for name in ("clean", "unclean"):
                 extra = {"unclean.leader.election.enable": "true"} if name == "unclean" else {}
                 topic_id = await c.create_topic(name, {0: [3, 1, 2]}, **extra)
-                await wait_for(lambda n=name: (n, 0) in controller.states)
+                await wait_for(lambda n=name: (n, 0) in controller.context.states)
                 # The leader shrinks the ISR to itself (its followers lag).
                 response = await controller.handle_alter_partition(
-                    alter_request(3, c.epochs, topic_id, controller.states[(name, 0)], [3])
+                    alter_request(3, c.epochs, topic_id, controller.context.states[(name, 0)], [3])
                 )
                 assert response.topics[0].partitions[0].error_code == ErrorCode.none
             await c.kill(3)
@@ -440,7 +442,9 @@ def test_partition_with_no_live_isr_member_goes_offline_unless_unclean(connect: 
             assert (unclean.leader, unclean.isr) == (1, [1])
             assert unclean.leader_recovery_state == RECOVERING
             # ElectLeaders (unclean) for the offline one; the other needs none.
-            results = await controller.elect_leaders(UNCLEAN, [("clean", 0), ("unclean", 0)])
+            results = await controller.elect_leaders(
+                ElectionType.UNCLEAN, [("clean", 0), ("unclean", 0)]
+            )
             assert results[("clean", 0)] == (ErrorCode.none, None)
             assert results[("unclean", 0)][0] == ErrorCode.election_not_needed
             clean = (await c.states("clean", 1))[0]
@@ -457,7 +461,7 @@ def test_returning_broker_is_told_everything_and_offline_partition_comes_back(
             controller = await c.active()
             await wait_for(lambda: len(controller.brokers) == 2)
             await c.create_topic("t", {0: [2], 1: [1, 2]})
-            await wait_for(lambda: len(controller.states) == 2)
+            await wait_for(lambda: len(controller.context.states) == 2)
             await c.kill(2)
             await wait_for(lambda: 2 not in controller.brokers)
             await c.settled(controller)
@@ -490,7 +494,7 @@ def test_bounced_broker_loses_its_leaderships_before_rejoining(connect: str) -> 
             controller = await c.active()
             await wait_for(lambda: len(controller.brokers) == 3)
             await c.create_topic("t", {0: [3, 1, 2], 1: [1, 2, 3]})
-            await wait_for(lambda: len(controller.states) == 2)
+            await wait_for(lambda: len(controller.context.states) == 2)
             await c.settled(controller)
             old_epoch = c.epochs[3]
             # Killed and back at once: the controller may see one change (a new epoch).
@@ -551,9 +555,9 @@ def test_alter_partition_accepted_and_stale_refused(connect: str) -> None:
             controller = await c.active()
             await wait_for(lambda: len(controller.brokers) == 3)
             topic_id = await c.create_topic("t", {0: [1, 2, 3]})
-            await wait_for(lambda: ("t", 0) in controller.states)
+            await wait_for(lambda: ("t", 0) in controller.context.states)
             await c.settled(controller)
-            state = controller.states[("t", 0)]
+            state = controller.context.states[("t", 0)]
             since = time.monotonic()
             shrink = alter_request(1, c.epochs, topic_id, state, [1, 2])
             response = await controller.handle_alter_partition(shrink)
@@ -576,7 +580,7 @@ def test_alter_partition_accepted_and_stale_refused(connect: str) -> None:
             assert error_of(await controller.handle_alter_partition(stale)) == (
                 ErrorCode.invalid_update_version
             )
-            current = controller.states[("t", 0)]
+            current = controller.context.states[("t", 0)]
             fenced = alter_request(1, c.epochs, topic_id, current, [1], leader_epoch=5)
             assert error_of(await controller.handle_alter_partition(fenced)) == (
                 ErrorCode.fenced_leader_epoch
@@ -588,7 +592,7 @@ def test_alter_partition_accepted_and_stale_refused(connect: str) -> None:
             await c.kill(3)
             await wait_for(lambda: 3 not in controller.brokers)
             await c.settled(controller)
-            current = controller.states[("t", 0)]
+            current = controller.context.states[("t", 0)]
             expand = alter_request(1, c.epochs, topic_id, current, [1, 2, 3])
             assert error_of(await controller.handle_alter_partition(expand)) == (
                 ErrorCode.ineligible_replica
@@ -636,7 +640,7 @@ def test_controlled_shutdown_moves_leadership_and_shrinks_isrs(connect: str) -> 
             assignment = assign_replicas({1: None, 2: None, 3: None}, 9, 3, start_index=0)
             assignment[9] = [3]  # a single replica cannot move
             await c.create_topic("t", assignment)
-            await wait_for(lambda: len(controller.states) == 10)
+            await wait_for(lambda: len(controller.context.states) == 10)
             await c.settled(controller)
             since = time.monotonic()
             remaining = await controller.handle_controlled_shutdown(3, c.epochs[3])
@@ -678,15 +682,17 @@ def test_preferred_leaders_return(connect: str) -> None:
             controller = await c.active()
             await wait_for(lambda: len(controller.brokers) == 2)
             topic_id = await c.create_topic("t", {0: [2, 1], 1: [1, 2]})
-            await wait_for(lambda: len(controller.states) == 2)
+            await wait_for(lambda: len(controller.context.states) == 2)
             await c.kill(2)
             await wait_for(lambda: 2 not in controller.brokers)
             await c.start_broker(2, config)
             await wait_for(lambda: 2 in controller.brokers)
             await c.settled(controller)
-            state = controller.states[("t", 0)]
+            state = controller.context.states[("t", 0)]
             assert state.leader == 1 and state.isr == [1]
-            results = await controller.elect_leaders(PREFERRED, [("t", 0), ("t", 1), ("u", 0)])
+            results = await controller.elect_leaders(
+                ElectionType.PREFERRED, [("t", 0), ("t", 1), ("u", 0)]
+            )
             assert results[("t", 0)][0] == ErrorCode.preferred_leader_not_available
             assert results[("t", 1)][0] == ErrorCode.election_not_needed
             assert results[("u", 0)][0] == ErrorCode.unknown_topic_or_partition
@@ -712,7 +718,7 @@ def test_reassignment_adds_then_removes_replicas(connect: str) -> None:
             controller = await c.active()
             await wait_for(lambda: len(controller.brokers) == 3)
             topic_id = await c.create_topic("t", {0: [1, 2]})
-            await wait_for(lambda: ("t", 0) in controller.states)
+            await wait_for(lambda: ("t", 0) in controller.context.states)
             await c.settled(controller)
             since = time.monotonic()
             results = await controller.alter_partition_reassignments(
@@ -726,7 +732,7 @@ def test_reassignment_adds_then_removes_replicas(connect: str) -> None:
             topic = await c.zk.topic_assignment("t")
             assert topic.partitions == {0: [2, 3, 1]}
             assert (topic.adding_replicas, topic.removing_replicas) == ({0: [3]}, {0: [1]})
-            state = controller.states[("t", 0)]
+            state = controller.context.states[("t", 0)]
             assert (state.leader, state.isr, state.leader_epoch) == (1, [1, 2], 1)
             await c.settled(controller)
             told = partitions_in(c.brokers.of(LeaderAndIsrRequest, 3, since)[-1])[("t", 0)]
@@ -756,7 +762,7 @@ def test_reassignment_cancelled_and_refused(connect: str) -> None:
             controller = await c.active()
             await wait_for(lambda: len(controller.brokers) == 3)
             await c.create_topic("t", {0: [1, 2]})
-            await wait_for(lambda: ("t", 0) in controller.states)
+            await wait_for(lambda: ("t", 0) in controller.context.states)
             results = await controller.alter_partition_reassignments({("t", 0): None})
             assert results[("t", 0)][0] == ErrorCode.no_reassignment_in_progress
             for bad in ([], [1, 1], [1, 7]):
@@ -789,7 +795,7 @@ def test_new_controller_resumes_a_reassignment(connect: str) -> None:
             first = await c.active()
             await wait_for(lambda: len(first.brokers) == 3)
             topic_id = await c.create_topic("t", {0: [2, 3]})
-            await wait_for(lambda: ("t", 0) in first.states)
+            await wait_for(lambda: ("t", 0) in first.context.states)
             await first.alter_partition_reassignments({("t", 0): [3, 2, 1]})
             await c.kill(1)  # broker 1 (the new replica) and the controller go
             second = await c.active()
@@ -800,7 +806,7 @@ def test_new_controller_resumes_a_reassignment(connect: str) -> None:
             await c.start_broker(1)
             await wait_for(lambda: 1 in second.brokers)
             await c.settled(second)
-            state = second.states[("t", 0)]
+            state = second.context.states[("t", 0)]
             request = alter_request(state.leader, c.epochs, topic_id, state, [*state.isr, 1])
             assert error_of(await second.handle_alter_partition(request)) == ErrorCode.none
             await c.settled(second)
@@ -819,7 +825,7 @@ def test_deletion_waits_for_a_replica_that_is_down(connect: str) -> None:
             controller = await c.active()
             await wait_for(lambda: len(controller.brokers) == 3)
             await c.create_topic("t", {0: [1, 2, 3], 1: [2, 3, 1]})
-            await wait_for(lambda: len(controller.states) == 2)
+            await wait_for(lambda: len(controller.context.states) == 2)
             await c.kill(3)
             await wait_for(lambda: 3 not in controller.brokers)
             await c.settled(controller)  # the ISR shrink's UpdateMetadata goes before `since`
@@ -847,7 +853,7 @@ def test_deletion_waits_for_a_replica_that_is_down(connect: str) -> None:
             assert await c.zk.topics_to_delete() == []
             assert await c.zk.topic_names() == []
             await c.settled(controller)
-            assert controller.assignments == {}
+            assert controller.context.assignments == {}
 
     run(body)
 
@@ -862,26 +868,28 @@ def test_second_controller_takes_over_and_rebuilds_the_same_state(connect: str) 
             await wait_for(lambda: len(first.brokers) == 3)
             assignment = assign_replicas({1: None, 2: None, 3: None}, 12, 3, start_index=1)
             await c.create_topic("t", assignment)
-            await wait_for(lambda: len(first.states) == 12)
+            await wait_for(lambda: len(first.context.states) == 12)
             await c.settled(first)
-            topic_id = first.topic_ids["t"]
-            before = dict(first.states)
+            topic_id = first.context.topic_ids["t"]
+            before = dict(first.context.states)
             since = time.monotonic()
             await c.kill(1)
             second = await c.active()
             assert second.broker_id in (2, 3)
-            assert second.epoch == 2
+            assert second.context.epoch == 2
             await c.settled(second)
-            assert second.topic_ids == {"t": topic_id}
-            assert second.assignments == first_assignments(assignment)
+            assert second.context.topic_ids == {"t": topic_id}
+            assert second.context.assignments == first_assignments(assignment)
             for tp, s in before.items():
-                now = second.states[tp]
+                now = second.context.states[tp]
                 if 1 in s.isr:  # broker 1 died with the controller
                     assert 1 not in now.isr and now.leader != 1
                     assert now.leader_epoch == s.leader_epoch + 1
                 else:
                     assert now == s
-            assert second.states == {("t", p): s for p, s in (await c.states("t", 12)).items()}
+            assert second.context.states == {
+                ("t", p): s for p, s in (await c.states("t", 12)).items()
+            }
             for broker in (2, 3):
                 told = {}
                 for r in c.brokers.of(LeaderAndIsrRequest, broker, since):
@@ -904,13 +912,13 @@ def test_controller_resigns_when_controller_znode_is_no_longer_its_own(connect: 
             # Another broker's name in /controller (as after this one lost its session).
             await c.sessions[1].zk.set("/controller", b'{"version":1,"brokerid":9}')
             await wait_for(lambda: not controller.active)
-            assert controller._channel is None and controller.states == {}
+            assert controller._channel is None and controller.context.states == {}
             response = await controller.handle_alter_partition(
                 alter.AlterPartitionRequest(broker_id=i32(1), broker_epoch=i64(-1), topics=())
             )
             assert response.error_code == ErrorCode.not_controller
             with pytest.raises(Exception) as e:
-                await controller.elect_leaders(PREFERRED, None)
+                await controller.elect_leaders(ElectionType.PREFERRED, None)
             assert e.value.code == ErrorCode.not_controller
 
     run(body)
@@ -927,7 +935,7 @@ def test_controller_resigns_on_session_loss_and_campaigns_again(
             zk = c.sessions[1].zk
             session_id, _ = zk.client_id
             await asyncio.to_thread(zookeeper.expire_session, zk.client_id)
-            await wait_for(lambda: controller.epoch == 2 and controller.active)
+            await wait_for(lambda: controller.context.epoch == 2 and controller.active)
             assert controller._channel is not channel  # resigned, then a new term
             assert zk.session_id != session_id
 
@@ -950,7 +958,7 @@ def test_10000_partitions(connect: str) -> None:
             racks = {1: None, 2: None, 3: None}
             for t in range(20):
                 await c.create_topic(f"t{t}", assign_replicas(racks, 500, 3))
-            await wait_for(lambda: len(controller.states) == 10_000)
+            await wait_for(lambda: len(controller.context.states) == 10_000)
             await c.settled(controller)
             zk = controller.zk.zk
             report = ["", "10,000 partitions, RF 3, 3 brokers:"]
@@ -975,7 +983,7 @@ def test_10000_partitions(connect: str) -> None:
             for broker in (1, 2):
                 [lai] = c.brokers.of(LeaderAndIsrRequest, broker, started)
                 assert len(partitions_in(lai)) == 10_000
-            assert all(3 not in s.isr and s.leader != 3 for s in controller.states.values())
+            assert all(3 not in s.isr and s.leader != 3 for s in controller.context.states.values())
 
             # It returns and catches up: each leader adds it back in one AlterPartition.
             await c.start_broker(3)
@@ -991,15 +999,15 @@ def test_10000_partitions(connect: str) -> None:
                 )
             await c.settled(controller)
             done("AlterPartition adding it back to 10,000 ISRs (2 requests)", started)
-            assert all(3 in s.isr for s in controller.states.values())
+            assert all(3 in s.isr for s in controller.context.states.values())
 
             # Preferred leaders return.
             started = time.monotonic()
-            results = await controller.elect_leaders(PREFERRED, None)
+            results = await controller.elect_leaders(ElectionType.PREFERRED, None)
             await c.settled(controller)
             done("preferred leader election of all partitions", started)
             assert sum(code == ErrorCode.none for code, _ in results.values()) > 3000
-            led = sum(s.leader == 3 for s in controller.states.values())
+            led = sum(s.leader == 3 for s in controller.context.states.values())
             assert led > 3000
 
             # Controlled shutdown of broker 3, leading a third of them.
@@ -1023,7 +1031,7 @@ def test_10000_partitions(connect: str) -> None:
             )
             [lai] = c.brokers.of(LeaderAndIsrRequest, 2, started)
             assert len(partitions_in(lai)) == 10_000
-            assert all(s.leader in (2, 3) for s in successor.states.values())
+            assert all(s.leader in (2, 3) for s in successor.context.states.values())
             print("\n".join(report))
 
     run(body)
@@ -1035,8 +1043,8 @@ def expand_all(
     """One AlterPartition from `leader` adding `joining` to the ISR of every partition it
     leads and `joining` replicates."""
     by_topic: dict[str, list[alter.PartitionData]] = {}
-    for (topic, index), s in sorted(controller.states.items()):
-        if s.leader == leader and joining in controller.assignments[(topic, index)]:
+    for (topic, index), s in sorted(controller.context.states.items()):
+        if s.leader == leader and joining in controller.context.assignments[(topic, index)]:
             by_topic.setdefault(topic, []).append(
                 alter.PartitionData(
                     partition_index=i32(index),
@@ -1052,7 +1060,7 @@ def expand_all(
         broker_id=i32(leader),
         broker_epoch=i64(epochs[leader]),
         topics=tuple(
-            alter.TopicData(topic_id=controller.topic_ids[t], partitions=tuple(ps))
+            alter.TopicData(topic_id=controller.context.topic_ids[t], partitions=tuple(ps))
             for t, ps in by_topic.items()
         ),
     )

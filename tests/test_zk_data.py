@@ -19,7 +19,6 @@ from contextlib import asynccontextmanager
 import pytest
 from kazoo.client import KazooClient
 
-from compat_tests.zookeeper import ZooKeeperProcess, four_letter_word
 from gregor.controller.zookeeper.client import (
     AsyncZk,
     EventType,
@@ -40,6 +39,7 @@ from gregor.controller.zookeeper.data import (
     partition_state_path,
     random_uuid,
 )
+from gregor.server.harness.zookeeper import ZooKeeperProcess, four_letter_word
 
 pytest_plugins = ["tests.zookeeper_fixture"]
 

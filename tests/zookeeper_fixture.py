@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from compat_tests.zookeeper import ZooKeeperProcess
+from gregor.server.harness.zookeeper import ZooKeeperProcess
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,8 @@ import lz4.frame
 import snappy
 import zstandard
 
+from gregor.wire.varint import VarintError, read_uvarint
+
 NONE = 0
 GZIP = 1
 SNAPPY = 2
@@ -137,14 +139,11 @@ def _xerial_compress(data: bytes | bytearray | memoryview) -> bytes:
 
 
 def _snappy_length(block: memoryview) -> int:
-    """Uncompressed length from a raw snappy block's preamble (little-endian base-128 uint32)."""
-    result = 0
-    for i in range(min(5, len(block))):
-        byte = block[i]
-        result |= (byte & 0x7F) << (7 * i)
-        if byte < 0x80:
-            return result
-    raise CorruptRecordError("snappy block has a malformed length preamble")
+    """Uncompressed length from a raw snappy block's preamble (an unsigned varint)."""
+    try:
+        return read_uvarint(block, 0)[0]
+    except VarintError:
+        raise CorruptRecordError("snappy block has a malformed length preamble") from None
 
 
 def _unsnappy(view: memoryview, max_size: int | None) -> bytes | bytearray:

@@ -12,9 +12,9 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from gregor.wire.headers import encode_uvarint
 from gregor.wire.leader_hints import NodeEndpoint, current_leader_field, node_endpoints_field
 from gregor.wire.reader import Reader
+from gregor.wire.varint import encode_uvarint
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")

@@ -10,6 +10,8 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+from gregor.wire.reader import Reader
+
 _HEAD = struct.Struct(">hhih")
 _PEEK = struct.Struct(">hhi")
 _CORRELATION = struct.Struct(">i")
@@ -28,44 +30,14 @@ class RequestHeader:
     body_offset: int  # where the request body starts inside the frame
 
 
-def read_uvarint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
-    """Decode an unsigned varint at ``pos``; return (value, next position)."""
-    result = shift = 0
-    while True:
-        if pos >= len(buf):
-            raise MalformedHeaderError("truncated varint")
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, pos
-        shift += 7
-        if shift > 28:
-            raise MalformedHeaderError("varint too long")
+def skip_tagged_fields(buf: bytes | bytearray, pos: int) -> int:
+    """The position after the tagged-field section at ``pos``."""
+    reader = Reader(buf, pos, True, MalformedHeaderError)
+    reader.tagged_fields()
+    return reader.pos
 
 
-def encode_uvarint(n: int) -> bytes:
-    """An unsigned varint (compact lengths are encoded as length + 1)."""
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def skip_tagged_fields(buf: bytes | memoryview, pos: int) -> int:
-    count, pos = read_uvarint(buf, pos)
-    for _ in range(count):
-        _tag, pos = read_uvarint(buf, pos)
-        size, pos = read_uvarint(buf, pos)
-        pos += size
-        if pos > len(buf):
-            raise MalformedHeaderError("truncated tagged field")
-    return pos
-
-
-def decode_request_header(frame: bytes | memoryview, flexible: bool) -> RequestHeader:
+def decode_request_header(frame: bytes | bytearray, flexible: bool) -> RequestHeader:
     """Decode header v1 (``flexible`` false) or v2 (``flexible`` true)."""
     if len(frame) < _HEAD.size:
         raise MalformedHeaderError(f"request header needs {_HEAD.size} bytes, got {len(frame)}")
@@ -88,7 +60,7 @@ def decode_request_header(frame: bytes | memoryview, flexible: bool) -> RequestH
     return RequestHeader(api_key, api_version, correlation_id, client_id, pos)
 
 
-def peek_api(frame: bytes | memoryview) -> tuple[int, int, int]:
+def peek_api(frame: bytes | bytearray | memoryview) -> tuple[int, int, int]:
     """(api_key, api_version, correlation_id) from the fixed start of any request header."""
     if len(frame) < 8:
         raise MalformedHeaderError(f"request header needs 8 bytes, got {len(frame)}")

@@ -29,7 +29,7 @@ from kio.schema.types import BrokerId, TopicName
 from kio.static.constants import EntityType
 from kio.static.primitive import i8, i16, i32, i64
 
-from gregor.wire.headers import encode_uvarint
+from gregor.wire.varint import encode_uvarint
 
 LEADER_AND_ISR = 4
 STOP_REPLICA = 5

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import struct
 
-from gregor.wire.headers import encode_uvarint
+from gregor.wire.varint import encode_uvarint
 
 _LEADER = struct.Struct(">iiB")  # leader id, leader epoch, no tagged fields
 _I32 = struct.Struct(">i")

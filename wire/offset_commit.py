@@ -10,8 +10,8 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from gregor.wire.headers import encode_uvarint
 from gregor.wire.reader import Reader
+from gregor.wire.varint import encode_uvarint
 
 MIN_VERSION, MAX_VERSION = 2, 9
 _FLEXIBLE_FROM = 8

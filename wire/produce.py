@@ -13,7 +13,6 @@ import uuid
 from dataclasses import dataclass, field
 
 from gregor.wire.compression import ZSTD
-from gregor.wire.headers import encode_uvarint
 from gregor.wire.leader_hints import NodeEndpoint, current_leader_field, node_endpoints_field
 from gregor.wire.reader import Reader
 from gregor.wire.records import (
@@ -22,6 +21,7 @@ from gregor.wire.records import (
     UnsupportedCompressionError,
     split_batches,
 )
+from gregor.wire.varint import encode_uvarint
 
 MIN_VERSION, MAX_VERSION = 3, 13
 _FLEXIBLE_FROM = 9

@@ -21,6 +21,7 @@ from gregor.wire.compression import (
     compress,
     decompress,
 )
+from gregor.wire.varint import VarintError, encode_varint, read_varint, read_varlong
 
 __all__ = [
     "BATCH_HEADER_SIZE",
@@ -32,8 +33,6 @@ __all__ = [
     "assign_offsets",
     "build_batch",
     "decode_records",
-    "decode_varint",
-    "encode_varint",
     "parse_header",
     "rebuild_batch",
     "records_section",
@@ -319,54 +318,13 @@ def assign_offsets(
     header.crc = crc
 
 
-def _zigzag_varint(value: int) -> bytes:
-    n = (value << 1) ^ (value >> 63)
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-# Nearly every varint a batch needs (lengths, deltas, counts) is small: those are looked up.
-_SMALL_VARINTS = tuple(_zigzag_varint(n) for n in range(4096))
-
-
-def encode_varint(value: int) -> bytes:
-    """Zigzag + base-128 encoding used for record fields (varint and varlong alike)."""
-    if 0 <= value < 4096:
-        return _SMALL_VARINTS[value]
-    return _zigzag_varint(value)
-
-
-def decode_varint(data: bytes, pos: int, max_bytes: int = 10) -> tuple[int, int]:
-    """Decode a zigzag varint at `pos`; returns (value, next position).
-
-    max_bytes is 5 for Kafka's varint (int32) and 10 for varlong (int64).
-    """
-    try:
-        byte = data[pos]
-        if byte < 0x80:
-            return (byte >> 1) ^ -(byte & 1), pos + 1
-        result = byte & 0x7F
-        for i in range(1, max_bytes):
-            byte = data[pos + i]
-            result |= (byte & 0x7F) << (7 * i)
-            if byte < 0x80:
-                return (result >> 1) ^ -(result & 1), pos + i + 1
-    except IndexError:
-        raise CorruptRecordError("varint runs past the end of the records") from None
-    raise CorruptRecordError("varint is too long")
-
-
-def _read_bytes(data: bytes, pos: int, end: int) -> tuple[bytes | None, int]:
-    length, pos = decode_varint(data, pos, 5)
+def _read_bytes(data: Buffer, pos: int, end: int) -> tuple[bytes | None, int]:
+    length, pos = read_varint(data, pos)
     if length == -1:
         return None, pos
     if length < 0 or length > end - pos:
         raise CorruptRecordError(f"field length {length} is out of range")
-    return data[pos : pos + length], pos + length
+    return bytes(data[pos : pos + length]), pos + length
 
 
 def decode_records(
@@ -380,21 +338,28 @@ def decode_records(
 
 def decode_section(data: Buffer, header: BatchHeader) -> list[Record]:
     """Decode the records of a batch's (uncompressed) records section."""
+    try:
+        return _decode_section(data, header)
+    except VarintError as e:
+        raise CorruptRecordError(str(e)) from None
+
+
+def _decode_section(data: Buffer, header: BatchHeader) -> list[Record]:
     log_append = header.timestamp_type == LOG_APPEND_TIME
     records = []
     pos = 0
     end = len(data)
     for _ in range(header.record_count):
-        length, pos = decode_varint(data, pos, 5)
+        length, pos = read_varint(data, pos)
         if length < 0 or length > end - pos:
             raise CorruptRecordError(f"record length {length} is out of range")
         record_end = pos + length
         # skip the (unused) attributes byte; overruns surface in the field checks below
-        timestamp_delta, pos = decode_varint(data, pos + 1, 10)
-        offset_delta, pos = decode_varint(data, pos, 5)
+        timestamp_delta, pos = read_varlong(data, pos + 1)
+        offset_delta, pos = read_varint(data, pos)
         key, pos = _read_bytes(data, pos, record_end)
         value, pos = _read_bytes(data, pos, record_end)
-        header_count, pos = decode_varint(data, pos, 5)
+        header_count, pos = read_varint(data, pos)
         if header_count < 0 or header_count * 2 > record_end - pos:
             raise CorruptRecordError(f"record header count {header_count} is out of range")
         headers = []

@@ -45,6 +45,8 @@ from kio.serial.errors import (
     UnexpectedNull,
 )
 
+from gregor.wire.varint import VarintError, read_uvarint
+
 __all__ = ("ArrayLengthOverrun", "MalformedData", "decode_tolerant")
 
 T = TypeVar("T")
@@ -54,7 +56,6 @@ _Reader = Callable[[memoryview, int], tuple[Any, int]]
 
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
-_MAX_VARINT_BYTES = 5
 _NULL_ENTITY_MARKER = -1
 
 
@@ -95,20 +96,6 @@ _read_int8 = _fixed(">b")
 _read_int16 = _fixed(">h")
 _read_int32 = _fixed(">i")
 _read_int64 = _fixed(">q")
-
-
-def _read_uvarint(data: memoryview, pos: int) -> tuple[int, int]:
-    # Up to five 7-bit groups, so values below 2**35, exactly the range kio accepts.
-    result = 0
-    for shift in range(0, 7 * _MAX_VARINT_BYTES, 7):
-        if pos >= len(data):
-            raise BufferUnderflow("buffer ends inside an unsigned varint")
-        byte = data[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return result, pos
-    raise MalformedData(f"unsigned varint longer than {_MAX_VARINT_BYTES} bytes")
 
 
 def _read_bool(data: memoryview, pos: int) -> tuple[bool, int]:
@@ -194,7 +181,7 @@ def _blob(length_reader: _Reader, text: bool, nullable: bool) -> _Reader:
 
 def _read_compact_length(data: memoryview, pos: int) -> tuple[int, int]:
     # Compact lengths are stored plus one so that zero can mean null.
-    raw, pos = _read_uvarint(data, pos)
+    raw, pos = read_uvarint(data, pos)
     return raw - 1, pos
 
 
@@ -331,13 +318,13 @@ def _entity(entity_type: type) -> tuple[_Reader, int]:
             values[name], pos = reader(data, pos)
         if flexible:
             values.update(tag_defaults)
-            count, pos = _read_uvarint(data, pos)
+            count, pos = read_uvarint(data, pos)
             # Each tagged field takes at least two bytes: its tag and its size.
             if count * 2 > len(data) - pos:
                 raise BufferUnderflow(f"{count} tagged fields cannot fit in the buffer")
             for _ in range(count):
-                tag, pos = _read_uvarint(data, pos)
-                size, pos = _read_uvarint(data, pos)
+                tag, pos = read_uvarint(data, pos)
+                size, pos = read_uvarint(data, pos)
                 known = tagged.get(tag)
                 if known is None:
                     pos = _need(data, pos, size)  # unknown tag: skip its payload
@@ -365,5 +352,8 @@ def decode_tolerant(
     # Release the views on return, even via an exception whose traceback would
     # otherwise pin them (and keep a caller's bytearray from being resized).
     with memoryview(buf) as view, view.cast("B") as data:
-        entity, end = read(data, offset)
+        try:
+            entity, end = read(data, offset)
+        except VarintError as e:
+            raise MalformedData(str(e)) from None
     return entity, end - offset

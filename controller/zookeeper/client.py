@@ -325,7 +325,7 @@ class AsyncZk:
                 for i in range(0, len(ops), MAX_READS_PER_MULTI)
             )
         )
-        results = []
+        results: list[Any] = []
         for chunk in chunks:
             for result in chunk:
                 if isinstance(result, NoNodeError):
@@ -391,7 +391,7 @@ class AsyncZk:
         return self._loop
 
 
-class _MultiRead(tuple):
+class _MultiRead(tuple[list[Any]]):
     """ZooKeeper 3.6's read-only multi (opcode 22), which kazoo lacks: many getData and
     getChildren ops in one request, each answered on its own (a missing znode fails only
     its op). Sent through kazoo's request queue like kazoo's own Transaction."""

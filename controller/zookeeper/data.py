@@ -285,7 +285,8 @@ class KafkaZk:
         while True:
             try:
                 data, _ = await self.zk.get(CLUSTER_ID_PATH)
-                return json.loads(data)["id"]
+                cluster_id: str = json.loads(data)["id"]
+                return cluster_id
             except NoNodeError:
                 pass
             new_id = encode_uuid(random_uuid())
@@ -364,7 +365,8 @@ class KafkaZk:
             data, _ = await self.zk.get(CONTROLLER_PATH)
         except NoNodeError:
             return None
-        return json.loads(data)["brokerid"]
+        controller: int = json.loads(data)["brokerid"]
+        return controller
 
     async def controller_epoch(self) -> ControllerEpoch | None:
         try:

@@ -1,5 +1,5 @@
 """Cluster benchmarks (`scripts/bench cluster`): one local ZooKeeper and 3 Gregor brokers
-(compat_tests/cluster.py), measured with the single-node benchmark's clients.
+(server/harness/cluster.py), measured with the single-node benchmark's clients.
 
 - throughput: the Java client produces into a replication-factor-3 topic with acks=all and
   with acks=1, and into a single embedded node (no ZooKeeper) with acks=all; the three
@@ -33,7 +33,7 @@ from pathlib import Path
 from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from compat_tests.cluster import TEST_DEFAULTS, Cluster, metadata
+from gregor.server.harness.cluster import TEST_DEFAULTS, Cluster, metadata
 
 from .artifacts import ensure_java_driver
 from .brokers import GREGOR, Broker
@@ -45,7 +45,7 @@ PARTS = ("throughput", "failover", "shutdown")
 BROKERS = 3
 REPLICATION = 3
 RECORD = 1024
-# compat_tests' cluster default (Kafka's is 18000): a dead broker is noticed in 6 s.
+# The harness cluster's default (Kafka's is 18000): a dead broker is noticed in 6 s.
 SESSION_TIMEOUT_MS = int(TEST_DEFAULTS["zookeeper.session.timeout.ms"])
 # The writers' producer settings: each client's defaults (both: linger.ms=5, retries without
 # limit, retry.backoff.ms=100 growing to retry.backoff.max.ms=1000; Java: idempotent,

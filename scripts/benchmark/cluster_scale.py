@@ -1,7 +1,7 @@
 """Scale of a 3-broker cluster holding many partitions: controller failover, controlled
 shutdown, memory and idle CPU (`scripts/bench cluster-scale`).
 
-One real ZooKeeper and three brokers (compat_tests' Cluster), topics of replication factor 3
+One real ZooKeeper and three brokers (the harness's Cluster), topics of replication factor 3
 whose partitions are led round-robin, so each broker leads a third. Then, per round:
 
 - controlled shutdown: SIGTERM to a broker that is not the controller. Times from the signal
@@ -38,17 +38,17 @@ from .procstats import cpu_seconds, memory_kib
 
 sys.path.insert(0, str(REPO))
 
-import compat_tests.process  # noqa: E402
-from compat_tests.cluster import BrokerView, Cluster, metadata  # noqa: E402
+import gregor.server.harness.process  # noqa: E402
+from gregor.server.harness.cluster import BrokerView, Cluster, metadata  # noqa: E402
 
 # Asking three brokers for the Metadata of 10,000 partitions costs this process about 0.1 s
 # of CPU each time, taken from the brokers on a small machine: a poll every quarter second.
 POLL_S = 0.25
 WAIT_S = 300.0
-# A broker holding thousands of partitions takes longer than compat_tests' 30 s to load its
+# A broker holding thousands of partitions takes longer than the launcher's 30 s to load its
 # logs when it starts again (each broker's start_timeout_s, set below), and to close them
 # when it stops.
-compat_tests.process.STOP_TIMEOUT_S = WAIT_S
+gregor.server.harness.process.STOP_TIMEOUT_S = WAIT_S
 SHUTDOWN_LOG_LINE = "Controlled shutdown request succeeded"
 
 

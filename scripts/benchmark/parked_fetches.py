@@ -1,7 +1,7 @@
 """Produce latency while consumers are parked on long-poll fetches over many partitions.
 
 Issue #10, item 13: every append used to re-read every partition of every parked fetch.
-This starts one Gregor process (``python -m gregor.server.cli serve`` in ``--repo``, so two
+This starts one Gregor process (the tests' launcher, running ``--repo``'s packages, so two
 checkouts can be compared), parks ``--consumers`` raw Fetch requests, each over all
 ``--partitions`` partitions of one topic with a ``min_bytes`` they never reach, and then
 times ``--produces`` sequential one-record Produce requests (acks=1) spread round-robin
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import os
 import shutil
 import socket
 import statistics
@@ -29,6 +30,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+from gregor.server.harness.broker_process import BrokerProcess  # noqa: E402
 from gregor.wire.headers import skip_tagged_fields  # noqa: E402
 from gregor.wire.records import build_batch  # noqa: E402
 from gregor.wire.schema import decode, encode, request_type, response_type  # noqa: E402
@@ -158,31 +160,17 @@ def _summary(latencies: list[float]) -> str:
     )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+class _CheckoutBroker(BrokerProcess):
+    """The launcher's broker, run from another checkout's packages."""
 
+    def __init__(self, directory: Path, repo: Path) -> None:
+        super().__init__(directory, start_timeout_s=START_TIMEOUT_S)
+        self.repo = repo
 
-def _start_broker(repo: Path, data_dir: Path, port: int, log_path: Path) -> subprocess.Popen:
-    listener = f"PLAINTEXT://127.0.0.1:{port}"
-    overrides = {"listeners": listener, "advertised.listeners": listener, "log.dirs": data_dir}
-    cmd = [sys.executable, "-m", "gregor.server.cli", "serve"]
-    for key, value in overrides.items():
-        cmd += ["--override", f"{key}={value}"]
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, cwd=repo, stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"broker exited with {proc.returncode}; see {log_path}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return proc
-        except OSError:
-            time.sleep(0.1)  # nothing to wait on but the listening socket appearing
-    proc.kill()
-    raise RuntimeError(f"broker did not listen within {START_TIMEOUT_S}s")
+    def env(self) -> dict[str, str]:
+        env = super().env()
+        env["PYTHONPATH"] = os.pathsep.join([str(self.repo), env.get("PYTHONPATH", "")])
+        return env
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -203,11 +191,11 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
     work = Path(tempfile.mkdtemp(prefix="gregor-parked-fetches-"))
-    port = _free_port()
-    broker = _start_broker(args.repo, work / "data", port, work / "broker.log")
+    broker = _CheckoutBroker(work, args.repo)
     parked: list[Connection] = []
     try:
-        producer = Connection(port, timeout=60)
+        broker.start()
+        producer = Connection(broker.port, timeout=60)
         _create_topic(producer, "watched", args.partitions)
         _time_produces(producer, "watched", args.partitions, 200)  # warm-up
         print(
@@ -217,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
         # Parked for longer than the run: the deadline never answers them meanwhile.
         request = _fetch_all("watched", args.partitions, max_wait_s=600)
         for _ in range(args.consumers):
-            conn = Connection(port, timeout=60)
+            conn = Connection(broker.port, timeout=60)
             conn.send(FETCH, 12, request)
             parked.append(conn)
         # The fetches were sent before these round trips: by the time the broker has
@@ -230,11 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for conn in parked:
             conn.sock.close()
-        broker.terminate()
-        try:
-            broker.wait(30)
-        except subprocess.TimeoutExpired:
-            broker.kill()
+        broker.close()
         shutil.rmtree(work, ignore_errors=True)
     return 0
 

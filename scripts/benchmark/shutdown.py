@@ -22,8 +22,8 @@ sys.path.insert(0, str(REPO))
 from confluent_kafka import Producer  # noqa: E402
 
 from compat_tests.broker import BrokerProcess  # noqa: E402
-from compat_tests.cluster import Cluster  # noqa: E402
 from compat_tests.confluent_admin import create_topic  # noqa: E402
+from gregor.server.harness.cluster import Cluster  # noqa: E402
 
 TOPIC = "wide"
 EXIT_TIMEOUT_S = 300

@@ -28,6 +28,7 @@ from kio.serial._introspect import (
 )
 
 from gregor.wire.records import build_batch
+from gregor.wire.varint import encode_uvarint  # values of 2^35 and above too: decoders refuse them
 
 INT32_MAX = 2**31 - 1
 # Lengths and counts a hostile client might claim: null, negative, huge, or just past the end.
@@ -39,16 +40,6 @@ _BOUNDARY = {
     "int32": (-(2**31), -1, 0, INT32_MAX),
     "int64": (-(2**63), -1, 0, 2**63 - 1),
 }
-
-
-def uvarint(value: int) -> bytes:
-    """Kafka's unsigned varint (values above 2^35 still encode, which a decoder must refuse)."""
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 @cache
@@ -93,8 +84,12 @@ class BodyWriter:
         # An unknown tag whose size runs past the end, or a count of billions.
         rng = self.rng
         if rng.random() < 0.5:
-            return uvarint(1) + uvarint(rng.randrange(1 << 14)) + uvarint(rng.choice((1 << 30, 9)))
-        return uvarint(rng.choice((INT32_MAX, 1 << 34)))
+            return (
+                encode_uvarint(1)
+                + encode_uvarint(rng.randrange(1 << 14))
+                + encode_uvarint(rng.choice((1 << 30, 9)))
+            )
+        return encode_uvarint(rng.choice((INT32_MAX, 1 << 34)))
 
     def _field(self, field: Field, kind: object, flexible: bool) -> bytes:
         if isinstance(kind, PrimitiveField):
@@ -127,7 +122,7 @@ class BodyWriter:
     def _length(self, value: int, flexible: bool, array: bool = False, text: bool = False) -> bytes:
         """A length or count prefix; compact ones are stored plus one (0 means null)."""
         if flexible:
-            return uvarint(max(value + 1, 0) & 0xFFFFFFFF)
+            return encode_uvarint(max(value + 1, 0) & 0xFFFFFFFF)
         if text:
             return struct.pack(">h", max(min(value, 32767), -32768))
         return struct.pack(">i", value)

@@ -14,10 +14,11 @@ from functools import cache
 import zstandard
 
 from fuzzing import admin_mega, metrics_http
-from fuzzing.bodies import INT32_MAX, BodyWriter, crc32c_of, uvarint
+from fuzzing.bodies import INT32_MAX, BodyWriter, crc32c_of
 from gregor.wire.compression import GZIP, LZ4, ZSTD, compress
 from gregor.wire.records import build_batch
 from gregor.wire.schema import is_flexible, request_type
+from gregor.wire.varint import encode_uvarint
 from gregor.wire.versions import API_VERSIONS, METADATA, PRODUCE, SUPPORTED
 
 # Topics the fuzzer names (created up front so produce reaches validation); the internal
@@ -154,7 +155,7 @@ def compression_bombs(rng: random.Random) -> list[bytes]:
             + topic
             + b"\x02"
             + struct.pack(">i", 0)
-            + uvarint(len(batch) + 1)
+            + encode_uvarint(len(batch) + 1)
             + batch
             + b"\x00\x00\x00"  # tags of the partition, the topic and the request
         )

@@ -31,7 +31,7 @@ if __name__ == "__main__":
 
 from benchmark.procstats import cpu_seconds, memory_kib  # noqa: E402
 
-from compat_tests.broker import BrokerProcess, free_port  # noqa: E402
+from compat_tests.broker import BrokerProcess  # noqa: E402
 from fuzzing.canary import TOPIC, Canary  # noqa: E402
 from fuzzing.canary import create_topic as create_canary_topic  # noqa: E402
 from fuzzing.report import percentile  # noqa: E402
@@ -150,11 +150,9 @@ def main() -> int:
     parser.add_argument("--sigterm", action="store_true", help="end with SIGTERM under attack")
     args = parser.parse_args()
     work_dir = args.work_dir or Path(tempfile.mkdtemp(prefix="gregor-metrics-load-"))
-    metrics_port = free_port()
-    broker = BrokerProcess(
-        work_dir, {"metrics.prometheus.port": str(metrics_port)}, start_timeout_s=600
-    )
+    broker = BrokerProcess(work_dir, {"metrics.prometheus.port": "0"}, start_timeout_s=600)
     broker.start()
+    metrics_port = broker.metrics_port
     try:
         took = _create(broker.port, args.partitions)
         print(f"{args.partitions:,} partitions created in {took:.0f} s")

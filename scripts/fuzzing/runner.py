@@ -14,10 +14,11 @@ from pathlib import Path
 
 from benchmark.procstats import cpu_seconds, memory_kib
 
-from compat_tests.broker import BrokerError, BrokerProcess, free_port
+from compat_tests.broker import BrokerProcess
 from fuzzing import admin_mega, metrics_http
 from fuzzing.canary import TOPIC, Canary, CanaryState, create_topic, verify
 from fuzzing.frames import BOMB_TOPICS, FAMILIES, FUZZ_TOPICS, bomb_batches
+from gregor.server.harness.broker_process import BrokerProcessError as BrokerError
 from tests.kafka_wire import WireClient
 
 CONNECT_TIMEOUT_S = 2.0
@@ -134,11 +135,12 @@ def run(work_dir: Path, plan: Plan) -> RunResult:
     bomb_batches()  # built once here, shared with the forked workers
     overrides: dict[str, str] = {}
     if metrics_http.FAMILY in plan.families:
-        plan = dataclasses.replace(plan, metrics_port=free_port())
-        overrides["metrics.prometheus.port"] = str(plan.metrics_port)
+        overrides["metrics.prometheus.port"] = "0"
     broker = BrokerProcess(work_dir, overrides)
     result.log_path = broker.log_path
     broker.start()
+    if metrics_http.FAMILY in plan.families:
+        plan = dataclasses.replace(plan, metrics_port=broker.metrics_port)
     try:
         _create_topics(broker.port)
         canary = Canary(broker.port)

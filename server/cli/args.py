@@ -25,6 +25,35 @@ class _Version(argparse.Action):
         parser.exit()
 
 
+class _Subcommand(argparse.ArgumentParser):
+    """A subcommand's parser: an option it does not know is its error, shown with its usage
+    (the root parser would otherwise report it with the top-level usage)."""
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: list[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed, extras
+
+
+class _Once(argparse.Action):
+    """An option that may be given once: a second one is refused with ``why``, never
+    silently the winner."""
+
+    def __init__(self, option_strings: list[str], dest: str, *, why: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, **kwargs)
+        self.why = why
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, value: Any, *_: Any
+    ) -> None:
+        if getattr(namespace, self.dest) is not None:
+            raise argparse.ArgumentError(self, f"given more than once: {self.why}")
+        setattr(namespace, self.dest, value)
+
+
 def parse_key_value(text: str) -> tuple[str, str]:
     key, sep, value = text.partition("=")
     if not sep or not key.strip():
@@ -88,7 +117,10 @@ def _command(commands: _Commands, name: str, module: str, **kwargs: Any) -> Any:
 
 def _serve(commands: _Commands) -> None:
     serve = _command(
-        commands, "serve", "gregor.server.cli", help="run a broker (like kafka-server-start.sh)"
+        commands,
+        "serve",
+        "gregor.server.cli.serve",
+        help="run a broker (like kafka-server-start.sh)",
     )
     serve.add_argument("properties", nargs="?", type=Path, help="a server.properties file")
     serve.add_argument(
@@ -147,7 +179,26 @@ def _topics(commands: _Commands) -> None:
             ("--alter", "change --topic's partition count or configs"),
         ],
     )
-    topics.add_argument("--topic", help="the topic")
+    topics.add_argument(
+        "--topic",
+        action=_Once,
+        why="name several topics with one regular expression, e.g. 'a|b' or 'a,b'",
+        help="the topic; for --list, --describe, --alter and --delete a (Java) regular "
+        "expression matched against whole names, ',' meaning '|' (escape a '.': 'my\\.topic')",
+    )
+    topics.add_argument(
+        "--if-exists",
+        action="store_true",
+        help="alter, delete, describe: no error when --topic matches no topic",
+    )
+    topics.add_argument(
+        "--if-not-exists", action="store_true", help="create: no error when the topic exists"
+    )
+    topics.add_argument(
+        "--exclude-internal",
+        action="store_true",
+        help="list, describe: leave out internal topics (__consumer_offsets, ...)",
+    )
     topics.add_argument(
         "--partitions", type=int, default=-1, help="partition count (create, alter)"
     )
@@ -211,12 +262,22 @@ def _groups(commands: _Commands) -> None:
     to = groups.add_mutually_exclusive_group()
     to.add_argument("--to-earliest", action="store_true", help="reset to the log start")
     to.add_argument("--to-latest", action="store_true", help="reset to the log end")
+    to.add_argument(
+        "--to-current",
+        action="store_true",
+        help="reset to the committed offset (the log end where there is none)",
+    )
     to.add_argument("--to-offset", type=int, metavar="N", help="reset to offset N")
     to.add_argument(
         "--to-datetime",
         metavar="YYYY-MM-DDTHH:mm:SS.sss",
         help="reset to the first offset at or after this time (local time unless it "
         "names a zone, e.g. Z or +01:00)",
+    )
+    to.add_argument(
+        "--by-duration",
+        metavar="PnDTnHnMnS",
+        help="reset to the first offset at or after this long ago (ISO-8601, e.g. PT1H30M)",
     )
     to.add_argument(
         "--shift-by", type=int, metavar="N", help="move the committed offsets by N (may be <0)"
@@ -327,22 +388,44 @@ def _acks(text: str) -> int:
     return value
 
 
-def _producer_options(parser: argparse.ArgumentParser) -> None:
+def parse_property(text: str) -> tuple[str, str]:
+    """Kafka's ``--property``/``--*-property`` ``key=value``: split at the first ``=``, the
+    value kept as given (a separator may be a blank or a tab) and may be empty."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"must look like key=value, got {text!r}")
+    return key.strip(), value
+
+
+def _properties(parser: argparse.ArgumentParser, names: tuple[str, ...], text: str) -> None:
     parser.add_argument(
-        "--acks", type=_acks, default=-1, metavar="all|1|0", help="acks (default all)"
+        *names,
+        action="append",
+        default=[],
+        type=parse_property,
+        metavar="key=value",
+        help=text + " (may be repeated)",
     )
-    parser.add_argument("--compression-type", choices=_CODECS, default="none")
+
+
+def _topic_once(parser: argparse.ArgumentParser, why: str) -> None:
+    parser.add_argument("--topic", action=_Once, why=why, required=True)
+
+
+# Their defaults (None here) are the client's, or what --producer-property says:
+# server/cli/client_configs.py.
+def _producer_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--acks", type=_acks, metavar="all|1|0", help="acks (default all)")
+    parser.add_argument("--compression-type", choices=_CODECS, help="default none")
     parser.add_argument(
         "--batch-size",
         type=int,
-        default=16384,
         metavar="BYTES",
         help="the most record bytes per batch (default 16384, Kafka's batch.size)",
     )
     parser.add_argument(
         "--linger-ms",
         type=int,
-        default=5,
         help="how long a batch waits for more records (default 5, Kafka's linger.ms)",
     )
 
@@ -357,12 +440,24 @@ def _produce(commands: _Commands) -> None:
         "keyless ones to one partition per batch, in turn. Prints nothing on success.",
     )
     _bootstrap(produce)
-    produce.add_argument("--topic", required=True)
+    _topic_once(produce, "gregor produce writes to one topic")
     produce.add_argument("--partition", type=int, help="send every record to this partition")
     produce.add_argument(
         "--key-separator",
         metavar="SEP",
-        help="each line is KEY SEP VALUE (split at the first SEP; kcat -K)",
+        help="each line is KEY SEP VALUE (split at the first SEP; kcat -K); the same as "
+        "--property parse.key=true --property key.separator=SEP",
+    )
+    _properties(
+        produce,
+        ("--property", "--reader-property"),
+        "kafka-console-producer.sh's line reader: parse.key, key.separator, parse.headers, "
+        "headers.delimiter, headers.separator, headers.key.separator, ignore.error, null.marker",
+    )
+    _properties(
+        produce,
+        ("--producer-property", "--command-property"),
+        "a producer config: acks, compression.type, batch.size, linger.ms, client.id",
     )
     produce.add_argument(
         "--header",
@@ -392,12 +487,13 @@ def _consume(commands: _Commands) -> None:
         "--exit-at-end, --timeout-ms of silence, or Ctrl-C.",
     )
     _bootstrap(consume)
-    consume.add_argument("--topic", required=True)
+    _topic_once(consume, "gregor consume reads one topic")
     consume.add_argument("--partition", type=int, help="only this partition")
     start = consume.add_mutually_exclusive_group()
     start.add_argument(
         "--from-beginning",
         action="store_true",
+        default=None,
         help="start at the log start (or, with --group, where the group has no committed offset)",
     )
     start.add_argument("--offset", type=int, help="start at this offset (with --partition)")
@@ -413,16 +509,33 @@ def _consume(commands: _Commands) -> None:
     consume.add_argument(
         "--isolation-level",
         choices=["read_uncommitted", "read_committed"],
-        default="read_uncommitted",
+        help="default read_uncommitted",
     )
-    consume.add_argument(
+    output = consume.add_mutually_exclusive_group()
+    output.add_argument(
         "--format",
         "-f",
-        default="%s\\n",
-        help="kcat's format: %%s value, %%k key, %%t topic, %%p partition, %%o offset, "
-        "%%T timestamp, %%h headers, %%S value size, %%K key size, \\n \\t (default %%s\\n)",
+        help="kcat's format instead of Kafka's: %%s value, %%k key, %%t topic, %%p partition, "
+        "%%o offset, %%T timestamp, %%h headers, %%S value size, %%K key size, \\n \\t",
     )
-    _json(consume, "one JSON object per record (keys and values as text, else base64)")
+    output.add_argument(
+        "--json",
+        action="store_true",
+        help="one JSON object per record (keys and values as text, else base64)",
+    )
+    _properties(
+        consume,
+        ("--property", "--formatter-property"),
+        "kafka-console-consumer.sh's formatter: print.key, print.value, print.timestamp, "
+        "print.partition, print.offset, print.headers, key.separator, line.separator, "
+        "headers.separator, null.literal",
+    )
+    _properties(
+        consume,
+        ("--consumer-property", "--command-property"),
+        "a consumer config: group.id, auto.offset.reset, isolation.level, enable.auto.commit, "
+        "auto.commit.interval.ms, client.id",
+    )
 
 
 def _perf(commands: _Commands) -> None:
@@ -441,7 +554,7 @@ def _perf(commands: _Commands) -> None:
         "turn under --throughput) to its acknowledgement. MB/s counts record values.",
     )
     _bootstrap(produce)
-    produce.add_argument("--topic", required=True)
+    _topic_once(produce, "gregor perf produce writes to one topic")
     produce.add_argument("--num-records", type=int, required=True)
     produce.add_argument("--record-size", type=int, required=True, metavar="BYTES")
     produce.add_argument(
@@ -464,7 +577,7 @@ def _perf(commands: _Commands) -> None:
         "record batches fetched.",
     )
     _bootstrap(consume)
-    consume.add_argument("--topic", required=True)
+    _topic_once(consume, "gregor perf consume reads one topic")
     consume.add_argument("--num-records", type=int, required=True)
     consume.add_argument(
         "--fetch-size",
@@ -485,7 +598,7 @@ def _perf(commands: _Commands) -> None:
 def parser() -> argparse.ArgumentParser:
     root = argparse.ArgumentParser(prog="gregor", description="A Kafka-compatible broker.")
     root.add_argument("--version", action=_Version, help="print the version and exit")
-    commands = root.add_subparsers(dest="command", required=True)
+    commands = root.add_subparsers(dest="command", required=True, parser_class=_Subcommand)
     for add in (_serve, _dump_log, _topics, _groups, _configs, _quotas, _produce, _consume):
         add(commands)
     _perf(commands)

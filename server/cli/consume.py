@@ -4,8 +4,9 @@
 Without ``--group`` it reads every partition (or ``--partition``) itself; with one it is a
 member of that consumer group (``server/cli/client/group_member.py``): it reads the partitions the
 group gives it from the group's committed offsets and commits what it printed every 5 s and
-when it stops. Each record is printed through kcat's format tokens, or as a JSON line that
-``gregor produce --json`` reads back."""
+when it stops. Each record is printed as kafka-console-consumer.sh prints it (``--property``,
+``server/cli/line_format.py``), through kcat's format tokens (``--format``), or as a JSON
+line that ``gregor produce --json`` reads back."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import IO, Any
 
+from gregor.server.cli import client_configs
 from gregor.server.cli.client.connection import Client, ClientError
 from gregor.server.cli.client.group_member import GroupMember, RebalanceNeeded
 from gregor.server.cli.client.records import (
@@ -33,21 +35,23 @@ from gregor.server.cli.client.records import (
     fetched_records,
     list_offsets,
 )
+from gregor.server.cli.line_format import MessageFormatter
 from gregor.server.cli.output import jsonable
 from gregor.wire.records import Record
 
 MAX_WAIT_MS = 500
-COMMIT_INTERVAL_S = 5.0  # Kafka's auto.commit.interval.ms
 _ESCAPES = {"n": b"\n", "t": b"\t", "r": b"\r", "0": b"\0", "\\": b"\\"}
 _TOKENS = "stpokTSKh"
 _OUT_OF_RANGE = "offset_out_of_range"
 
 FormatPart = bytes | str  # literal bytes, or a token letter
+Consumed = tuple[int, Record, int]  # partition, record, its batch's timestamp type
 
 
 def compile_format(text: str) -> list[FormatPart]:
     """kcat's ``-f``: %s value, %k key, %t topic, %p partition, %o offset, %T timestamp,
-    %S value size, %K key size (-1 when null), %h headers as k=v,k=v; \\n \\t \\r \\0 \\\\."""
+    %S value size, %K key size (-1 when null), %h headers as k=v,k=v; \\n \\t \\r \\0 \\\\.
+    A null key or value prints as nothing, as kcat prints it."""
     parts: list[FormatPart] = []
     literal = bytearray()
     i = 0
@@ -123,6 +127,8 @@ class TopicConsumer:
         self.isolation = READ_COMMITTED if committed_only else READ_UNCOMMITTED
         self.reset_to = EARLIEST if args.from_beginning else LATEST
         self.member = GroupMember(client, args.group, [self.topic]) if args.group else None
+        self.auto_commit = args.auto_commit
+        self.commit_interval_s = args.commit_interval_ms / 1000
         self.positions: dict[TopicPartition, int] = {}
         self.ends: dict[TopicPartition, int] = {}
         self._committed: dict[TopicPartition, int] = {}
@@ -155,7 +161,7 @@ class TopicConsumer:
         """Every partition read up to its end (as the last fetch of it reported)."""
         return all(tp in self.ends and pos >= self.ends[tp] for tp, pos in self.positions.items())
 
-    def poll(self, max_wait_ms: int) -> Iterator[tuple[int, Record]]:
+    def poll(self, max_wait_ms: int) -> Iterator[Consumed]:
         """One fetch from every leader, and its records: the caller calls ``printed`` for
         each one it has written, which is how far the position (and a commit) moves."""
         if self.member is not None:
@@ -178,7 +184,7 @@ class TopicConsumer:
             for tp, data in answer.items():
                 yield from self._partition_records(tp, data)
 
-    def _partition_records(self, tp: TopicPartition, data: Any) -> Iterator[tuple[int, Record]]:
+    def _partition_records(self, tp: TopicPartition, data: Any) -> Iterator[Consumed]:
         code = data.error_code
         if code.name == _OUT_OF_RANGE:
             self.positions.update(list_offsets(self.view, {tp: self.reset_to}))
@@ -191,8 +197,8 @@ class TopicConsumer:
         end = data.last_stable_offset if self.isolation == READ_COMMITTED else data.high_watermark
         self.ends[tp] = end
         records, after = fetched_records(data, self.positions[tp])
-        for record in records:
-            yield tp[1], record
+        for record, timestamp_type in records:
+            yield tp[1], record, timestamp_type
         # All of them printed: past the batches that held none to print, too.
         self.positions[tp] = max(self.positions[tp], after)
 
@@ -203,15 +209,16 @@ class TopicConsumer:
         assert self.member is not None
         try:
             self.member.heartbeat()
-            if time.monotonic() - self._last_commit >= COMMIT_INTERVAL_S:
+            if time.monotonic() - self._last_commit >= self.commit_interval_s:
                 self.commit()
         except RebalanceNeeded:
             self._join()
 
     def commit(self) -> None:
-        """Commit the positions that moved since the last commit (group members only)."""
+        """Commit the positions that moved since the last commit (group members with
+        enable.auto.commit only)."""
         self._last_commit = time.monotonic()
-        if self.member is None:
+        if self.member is None or not self.auto_commit:
             return
         moved = {tp: o for tp, o in self.positions.items() if self._committed.get(tp) != o}
         self.member.commit(moved)
@@ -239,16 +246,41 @@ class StopRequest:
         self.requested = True
 
 
+Printer = Callable[[str, int, Record, int], bytes]
+
+
+def printer(args: Any) -> Printer:
+    """What a record is printed as: a JSON line, kcat's --format, or Kafka's formatter."""
+    if (args.json or args.format is not None) and args.property:
+        raise ClientError("--property sets Kafka's formatter: not with --format or --json")
+    if args.json:
+        return lambda topic, partition, record, _: (
+            json.dumps(record_json(topic, partition, record)).encode() + b"\n"
+        )
+    if args.format is not None:
+        parts = compile_format(args.format)
+        return lambda topic, partition, record, _: render(parts, topic, partition, record)
+    formatter = MessageFormatter.from_properties(args.property)
+    return lambda _, partition, record, timestamp_type: formatter.format(
+        partition, record, timestamp_type
+    )
+
+
+def _check(args: Any) -> None:
+    client_configs.apply(
+        args, client_configs.CONSUMER, args.consumer_property, "--consumer-property"
+    )
+    if args.offset is not None and args.partition is None:
+        raise ClientError("--offset needs --partition")
+    if args.group and (args.offset is not None or args.partition is not None):
+        raise ClientError("with --group the group assigns the partitions")
+
+
 def run(args: argparse.Namespace) -> int:
     """``gregor consume``; 1 on an error."""
-    if args.offset is not None and args.partition is None:
-        print("Error: --offset needs --partition", file=sys.stderr)
-        return 1
-    if args.group and (args.offset is not None or args.partition is not None):
-        print("Error: with --group the group assigns the partitions", file=sys.stderr)
-        return 1
     try:
-        parts = None if args.json else compile_format(args.format)
+        _check(args)
+        write_record = printer(args)
     except ClientError as e:
         print(f"Error: {e}", file=sys.stderr)
         return 1
@@ -257,15 +289,11 @@ def run(args: argparse.Namespace) -> int:
     out: IO[bytes] = sys.stdout.buffer
     count = 0
     try:
-        with Client(args.bootstrap_server, "gregor-consume") as client:
+        with Client(args.bootstrap_server, args.client_id) as client:
             consumer = TopicConsumer(client, args)
             try:
-                for partition, record in _records(consumer, args, stop, out.flush):
-                    if parts is None:
-                        line = json.dumps(record_json(consumer.topic, partition, record))
-                        out.write(line.encode() + b"\n")
-                    else:
-                        out.write(render(parts, consumer.topic, partition, record))
+                for partition, record, timestamp_type in _records(consumer, args, stop, out.flush):
+                    out.write(write_record(consumer.topic, partition, record, timestamp_type))
                     consumer.printed(partition, record)
                     count += 1
             finally:
@@ -285,7 +313,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _records(
     consumer: TopicConsumer, args: Any, stop: StopRequest, flush: Callable[[], None]
-) -> Iterator[tuple[int, Record]]:
+) -> Iterator[Consumed]:
     """Records until --max-messages, --exit-at-end, --timeout-ms of silence or a signal;
     what was printed is flushed before each wait for more."""
     count = 0

@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import re
 import sys
+import time
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 from gregor.server.cli.client.connection import Client, ClientError, Connection, schema
@@ -227,8 +230,28 @@ def parse_datetime(text: str) -> int:
     return int(moment.astimezone().timestamp() * 1000)
 
 
+# java.time.Duration.parse's text: [+-]P[nD][T[nH][nM][n[.f]S]], each number signed.
+_DURATION = re.compile(
+    r"([-+]?)P(?:([-+]?\d+)D)?(T(?:([-+]?\d+)H)?(?:([-+]?\d+)M)?(?:([-+]?\d+)(?:[.,](\d{0,9}))?S)?)?",
+    re.IGNORECASE,
+)
+
+
+def parse_duration(text: str) -> int:
+    """Milliseconds of kafka-consumer-groups.sh's ``--by-duration`` (an ISO-8601 duration
+    as Java's ``Duration.parse`` reads it: ``P1DT2H``, ``PT30M``, ``PT0.5S``, ``-PT1H``)."""
+    match = _DURATION.fullmatch(text)
+    if match is None or match[3] == "T" or not any(match[i] for i in (2, 4, 5, 6)):
+        raise ClientError(f"--by-duration must look like PnDTnHnMnS (e.g. PT1H30M), got {text!r}")
+    sign, days, _, hours, minutes, seconds, fraction = match.groups()
+    minutes_total = (int(days or 0) * 24 + int(hours or 0)) * 60 + int(minutes or 0)
+    millis = minutes_total * 60_000 + int(Decimal(f"{seconds or 0}.{fraction or 0}") * 1000)
+    return -millis if sign == "-" else millis
+
+
 def plan_reset(client: Client, group: Group, args: Any) -> dict[TopicPartition, int]:
-    """The new offset of each selected partition, kept within its log's offsets."""
+    """The new offset of each selected partition: within its log's offsets, except that
+    --to-current keeps the committed one as it is, as Kafka's tool does."""
     if group.state not in INACTIVE:
         raise ClientError(
             f"Assignments can only be reset if the group '{group.group}' is inactive, but "
@@ -244,8 +267,15 @@ def plan_reset(client: Client, group: Group, args: Any) -> dict[TopicPartition, 
         wanted = latest
     elif args.to_offset is not None:
         wanted = dict.fromkeys(tps, args.to_offset)
-    elif args.to_datetime is not None:
-        found = list_offsets(view, dict.fromkeys(tps, parse_datetime(args.to_datetime)))
+    elif args.to_current:
+        # Where nothing is committed: the log end, as Kafka resets.
+        return {**latest, **committed_offsets(client, group.group, tps)}
+    elif args.to_datetime is not None or args.by_duration is not None:
+        if args.to_datetime is not None:
+            moment = parse_datetime(args.to_datetime)
+        else:
+            moment = int(time.time() * 1000) - parse_duration(args.by_duration)
+        found = list_offsets(view, dict.fromkeys(tps, moment))
         # No record that late: the log end, as Kafka resets.
         wanted = {tp: latest[tp] if o == NO_OFFSET else o for tp, o in found.items()}
     elif args.shift_by is not None:
@@ -256,8 +286,8 @@ def plan_reset(client: Client, group: Group, args: Any) -> dict[TopicPartition, 
         wanted = {tp: committed[tp] + args.shift_by for tp in tps}
     else:
         raise ClientError(
-            "--reset-offsets needs one of --to-earliest, --to-latest, --to-offset, "
-            "--to-datetime, --shift-by"
+            "--reset-offsets needs one of --to-earliest, --to-latest, --to-current, "
+            "--to-offset, --to-datetime, --by-duration, --shift-by"
         )
     return {tp: min(max(wanted[tp], earliest[tp]), latest[tp]) for tp in tps}
 

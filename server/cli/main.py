@@ -1,101 +1,27 @@
 """The ``gregor`` command line, in the habits of Kafka's scripts and kcat.
 
-``gregor serve [server.properties] [--override key=value ...]`` starts a broker like
-``kafka-server-start.sh``; SIGTERM or SIGINT shut it down cleanly. The tools talk to any
-Kafka-compatible broker over the wire (``--bootstrap-server``): ``topics``, ``groups``,
-``configs``, ``quotas``, ``produce``, ``consume`` and ``perf``; ``dump-log`` reads segment
-files directly. Their options are in ``server/cli/args.py``; each tool's module is imported
-only when it runs.
+``gregor serve`` runs a broker (``serve.py``). The tools talk to any Kafka-compatible broker
+over the wire (``--bootstrap-server``): ``topics``, ``groups``, ``configs``, ``quotas``,
+``produce``, ``consume`` and ``perf``; ``dump-log`` reads segment files directly. Their
+options are in ``server/cli/args.py``; each subcommand's module is imported only when it
+runs, after the guard below.
 """
 
 from __future__ import annotations
 
-import argparse
-import gc
 import importlib
-import logging
 import os
-import signal
 import sys
-from functools import partial
 
-import anyio
-
-from gregor.log.errors import KafkaStorageError
 from gregor.server.cli.args import parser
-from gregor.server.config import BrokerConfig, ConfigError, read_properties
-from gregor.server.polling import new_event_loop
-
-logger = logging.getLogger("gregor")
-
-
-def _configure_logging() -> None:
-    logging.basicConfig(
-        level=logging.INFO,
-        stream=sys.stderr,
-        format="[%(asctime)s] %(levelname)s %(message)s (%(name)s)",
-    )
-
-
-async def _serve(config: BrokerConfig) -> None:
-    from gregor.server.broker import Broker
-
-    broker = Broker(config)
-    try:
-        await broker.start()
-    except BaseException:
-        # Start-up failed after the listeners opened: close the connections already accepted
-        # (a client probing the port), so the fatal error is the process's last log line.
-        await broker.socket_server.stop_accepting()
-        await broker.socket_server.drain(1.0)
-        raise
-    gc.freeze()
-    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(broker.run_background)
-            async for signum in signals:
-                logger.info("Received %s", signal.Signals(signum).name)
-                break
-            tg.cancel_scope.cancel()
-    await broker.shutdown()
-
-
-def run(args: argparse.Namespace) -> int:
-    """``gregor serve``."""
-    _configure_logging()
-    # A broker holds millions of long-lived objects (partition state, indexes, group
-    # metadata); collecting the young generation less often, and freezing what start-up
-    # built (below), keeps full collections from scanning them again and again (with
-    # 10,000 partitions, collections took most of a failover's time).
-    gc.set_threshold(50_000, 20, 50)
-    try:
-        props = read_properties(args.properties) if args.properties else {}
-    except OSError as e:
-        logger.error("Fatal error during startup: cannot read %s: %s", args.properties, e.strerror)
-        return 1
-    props.update(dict(args.override))
-    try:
-        config = BrokerConfig(props)
-        loop_factory = partial(new_event_loop, config["gregor.idle.poll.us"])
-        anyio.run(_serve, config, backend_options={"loop_factory": loop_factory})
-    except ConfigError as e:
-        logger.error("Fatal error during startup: %s", e)
-        return 1
-    except (OSError, KafkaStorageError) as e:  # a port taken, a log dir locked or unwritable
-        logger.error("Fatal error: %s", e)
-        return 1
-    except KeyboardInterrupt:
-        return 130
-    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     # kio builds hypothesis strategies for its types whenever hypothesis is importable
     # (it is in a test environment): ~200 MB and a second of start-up a broker never needs.
+    # So nothing may import kio before this line: this module imports only the grammar.
     sys.modules.setdefault("hypothesis", None)  # type: ignore[arg-type]
-    if args.command == "serve":
-        return run(args)
     try:
         return importlib.import_module(args.module).run(args)
     except BrokenPipeError:  # `gregor consume ... | head`

@@ -27,6 +27,7 @@ from typing import Any
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from gregor.server.cli import client_configs
 from gregor.server.cli.client.connection import Client, ClientError, Connection
 from gregor.server.cli.client.records import (
     EARLIEST,
@@ -291,6 +292,8 @@ def run(args: argparse.Namespace) -> int:
     if args.num_records < 1 or getattr(args, "record_size", 1) < 1:
         print("Error: --num-records and --record-size must be at least 1", file=sys.stderr)
         return 1
+    if args.mode == "produce":  # the producer options' defaults
+        client_configs.apply(args, client_configs.PRODUCER, [], "--producer-property")
     try:
         with Client(args.bootstrap_server, f"gregor-perf-{args.mode}") as client:
             test = (

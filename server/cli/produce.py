@@ -18,9 +18,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from gregor.server.cli import client_configs
 from gregor.server.cli.client.connection import Client, ClientError
 from gregor.server.cli.client.partitioner import partition_for_key
 from gregor.server.cli.client.records import ClusterView, error_name, produce
+from gregor.server.cli.line_format import LineReader
 from gregor.server.cli.output import bytes_from_json
 from gregor.wire.compression import CODEC_NAMES
 from gregor.wire.records import build_batch
@@ -83,16 +85,27 @@ def input_lines(chunks: Iterator[bytes | None]) -> Iterator[tuple[int, bytes] | 
         yield number + 1, pending
 
 
-def parse_line(line: bytes, number: int, args: Any, now_ms: int) -> InputRecord:
-    headers: Headers = [(k, v.encode()) for k, v in args.header]
+def line_reader(args: Any) -> LineReader | None:
+    """The reader of text lines (None for --json): --key-separator SEP is kcat's way of
+    saying --property parse.key=true --property key.separator=SEP."""
     if args.json:
+        if args.property or args.key_separator is not None:
+            raise ClientError("--property and --key-separator are for text lines, not --json")
+        return None
+    kcat = []
+    if args.key_separator is not None:
+        kcat = [("parse.key", "true"), ("key.separator", args.key_separator)]
+    return LineReader.from_properties(kcat + args.property)
+
+
+def parse_line(
+    line: bytes, number: int, reader: LineReader | None, args: Any, now_ms: int
+) -> InputRecord:
+    headers: Headers = [(k, v.encode()) for k, v in args.header]
+    if reader is None:
         return _json_record(line, number, headers, now_ms)
-    if args.key_separator is None:
-        return InputRecord(None, line, headers, now_ms)
-    key, sep, value = line.partition(args.key_separator.encode())
-    if not sep:
-        raise ClientError(f"line {number}: no key separator {args.key_separator!r}")
-    return InputRecord(key, value, headers, now_ms)
+    key, value, parsed = reader.parse(line, number)
+    return InputRecord(key, value, headers + parsed, now_ms)
 
 
 def _json_record(line: bytes, number: int, headers: Headers, now_ms: int) -> InputRecord:
@@ -186,7 +199,11 @@ def run(args: argparse.Namespace) -> int:
     """``gregor produce``; 1 on an error (records read before it may have been sent)."""
     stream = sys.stdin.buffer
     try:
-        with Client(args.bootstrap_server, "gregor-produce") as client:
+        client_configs.apply(
+            args, client_configs.PRODUCER, args.producer_property, "--producer-property"
+        )
+        reader = line_reader(args)
+        with Client(args.bootstrap_server, args.client_id) as client:
             view = ClusterView(client, [args.topic], auto_create=True)
             producer = BatchingProducer(view, args.topic, args)
             for item in input_lines(input_chunks(stream, producer.linger_s)):
@@ -194,7 +211,8 @@ def run(args: argparse.Namespace) -> int:
                     producer.flush()
                     continue
                 number, line = item
-                producer.add(parse_line(line, number, args, int(time.time() * 1000)))
+                now_ms = int(time.time() * 1000)
+                producer.add(parse_line(line, number, reader, args, now_ms))
             producer.flush()
     except ClientError as e:
         print(f"Error: {e}", file=sys.stderr)

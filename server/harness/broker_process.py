@@ -1,71 +1,112 @@
-"""A Gregor broker run as a child process in a directory of its own, on a free local port:
-what the pytest plugin (``gregor.server.harness.pytest_plugin``) hands to tests.
+"""A broker run as a child process in a directory of its own: what the pytest plugin
+(``gregor.server.harness.pytest_plugin``) hands to tests, what Gregor's own tests, the
+compatibility tests and the benchmarks run, and the brokers of a cluster (``cluster.py``).
 
-The child runs this very installation's ``gregor serve`` (``python -m gregor.server.cli``), so a
-checkout under test tests its own broker. Readiness is a Metadata answer listing the broker.
+Gregor's broker is this very installation's ``gregor serve`` (``python -m
+gregor.server.cli``), so a checkout under test tests its own broker. It starts with
+``listeners=PLAINTEXT://127.0.0.1:0``; like Kafka, it advertises the port it bound, and
+the launcher reads that port from the line the broker logs once started ("... started
+(...); listening on PLAINTEXT://127.0.0.1:<port>"). The log line rather than a file: it
+needs nothing from the broker that Kafka's broker does not do, it is written once the
+broker has joined its cluster and serves, and ``gregor serve`` always logs at INFO to the
+output the launcher keeps. Readiness is then a Metadata answer listing a broker.
+
+A peer broker (the Tansu broker the compatibility tests and benchmarks compare with) is
+the same launcher with another command; it is told a port picked free, as it would
+advertise port 0 (``process.py`` says how a taken port is retried).
 """
 
 from __future__ import annotations
 
 import os
-import signal
-import socket
-import subprocess
+import re
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
-from typing import Self
 
 from gregor._paths import set_child_pythonpath
 from gregor.server.cli import topics
 from gregor.server.cli.client.connection import Client, ClientError
+from gregor.server.harness.process import ServerProcess
 
 START_TIMEOUT_S = 30.0
-STOP_TIMEOUT_S = 20.0
 _POLL_S = 0.01
+_LISTENING = re.compile(r"\] started \(.*; listening on \w+://[^\s,]*:(\d+)")
+_SERVING_METRICS = re.compile(r"Serving Prometheus metrics on http://\S*:(\d+)/metrics")
 
 
 class BrokerProcessError(RuntimeError):
     """The broker did not start, stop or answer as expected; the message has its log tail."""
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+@dataclass(frozen=True)
+class PeerBroker:
+    """Another Kafka-compatible broker to run instead of Gregor's: ``command(port,
+    data_dir)`` is its command line serving and advertising 127.0.0.1:``port``."""
+
+    name: str
+    command: Callable[[int, Path], list[str]]
 
 
-class BrokerProcess:
+def tansu(binary: Path) -> PeerBroker:
+    """The Tansu broker at ``binary``, keeping its data in memory (lost on restart)."""
+
+    def command(port: int, data_dir: Path) -> list[str]:
+        url = f"tcp://127.0.0.1:{port}"
+        listeners = ["--listener-url", url, "--advertised-listener-url", url]
+        return [str(binary), "broker", *listeners, "--storage-engine", "memory://tansu/"]
+
+    return PeerBroker("tansu", command)
+
+
+class BrokerProcess(ServerProcess):
     """One broker process; its port and data directory survive restart() and kill()."""
 
-    def __init__(self, directory: Path, overrides: dict[str, str] | None = None) -> None:
-        self.directory = Path(directory)
+    error = BrokerProcessError
+    not_ready_errors = (OSError, ValueError, ClientError)
+
+    def __init__(
+        self,
+        directory: Path,
+        overrides: dict[str, str] | None = None,
+        start_timeout_s: float = START_TIMEOUT_S,
+        *,
+        peer: PeerBroker | None = None,
+        own_session: bool = False,
+    ) -> None:
+        """``overrides``: server.properties settings; ``peer``: run that broker instead
+        (overrides do not apply); ``own_session``: see ``ServerProcess``."""
+        super().__init__(own_session=own_session)
+        self.directory = self.cwd = Path(directory)
         self.data_dir = self.directory / "data"
         self.log_path = self.directory / "broker.log"
-        self.port = free_port()
         self.overrides = dict(overrides or {})
-        self._proc: subprocess.Popen[bytes] | None = None
+        self.start_timeout_s = start_timeout_s
+        self.peer = peer
+        self.name = "gregor broker" if peer is None else peer.name
+        self.reports_port = peer is None
 
     @property
     def bootstrap(self) -> str:
+        """``127.0.0.1:<port>`` for ``bootstrap.servers`` (known once started)."""
         return f"127.0.0.1:{self.port}"
 
     @property
-    def pid(self) -> int:
-        if self._proc is None:
-            raise BrokerProcessError("broker not started")
-        return self._proc.pid
+    def metrics_port(self) -> int:
+        """The port this run's /metrics endpoint bound (``metrics.prometheus.port``; 0
+        binds a new one at each start)."""
+        found = _SERVING_METRICS.findall(self.start_output())
+        if not found:
+            raise BrokerProcessError(f"{self.name} serves no /metrics (see {self.log_path})")
+        return int(found[-1])
 
-    @property
-    def running(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
-
-    def command(self) -> list[str]:
-        listener = f"PLAINTEXT://127.0.0.1:{self.port}"
+    def command(self, port: int) -> list[str]:
+        if self.peer is not None:
+            return self.peer.command(port, self.data_dir)
         config = {
-            "listeners": listener,
-            "advertised.listeners": listener,
+            "listeners": f"PLAINTEXT://127.0.0.1:{port}",
             "log.dirs": str(self.data_dir),
             "broker.id": "0",
             "num.partitions": "1",
@@ -76,68 +117,29 @@ class BrokerProcess:
             cmd += ["--override", f"{key}={value}"]
         return cmd
 
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        set_child_pythonpath(env)
+        return env
+
     def start(self) -> None:
         """Start the broker and return once it answers Metadata (recovering its logs first
         if the last run crashed)."""
-        if self.running:
-            raise BrokerProcessError("broker already running")
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        env = dict(os.environ)
-        set_child_pythonpath(env)
-        with open(self.log_path, "ab") as log:
-            log.write(f"==== start: {' '.join(self.command())}\n".encode())
-            log.flush()
-            self._proc = subprocess.Popen(
-                self.command(),
-                cwd=self.directory,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        try:
-            self._wait_ready()
-        except BaseException:
-            self._kill9()
-            raise
+        super().start()
 
-    def _wait_ready(self) -> None:
-        assert self._proc is not None
-        deadline = time.monotonic() + START_TIMEOUT_S
-        last_error: Exception | None = None
-        while time.monotonic() < deadline:
-            code = self._proc.poll()
-            if code is not None:
-                raise BrokerProcessError(self._describe(f"exited with code {code} at start-up"))
-            try:
-                with Client(self.bootstrap, "gregor-pytest", timeout_s=2.0) as client:
-                    if client.metadata([]).brokers:
-                        return
-            except (ClientError, OSError) as e:
-                last_error = e
-            time.sleep(_POLL_S)
-        raise BrokerProcessError(
-            self._describe(f"not ready after {START_TIMEOUT_S:.0f}s ({last_error!r})")
-        )
+    def _ready(self) -> bool:
+        if self._port is None:
+            found = _LISTENING.search(self.start_output())
+            if found is None:
+                return False
+            self._port = int(found.group(1))
+        with Client(self.bootstrap, "gregor-harness", timeout_s=2.0) as client:
+            return bool(client.metadata([]).brokers)
 
-    def stop(self) -> None:
-        """SIGTERM and wait for the clean shutdown; SIGKILL and raise if it hangs."""
-        proc = self._proc
-        if proc is None or proc.poll() is not None:
-            return
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            self._kill9()
-            raise BrokerProcessError(
-                self._describe(f"did not exit within {STOP_TIMEOUT_S:.0f}s of SIGTERM")
-            ) from None
-
-    def restart(self) -> None:
-        """A clean stop and a start on the same port and data: every record stays."""
-        self.stop()
-        self.start()
+    def crash(self) -> None:
+        """kill -9: nothing flushed or closed; the broker stays down until ``start()``."""
+        self._kill9()
 
     def kill(self) -> None:
         """kill -9 (nothing flushed or closed), then a start that recovers the logs as after
@@ -145,17 +147,11 @@ class BrokerProcess:
         self._kill9()
         self.start()
 
-    def _kill9(self) -> None:
-        proc = self._proc
-        if proc is not None and proc.poll() is None:
-            proc.kill()
-            proc.wait()
-
     def create_topic(
         self, name: str, partitions: int = 1, config: dict[str, str] | None = None
     ) -> None:
         """Create a topic and return once Metadata shows a leader for every partition."""
-        with Client(self.bootstrap, "gregor-pytest") as client:
+        with Client(self.bootstrap, "gregor-harness") as client:
             try:
                 topics.create_topic(client, name, partitions, config=config)
             except ClientError as e:
@@ -170,34 +166,3 @@ class BrokerProcess:
                         return
                 time.sleep(_POLL_S)
         raise BrokerProcessError(f"topic {name!r} has no leaders after {START_TIMEOUT_S:.0f}s")
-
-    def log_tail(self, lines: int = 60) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except FileNotFoundError:
-            return f"(no log at {self.log_path})"
-        return "\n".join(text.splitlines()[-lines:])
-
-    def _describe(self, problem: str) -> str:
-        return f"gregor broker on {self.bootstrap} {problem}; log {self.log_path}:\n" + (
-            self.log_tail()
-        )
-
-    def close(self) -> None:
-        """Stop cleanly if running (kill -9 if that fails)."""
-        try:
-            self.stop()
-        finally:
-            self._kill9()
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()

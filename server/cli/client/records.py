@@ -268,10 +268,11 @@ def fetched_partitions(answer: Any) -> dict[TopicPartition, Any]:
     }
 
 
-def fetched_records(data: Any, position: int) -> tuple[list[Record], int]:
+def fetched_records(data: Any, position: int) -> tuple[list[tuple[Record, int]], int]:
     """The records of a fetched partition at or after ``position`` (control records and,
-    under read_committed, aborted transactions' records left out), and the position after
-    the last whole batch."""
+    under read_committed, aborted transactions' records left out), each with its batch's
+    timestamp type (CREATE_TIME or LOG_APPEND_TIME), and the position after the last whole
+    batch."""
     buf = data.records or b""
     try:
         headers = split_batches(buf, allow_partial_tail=True)
@@ -279,7 +280,7 @@ def fetched_records(data: Any, position: int) -> tuple[list[Record], int]:
         raise ClientError(f"corrupt fetch answer: {e}") from e
     aborted = sorted((a.first_offset, a.producer_id) for a in (data.aborted_transactions or ()))
     open_aborts: set[int] = set()
-    records: list[Record] = []
+    records: list[tuple[Record, int]] = []
     for header in headers:
         if header.next_offset <= position:
             continue
@@ -294,5 +295,9 @@ def fetched_records(data: Any, position: int) -> tuple[list[Record], int]:
             continue
         if header.is_transactional and header.producer_id in open_aborts:
             continue
-        records += [r for r in decode_records(buf, header) if r.offset >= position_before]
+        records += [
+            (r, header.timestamp_type)
+            for r in decode_records(buf, header)
+            if r.offset >= position_before
+        ]
     return records, position

@@ -1,7 +1,10 @@
-"""A real ZooKeeper server (Debian's zookeeperd jars) as a plain process for tests.
+"""A real ZooKeeper server (Debian's zookeeperd jars) as a child process, for a cluster's
+brokers (``cluster.py``) and tests of the ZooKeeper layer.
 
-Standalone, on a free 127.0.0.1 port, with its own zoo.cfg, data dir and log in the work
-dir; the admin server is off and only the ``ruok``/``srvr`` four-letter words are served.
+Standalone, with its own zoo.cfg, data dir and log in the work dir; the admin server is
+off and only the ``ruok``/``srvr`` four-letter words are served. ZooKeeper cannot be told
+port 0 (``clientPort=0`` reads as no client port), so its port is picked free and retried
+if taken before it binds (``process.py``); it is kept across restarts.
 """
 
 from __future__ import annotations
@@ -9,13 +12,9 @@ from __future__ import annotations
 import os
 import signal
 import socket
-import time
 from pathlib import Path
 
-from kazoo.client import KazooClient
-
-from compat_tests.broker import free_port
-from compat_tests.process import ServerProcess
+from gregor.server.harness.process import ServerProcess
 
 JAVA = os.environ.get("GREGOR_JAVA", "java")
 # zookeeper.jar's manifest names its dependencies; slf4j-simple sends its log to stderr.
@@ -34,33 +33,33 @@ class ZooKeeperError(RuntimeError):
 class ZooKeeperProcess(ServerProcess):
     """One standalone ZooKeeper; its port and data dir survive restart()."""
 
+    name = "zookeeper"
     error = ZooKeeperError
     log_tail_lines = 40
+    start_timeout_s = START_TIMEOUT_S
 
     def __init__(self, work_dir: Path) -> None:
-        self.work_dir = Path(work_dir)
+        super().__init__()
+        self.work_dir = self.cwd = Path(work_dir)
         self.data_dir = self.work_dir / "data"
         self.config_path = self.work_dir / "zoo.cfg"
         self.log_path = self.work_dir / "zookeeper.log"
-        self.port = free_port()
         self._paused = False
-        super().__init__()
 
     @property
     def connect(self) -> str:
-        """The ``zookeeper.connect`` string (no chroot)."""
+        """The ``zookeeper.connect`` string (no chroot; known once started)."""
         return f"127.0.0.1:{self.port}"
 
-    def start(self) -> None:
-        if self.running:
-            raise ZooKeeperError("zookeeper already running")
+    def command(self, port: int) -> list[str]:
+        """The command line, after writing the zoo.cfg it reads."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.config_path.write_text(
             "\n".join(
                 [
                     f"tickTime={TICK_MS}",
                     f"dataDir={self.data_dir}",
-                    f"clientPort={self.port}",
+                    f"clientPort={port}",
                     "clientPortAddress=127.0.0.1",
                     "minSessionTimeout=1000",
                     "maxSessionTimeout=60000",
@@ -76,7 +75,7 @@ class ZooKeeperProcess(ServerProcess):
                 ]
             )
         )
-        command = [
+        return [
             JAVA,
             "-Xmx256m",
             "-XX:+UseSerialGC",
@@ -89,8 +88,14 @@ class ZooKeeperProcess(ServerProcess):
             MAIN_CLASS,
             str(self.config_path),
         ]
+
+    def start(self) -> None:
         self._paused = False
-        self._launch(command, self.work_dir)
+        super().start()
+
+    def _ready(self) -> bool:
+        # "ruok" answers before the database is loaded; "srvr" only once serving.
+        return four_letter_word(self.port, "srvr").startswith("Zookeeper version")
 
     def stop(self) -> None:
         self.resume()  # a stopped process would not see the SIGTERM
@@ -118,34 +123,14 @@ class ZooKeeperProcess(ServerProcess):
         """End a client's session from the server side, as ZooKeeper's own tests do: join it
         with its (session id, password), then close it. The client's ephemeral znodes go at
         once; it sees its session expired when it next talks to the server."""
+        from kazoo.client import KazooClient
+
         twin = KazooClient(hosts=self.connect, client_id=client_id, timeout=10)
         twin.start(timeout=START_TIMEOUT_S)
         try:
             twin.stop()
         finally:
             twin.close()
-
-    def _describe(self, problem: str) -> str:
-        return f"zookeeper on {self.connect} {problem}; log {self.log_path}:\n{self.log_tail()}"
-
-    def _wait_ready(self) -> None:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        last_error: Exception | None = None
-        while time.monotonic() < deadline:
-            assert self._proc is not None
-            code = self._proc.poll()
-            if code is not None:
-                raise ZooKeeperError(self._describe(f"exited with code {code} during startup"))
-            try:
-                # "ruok" answers before the database is loaded; "srvr" only once serving.
-                if four_letter_word(self.port, "srvr").startswith("Zookeeper version"):
-                    return
-            except OSError as e:
-                last_error = e
-            time.sleep(0.1)
-        raise ZooKeeperError(
-            self._describe(f"not serving after {START_TIMEOUT_S}s ({last_error!r})")
-        )
 
 
 def four_letter_word(port: int, word: str, timeout: float = 2.0) -> str:

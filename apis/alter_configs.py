@@ -18,16 +18,18 @@ from kio.schema.errors import ErrorCode
 from gregor.apis.configs import check_own_broker_id
 from gregor.apis.context import NO_THROTTLE, RequestContext, Services, later, nested
 from gregor.controller.configs import (
-    BROKER,
-    DEFAULT_BROKER,
     DELETE,
-    GROUP,
-    TOPIC,
-    ConfigResource,
     apply_operations,
     base_key,
     broker_synonyms,
     check_broker_configs,
+)
+from gregor.controller.metadata.config_resource import (
+    BROKER,
+    DEFAULT_BROKER,
+    GROUP,
+    TOPIC,
+    ConfigResource,
 )
 from gregor.controller.topics import TopicError
 from gregor.wire.schema import response_type

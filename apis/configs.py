@@ -13,15 +13,17 @@ from gregor.apis.context import NO_THROTTLE, RequestContext, Services, build, ne
 from gregor.configdef import Type
 from gregor.controller.configs import (
     ALL_DYNAMIC_BROKER_KEYS,
-    BROKER,
     BROKER_KEYS,
-    DEFAULT_BROKER,
-    GROUP,
     GROUP_CONFIGS,
-    TOPIC,
-    ConfigResource,
     broker_key,
     broker_synonyms,
+)
+from gregor.controller.metadata.config_resource import (
+    BROKER,
+    DEFAULT_BROKER,
+    GROUP,
+    TOPIC,
+    ConfigResource,
 )
 from gregor.controller.topics import TopicError
 from gregor.log.config import TOPIC_CONFIGS, resolve_config

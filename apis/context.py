@@ -12,6 +12,7 @@ from functools import cache
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from kio.schema.errors import ErrorCode
+from kio.static.protocol import Entity
 
 if TYPE_CHECKING:
     from gregor.controller.base import Controller
@@ -114,7 +115,7 @@ class Services:
 
 
 @cache
-def field_names(cls: type) -> frozenset[str]:
+def field_names(cls: type[Entity]) -> frozenset[str]:
     return frozenset(cls.__dataclass_fields__)
 
 

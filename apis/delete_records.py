@@ -14,7 +14,7 @@ from kio.schema.errors import ErrorCode
 
 from gregor.apis.context import NO_THROTTLE, RequestContext, Services, build, nested
 from gregor.apis.errors import not_hosted
-from gregor.controller.topics import INTERNAL_TOPICS
+from gregor.controller.metadata.topic_names import INTERNAL_TOPICS
 from gregor.replica.errors import STORAGE_ERRORS, error_code
 from gregor.replica.partition import Partition
 from gregor.wire.schema import response_type

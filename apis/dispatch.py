@@ -16,6 +16,8 @@ from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any, Protocol
 
+from kio.static.protocol import Entity
+
 from gregor.apis import (
     alter_configs,
     alter_partition,
@@ -121,7 +123,7 @@ HANDLERS: dict[int, Handler] = {
 assert HANDLERS.keys() == versions.SUPPORTED.keys()
 
 # Hot-path requests decoded by hand-written codecs instead of the generic schema walk.
-FAST_DECODERS: dict[int, Callable[[int, bytes, int], Any]] = {
+FAST_DECODERS: dict[int, Callable[[int, bytes | bytearray, int], Any]] = {
     versions.PRODUCE: decode_produce_request,
     versions.FETCH: decode_fetch_request,
     versions.OFFSET_COMMIT: decode_offset_commit_request,
@@ -326,7 +328,7 @@ class Dispatcher:
         conn: Channel,
         correlation_id: int,
         flexible: bool,
-        response: Any,
+        response: RawResponse | Entity,
         throttle_ms: int = 0,
         timing: RequestTiming | None = None,
     ) -> None:
@@ -353,7 +355,7 @@ def _request_time_counts(api_key: int, body: Any) -> bool:
     return api_key not in _INTER_BROKER
 
 
-def _with_throttle(response: Any, delay_ms: int) -> Any:
+def _with_throttle(response: RawResponse | Entity, delay_ms: int) -> RawResponse | Entity:
     """The response with its throttle time set (responses without one are left alone)."""
     if isinstance(response, RawResponse):
         at = response.throttle_at

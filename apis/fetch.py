@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 def handle(
     services: Services, ctx: RequestContext, request: FetchRequest
-) -> RawResponse | asyncio.Future:
+) -> RawResponse | asyncio.Future[RawResponse]:
     version = ctx.api_version
     if version >= 13:
         _resolve(services, request)
@@ -119,6 +119,7 @@ def _resolve(services: Services, request: FetchRequest) -> None:
     broker does not know keeps an empty name (its partitions answer UNKNOWN_TOPIC_ID)."""
     names = services.metadata.topic_name
     for topic in request.topics:
+        # the decoder's plain str for TopicName (wire/fetch.py skips kio's phantom checks)
         topic.topic = names(topic.topic_id) or ""  # type: ignore[arg-type]
     for topic_id, indexes in request.forgotten_ids:
         name = names(topic_id)

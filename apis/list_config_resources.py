@@ -26,7 +26,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from gregor.apis.context import NO_THROTTLE, RequestContext, Services, build, nested
-from gregor.controller.configs import GROUP, TOPIC
+from gregor.controller.metadata.config_resource import GROUP, TOPIC
 from gregor.wire.schema import response_type
 from gregor.wire.versions import LIST_CONFIG_RESOURCES
 

@@ -21,7 +21,8 @@ from gregor.apis.groups import create_offsets_topic
 from gregor.apis.topics import new_topic
 from gregor.controller.base import NewTopic
 from gregor.controller.metadata.cache import TopicInfo
-from gregor.controller.topics import INTERNAL_TOPICS, TopicError, check_topic_name
+from gregor.controller.metadata.topic_names import INTERNAL_TOPICS
+from gregor.controller.topics import TopicError, check_topic_name
 from gregor.coordinator.records import OFFSETS_TOPIC
 from gregor.wire.schema import response_type
 from gregor.wire.versions import METADATA

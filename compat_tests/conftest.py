@@ -4,7 +4,8 @@ real broker process ("single") and against a 3-broker cluster on a real ZooKeepe
 (``-k single``, ``-k cluster`` select one).
 
 A module may set ``BROKER_OVERRIDES: dict[str, str]`` to pass server.properties overrides
-to its broker(s). A test that means one broker's process or files only is parametrised
+to its broker(s); modules of the same overrides share them (``process_pool``). A test that
+means one broker's process or files only is parametrised
 ``@pytest.mark.parametrize("broker", ["single"], indirect=True)``, with the reason.
 
 Each test marked ``compat(client, feature)`` (``compat_tests/matrix.py``) has its outcome
@@ -19,12 +20,14 @@ import os
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from compat_tests.broker import BrokerProcess, broker_kind
 from compat_tests.cluster import ClusterBroker
 from compat_tests.matrix import MARKER, RESULTS_PATH, Recorder
+from compat_tests.process_pool import ProcessPool
 from compat_tests.records import CLUSTER_CODECS
 
 CLUSTER_BROKERS = 3
@@ -34,17 +37,13 @@ MODES = ["single", "cluster"] if broker_kind() == "gregor" else ["single"]
 
 @pytest.fixture(scope="module", params=MODES)
 def broker(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[BrokerProcess]:
+    request: pytest.FixtureRequest, process_pool: ProcessPool
+) -> BrokerProcess | ClusterBroker:
+    """The module's broker, or cluster; shared with the modules of the same overrides."""
     overrides = getattr(request.module, "BROKER_OVERRIDES", None)
-    tmp_dir = tmp_path_factory.mktemp(request.param)
     if request.param == "cluster":
-        # Typed as the one broker whose interface it offers.
-        with ClusterBroker(tmp_dir, CLUSTER_BROKERS, overrides) as cluster:
-            yield cluster  # type: ignore[misc]
-        return
-    with BrokerProcess(tmp_dir, overrides) as proc:
-        yield proc
+        return process_pool.cluster_broker(overrides, CLUSTER_BROKERS)
+    return process_pool.broker(overrides)
 
 
 @pytest.fixture
@@ -105,6 +104,18 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
+    config = session.config
+    if hasattr(config, "workeroutput"):  # an xdist worker: its controller records
+        config.workeroutput[MARKER] = _RECORDER.collection()
+        return
     target = os.environ.get("GREGOR_COMPAT_RESULTS", str(RESULTS_PATH))
-    if target and broker_kind() == "gregor" and not session.config.option.collectonly:
+    if target and broker_kind() == "gregor" and not config.option.collectonly:
         _RECORDER.merge_into(Path(target))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """xdist's controller: what a worker collected (its reports come here one by one)."""
+    collection = getattr(node, "workeroutput", {}).get(MARKER)
+    if collection is not None:
+        _RECORDER.absorb(collection)

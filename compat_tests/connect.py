@@ -65,7 +65,10 @@ def file_sink(path: Path, topic: str) -> dict[str, str]:
 class ConnectWorker(ServerProcess):
     """One distributed worker with its own port (kept across restarts) and log file."""
 
+    name = "Connect worker"
     error = ConnectError
+    cwd = REPO_ROOT
+    start_timeout_s = START_TIMEOUT_S
 
     def __init__(
         self,
@@ -77,6 +80,7 @@ class ConnectWorker(ServerProcess):
     ) -> None:
         super().__init__()
         self.tmp_dir = Path(tmp_dir)
+        # Chosen now: the REST address names the worker in statuses before it starts.
         self.port = free_port()
         self.log_path = self.tmp_dir / f"connect-{self.port}.log"
         self.config = {
@@ -90,7 +94,6 @@ class ConnectWorker(ServerProcess):
             "status.storage.replication.factor": str(replication_factor),
             "key.converter": STRING_CONVERTER,
             "value.converter": STRING_CONVERTER,
-            "listeners": f"http://127.0.0.1:{self.port}",
             # The plugins' service manifests, not a scan of every jar: a faster start.
             "plugin.discovery": "service_load",
             **(overrides or {}),
@@ -105,15 +108,14 @@ class ConnectWorker(ServerProcess):
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self) -> None:
-        if self.running:
-            raise ConnectError("worker already running")
+    def command(self, port: int) -> list[str]:
         self.tmp_dir.mkdir(parents=True, exist_ok=True)
-        properties = self.tmp_dir / f"worker-{self.port}.properties"
-        properties.write_text("".join(f"{k}={v}\n" for k, v in self.config.items()))
+        properties = self.tmp_dir / f"worker-{port}.properties"
+        config = {**self.config, "listeners": f"http://127.0.0.1:{port}"}
+        properties.write_text("".join(f"{k}={v}\n" for k, v in config.items()))
         log4j = self.tmp_dir / "connect-log4j2.properties"
         log4j.write_text(LOG4J2)
-        command = [
+        return [
             "java",
             *JVM_FLAGS,
             f"-Dlog4j2.configurationFile={log4j}",
@@ -122,30 +124,12 @@ class ConnectWorker(ServerProcess):
             "org.apache.kafka.connect.cli.ConnectDistributed",
             str(properties),
         ]
-        self._launch(command, REPO_ROOT)
 
-    def _describe(self, problem: str) -> str:
-        return f"Connect worker {self.url} {problem}; log {self.log_path}:\n" + self.log_tail()
-
-    def _wait_ready(self) -> None:
+    def _ready(self) -> bool:
         """Ready when /health says the worker finished startup (joined its group, read
         the config topic) and can take requests."""
-        deadline = time.monotonic() + START_TIMEOUT_S
-        last = "no answer"
-        while time.monotonic() < deadline:
-            assert self._proc is not None
-            code = self._proc.poll()
-            if code is not None:
-                raise ConnectError(self._describe(f"exited with code {code} during startup"))
-            try:
-                status, body = self.rest("GET", "/health")
-                if status == 200:
-                    return
-                last = f"{status} {body}"
-            except OSError as e:
-                last = repr(e)
-            time.sleep(POLL_INTERVAL_S)
-        raise ConnectError(self._describe(f"not healthy after {START_TIMEOUT_S}s ({last})"))
+        status, _ = self.rest("GET", "/health")
+        return status == 200
 
     def rest(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         """One REST call; returns the HTTP status and the decoded JSON body (else the text)."""

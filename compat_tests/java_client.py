@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
 from pathlib import Path
 
 from compat_tests.broker import REPO_ROOT, BrokerProcess
@@ -65,7 +66,7 @@ def classpath() -> str:
     return f"{compiled(SOURCE, jar_cp)}{os.pathsep}{jar_cp}"
 
 
-def _command(
+def _args(
     command: str,
     bootstrap: str,
     topic: str,
@@ -81,7 +82,78 @@ def _command(
         args += ["--config", f"{key}={value}"]
     for key, value in (topic_configs or {}).items():
         args += ["--topic-config", f"{key}={value}"]
+    return args
+
+
+def _command(
+    command: str,
+    bootstrap: str,
+    topic: str,
+    options: dict[str, str | list[str]] | None,
+    configs: dict[str, str] | None,
+    topic_configs: dict[str, str] | None,
+) -> list[str]:
+    """The command line of a driver process of its own (one a test kills or streams from)."""
+    args = _args(command, bootstrap, topic, options, configs, topic_configs)
     return ["java", *JVM_FLAGS, "-cp", classpath(), "GregorClient", *args]
+
+
+class _Driver:
+    """A ``GregorClient serve`` JVM: it runs the commands sent to it one after another, so a
+    session starts the JVM and loads kafka-clients once instead of once per command."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            ["java", *JVM_FLAGS, "-cp", classpath(), "GregorClient", "serve"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            encoding="utf-8",
+        )
+
+    def call(self, args: list[str], stdin: str, timeout: float) -> dict:
+        """Run one command; its {"exit", "stdout", "stderr"}. Past ``timeout`` the JVM is
+        killed and this raises subprocess.TimeoutExpired, as subprocess.run does; if the JVM
+        dies, JavaClientError."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps({"args": args, "stdin": stdin}) + "\n")
+        self.proc.stdin.flush()
+        expired = threading.Event()
+
+        def expire() -> None:
+            expired.set()
+            self.proc.kill()
+
+        timer = threading.Timer(timeout, expire)
+        timer.start()
+        try:
+            answer = self.proc.stdout.readline()
+        finally:
+            timer.cancel()
+        if not answer:
+            self.proc.kill()
+            self.proc.wait()
+            if expired.is_set():
+                raise subprocess.TimeoutExpired(args, timeout)
+            raise JavaClientError(f"the driver JVM exited ({self.proc.returncode}) in {args[0]}")
+        return json.loads(answer)
+
+
+# Idle drivers; a thread that finds none starts another, so concurrent commands stay concurrent.
+_idle: list[_Driver] = []
+_idle_lock = threading.Lock()
+
+
+def _serve(args: list[str], stdin: str, timeout: float) -> dict:
+    with _idle_lock:
+        driver = _idle.pop() if _idle else None
+    if driver is None or driver.proc.poll() is not None:
+        driver = _Driver()
+    answer = driver.call(args, stdin, timeout)  # a timed-out driver is dead and not kept
+    with _idle_lock:
+        _idle.append(driver)
+    return answer
 
 
 def run(
@@ -95,17 +167,13 @@ def run(
     stdin: str = "",
     timeout: float = 120,
 ) -> list[dict]:
-    """Run one driver command; return its JSON output lines, raise on a non-zero exit."""
-    done = subprocess.run(
-        _command(command, bootstrap, topic, options, configs, topic_configs),
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    if done.returncode != 0:
-        stderr_tail = "\n".join(done.stderr.splitlines()[-30:])
+    """Run one driver command (in a shared driver JVM); return its JSON output lines, raise
+    on a non-zero exit."""
+    args = _args(command, bootstrap, topic, options, configs, topic_configs)
+    done = _serve(args, stdin, timeout)
+    lines = [json.loads(line) for line in done["stdout"].splitlines() if line.startswith("{")]
+    if done["exit"] != 0:
+        stderr_tail = "\n".join(done["stderr"].splitlines()[-30:])
         raise JavaClientError(f"{command} failed: {lines[-5:]}\nstderr:\n{stderr_tail}")
     return lines
 
@@ -129,7 +197,10 @@ def start(
 
 def create_topic(broker: BrokerProcess, topic: str, partitions: int) -> None:
     """Create a topic through the Java Admin, replicated as the broker(s) under test allow."""
-    options = {"partitions": str(partitions), "replication-factor": str(broker.replication_factor)}
+    options: dict[str, str | list[str]] = {
+        "partitions": str(partitions),
+        "replication-factor": str(broker.replication_factor),
+    }
     run("create-topic", broker.bootstrap, topic, options=options)
 
 

@@ -146,10 +146,19 @@ class Recorder:
         exist, so that no earlier result of it stands."""
         self.checks.pop(item.nodeid, None)
 
+    def collection(self) -> dict[str, Any]:
+        """What was collected, for ``absorb`` in another process (xdist's controller,
+        which collects nothing and gets every worker's reports)."""
+        return {"checks": self.checks, "modules": sorted(self.modules)}
+
+    def absorb(self, collection: dict[str, Any]) -> None:
+        for nodeid, pairs in collection["checks"].items():
+            self.checks[nodeid] = [(client, feature) for client, feature in pairs]
+        self.modules.update(collection["modules"])
+
     def report(self, report: pytest.TestReport) -> None:
-        """Setup, call and teardown reports: a test's outcome is its worst phase's."""
-        if report.nodeid not in self.checks:
-            return
+        """Setup, call and teardown reports: a test's outcome is its worst phase's. Kept
+        for every test: under xdist the collection arrives after the reports."""
         outcome = FAILED if report.failed else SKIPPED if report.skipped else PASSED
         previous = self.outcomes.get(report.nodeid, NOT_RUN)
         self.outcomes[report.nodeid] = max(previous, outcome, key=_WORSE.__getitem__)

@@ -40,12 +40,16 @@ BROKER_OVERRIDES = {
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
 }
 # Offsets committed twice a second; a dead worker's session ends in 3 s and the leader
-# hands its work to the others 1 s later (Kafka's defaults: 60 s, 10 s and 5 min).
+# hands its work to the others 1 s later (Kafka's defaults: 60 s, 10 s and 5 min). One
+# partition for the offsets and status topics (Kafka: 25 and 5): each worker start creates
+# them and reads every partition to its end, and the tests run one connector of each kind.
 WORKER_OVERRIDES = {
     "offset.flush.interval.ms": "500",
     "session.timeout.ms": "3000",
     "heartbeat.interval.ms": "500",
     "scheduled.rebalance.max.delay.ms": "1000",
+    "offset.storage.partitions": "1",
+    "status.storage.partitions": "1",
 }
 TIMEOUT = 60
 

@@ -34,11 +34,15 @@ from kafka.structs import OffsetAndMetadata
 
 from compat_tests.broker import BrokerProcess
 from compat_tests.confluent_admin import create_topic
+from compat_tests.group_checks import SESSION_OVERRIDES
 from compat_tests.matrix import compat
 
 # The releases the issue names: 2.6 and 3.9 (ZooKeeper era), 4.0 (what kafka-python's own
 # suite pins) and 4.1 (the release Gregor's version table follows).
 PINNED = [(2, 6), (3, 9), (4, 0), (4, 1)]
+# Each kafka-python test joins a new group twice: without this the first join of an empty
+# group waits Kafka's default group.initial.rebalance.delay.ms (3 s) each time.
+BROKER_OVERRIDES = SESSION_OVERRIDES
 PARTITIONS = 2
 FIRST, SECOND = 10, 4  # records before and after the first member commits
 RETENTION_MS = "3600000"
@@ -191,7 +195,8 @@ def test_kafka_python_pinned(
 # librdkafka's legacy protocol tables (src/rdkafka_feature.c, rd_kafka_get_legacy_ApiVersions)
 # cover these four releases; any other broker.version.fallback is "queryable".
 LEGACY_FALLBACK = "0.9.0"
-MESSAGE_TIMEOUT_MS = 5000
+# Long enough for the refused Produce to be sent and its connection closed (at once).
+MESSAGE_TIMEOUT_MS = 2000
 
 
 def refusals_by_broker(logs: BrokerLogs, api_key: int, version: int) -> list[int]:

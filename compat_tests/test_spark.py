@@ -31,6 +31,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from compat_tests.broker import REPO_ROOT, BrokerProcess
 from compat_tests.matrix import compat
+from compat_tests.process_pool import ProcessPool
 from compat_tests.records import (
     Rec,
     assert_round_trip,
@@ -69,9 +70,8 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    with BrokerProcess(tmp_path_factory.mktemp("spark-broker"), TXN_OVERRIDES) as proc:
-        yield proc
+def broker(process_pool: ProcessPool) -> BrokerProcess:
+    return process_pool.broker(TXN_OVERRIDES)
 
 
 @pytest.fixture
@@ -435,7 +435,9 @@ def test_streaming_query_through_partition_leader_loss(spark: SparkSession, tmp_
     for the dead leader waits default.api.timeout.ms (60 s) before Spark's retry asks the
     new one, as it would with Kafka: the source sets it to 10 s (and request.timeout.ms,
     which may not exceed it, to 5 s) to keep the test short."""
-    with Cluster(tmp_path / "cluster", 3, TXN_OVERRIDES) as cluster:
+    # The dead leader's partitions move once its ZooKeeper session expires: 4 s, not 6.
+    overrides = {**TXN_OVERRIDES, "zookeeper.session.timeout.ms": "4000"}
+    with Cluster(tmp_path / "cluster", 3, overrides) as cluster:
         topic = f"spark-leader-{uuid.uuid4().hex[:8]}"
         admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
         new = NewTopic(topic, 2, 3, config={"min.insync.replicas": "2"})

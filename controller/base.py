@@ -15,8 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from gregor.controller.configs import ConfigResource
 from gregor.controller.metadata.cache import MetadataCache, TopicInfo
+from gregor.controller.metadata.config_resource import ConfigResource
 from gregor.controller.quota_entities import QuotaConfigs, QuotaEntity
 from gregor.controller.topics import TopicError
 

@@ -1,6 +1,6 @@
-"""Config resources and their rules, shared by every controller and the config APIs:
-which keys each resource type takes, how incremental operations apply, and validation
-with Kafka's error codes and messages (KIP-226 dynamic broker configs, KIP-339
+"""The rules of config resources (metadata/config_resource.py), shared by every controller
+and the config APIs: which keys each resource type takes, how incremental operations apply,
+and validation with Kafka's error codes and messages (KIP-226 dynamic broker configs, KIP-339
 incremental alters, KIP-848 group configs)."""
 
 from __future__ import annotations
@@ -8,9 +8,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Container, Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote, unquote
 
 from kio.schema.errors import ErrorCode
 
@@ -24,54 +22,17 @@ from gregor.configdef import (
     invalid,
     one_of,
 )
+from gregor.controller.metadata.config_resource import BROKER, GROUP, TOPIC, ConfigResource
 from gregor.controller.topics import TopicError, check_configs
 from gregor.log.config import LOG_BROKER_KEYS, TOPIC_CONFIGS, LogConfig
 
 logger = logging.getLogger(__name__)
-
-# ConfigResource.Type ids
-TOPIC = 2
-BROKER = 4
-GROUP = 32
 
 # AlterConfigOp.OpType ids
 SET = 0
 DELETE = 1
 APPEND = 2
 SUBTRACT = 3
-
-# The resource name of the cluster-wide default broker configs.
-DEFAULT_BROKER = ""
-
-
-@dataclass(frozen=True, slots=True)
-class ConfigResource:
-    type: int
-    name: str
-
-    @property
-    def entity_path(self) -> str:
-        """Where Kafka's ZooKeeper layout keeps it, under /config (broker default:
-        `brokers/<default>`); groups are Gregor's own, ZooKeeper-era Kafka had none, with
-        their ids URL-encoded as Kafka's Sanitizer does client ids (they may hold '/'; dots
-        too, since "." and ".." are not znode names)."""
-        if self.type == TOPIC:
-            return f"topics/{self.name}"
-        if self.type == BROKER:
-            return f"brokers/{self.name or '<default>'}"
-        return f"groups/{quote(self.name, safe='').replace('.', '%2E')}"
-
-    @classmethod
-    def from_entity_path(cls, path: str) -> ConfigResource | None:
-        kind, _, name = path.partition("/")
-        resource_type = {"topics": TOPIC, "brokers": BROKER, "groups": GROUP}.get(kind)
-        if resource_type is None or not name:
-            return None
-        if resource_type == BROKER and name == "<default>":
-            name = DEFAULT_BROKER
-        elif resource_type == GROUP:
-            name = unquote(name)
-        return cls(resource_type, name)
 
 
 # The broker key of each topic config that has one, highest precedence first (Kafka's

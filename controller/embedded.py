@@ -39,8 +39,10 @@ from gregor.controller.base import (
     Reassignment,
     TopicPartition,
 )
-from gregor.controller.configs import TOPIC, ConfigResource, check_config_change
+from gregor.controller.configs import check_config_change
 from gregor.controller.metadata.cache import BrokerInfo, MetadataCache, PartitionInfo, TopicInfo
+from gregor.controller.metadata.config_resource import TOPIC, ConfigResource
+from gregor.controller.metadata.topic_names import INTERNAL_TOPICS
 from gregor.controller.metadata_log import Change, MetadataStore
 from gregor.controller.quota_entities import (
     QuotaConfigs,
@@ -49,7 +51,6 @@ from gregor.controller.quota_entities import (
     parse_entity_path,
 )
 from gregor.controller.topics import (
-    INTERNAL_TOPICS,
     TopicError,
     check_assignments,
     check_configs,
@@ -112,7 +113,7 @@ class EmbeddedController(Controller):
         state = self._store.state
         self.cache = MetadataCache(state.get("cluster_id") or _new_cluster_id(), broker.node_id)
         self.cache.brokers[broker.node_id] = broker
-        self._next_producer_id = state.get("producer_id_block_end", 0)
+        self._next_producer_id: int = state.get("producer_id_block_end", 0)
         self._producer_id_block_end = self._next_producer_id
         self._quotas: QuotaConfigs = {
             entity: {k: float(v) for k, v in values.items()}

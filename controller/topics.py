@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
+from gregor.controller.metadata.topic_names import INTERNAL_TOPICS, unify_collision_chars
 from gregor.log.config import validate_topic_configs
 from gregor.wire.errors import KafkaError
 
@@ -17,7 +18,6 @@ if TYPE_CHECKING:
 
 MAX_NAME_LENGTH = 249
 _LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 
 
 class TopicError(KafkaError):
@@ -42,10 +42,6 @@ def check_topic_name(name: str) -> None:
             f"Topic name {name!r} is illegal, it contains a character other than "
             "ASCII alphanumerics, '.', '_' and '-'",
         )
-
-
-def unify_collision_chars(name: str) -> str:
-    return name.replace(".", "_")
 
 
 def collision_error(name: str, existing: str) -> TopicError:

@@ -28,13 +28,10 @@ from gregor.controller.base import (
     Reassignment,
     TopicPartition,
 )
-from gregor.controller.configs import (
-    BROKER,
-    DEFAULT_BROKER,
-    ConfigResource,
-    check_config_change,
-)
+from gregor.controller.configs import check_config_change
 from gregor.controller.metadata.cache import MetadataCache, PartitionInfo, TopicInfo
+from gregor.controller.metadata.config_resource import BROKER, DEFAULT_BROKER, ConfigResource
+from gregor.controller.metadata.topic_names import INTERNAL_TOPICS
 from gregor.controller.quota_entities import (
     QuotaConfigs,
     QuotaEntity,
@@ -44,7 +41,6 @@ from gregor.controller.quota_entities import (
     with_quotas,
 )
 from gregor.controller.topics import (
-    INTERNAL_TOPICS,
     TopicError,
     check_assignments,
     check_configs,
@@ -219,10 +215,12 @@ class ZkBroker:
                     continue
                 self._last_config_change = sequence
                 path = await self.zk.config_change(name)
-                if path is not None and parse_entity_path(path) is not None:
+                if path is None:
+                    continue
+                if parse_entity_path(path) is not None:
                     reread_quotas = True
                     continue
-                resource = None if path is None else ConfigResource.from_entity_path(path)
+                resource = ConfigResource.from_entity_path(path)
                 if resource is None:
                     continue
                 if resource.type == BROKER and resource.name not in (

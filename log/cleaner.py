@@ -229,19 +229,19 @@ def _headers(mm: mmap.mmap | bytes, size: int) -> Iterator[BatchHeader]:
     of them at the end, so walking a segment costs the worker a few MB of resident memory
     whatever its size."""
     pos = released = 0
-    release = isinstance(mm, mmap.mmap)
+    mapped = mm if isinstance(mm, mmap.mmap) else None  # an empty segment is b""
     while pos + BATCH_HEADER_SIZE <= size:
         h = parse_header(mm, pos)
         if pos + h.size > size:
             raise CorruptRecordError(f"batch at position {pos} runs past the segment end")
         yield h
         pos += h.size
-        if release and pos - released >= _RELEASE_EVERY:
+        if mapped is not None and pos - released >= _RELEASE_EVERY:
             upto = pos - pos % mmap.PAGESIZE
-            mm.madvise(mmap.MADV_DONTNEED, released, upto - released)
+            mapped.madvise(mmap.MADV_DONTNEED, released, upto - released)
             released = upto
-    if release and size:
-        mm.madvise(mmap.MADV_DONTNEED)
+    if mapped is not None and size:
+        mapped.madvise(mmap.MADV_DONTNEED)
 
 
 def control_type(records: list[Fields]) -> int | None:
@@ -252,7 +252,8 @@ def control_type(records: list[Fields]) -> int | None:
     key = records[0][6]
     if key is None or len(key) < CONTROL_KEY.size:
         return -1
-    return CONTROL_KEY.unpack_from(key)[1]
+    kind: int = CONTROL_KEY.unpack_from(key)[1]
+    return kind
 
 
 def build_offset_map(

@@ -26,6 +26,7 @@ from pathlib import Path
 import anyio
 
 from gregor._paths import set_child_pythonpath
+from gregor.configdef import LONG_MAX
 from gregor.log.checkpoint import read_checkpoint, write_checkpoint
 from gregor.log.cleaner import (
     CleanResult,
@@ -35,7 +36,6 @@ from gregor.log.cleaner import (
     crash_point,
     frame,
 )
-from gregor.log.config import LONG_MAX
 from gregor.log.errors import KafkaStorageError
 from gregor.log.log import Log, largest_timestamp
 from gregor.log.manager import LogManager, TopicPartition

@@ -14,7 +14,8 @@ from typing import Protocol
 
 
 class Closable(Protocol):
-    pinned: bool
+    @property
+    def pinned(self) -> bool: ...
 
     def go_cold(self) -> None: ...
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from kio.schema.errors import ErrorCode
 
-from gregor.controller.topics import INTERNAL_TOPICS
+from gregor.controller.metadata.topic_names import INTERNAL_TOPICS
 from gregor.log.validator import CODEC_BY_NAME, Budget, RecordErrors, Validated, validate
 from gregor.replica.delayed_produce import ReplicationWait
 from gregor.replica.errors import STORAGE_ERRORS, error_code
@@ -187,7 +187,7 @@ def _write(
             if end is not None and acks == -1:
                 wait = ReplicationWait(append.partition, end)
                 if wait.check(replicas.is_current):  # already replicated
-                    append.result.error_code = wait.error
+                    append.result.error_code = wait.outcome
                 else:
                     waits.append((append.result, wait))
         if not waits:
@@ -195,7 +195,7 @@ def _write(
 
         def replicated() -> R:
             for result, wait in waits:
-                result.error_code = wait.error
+                result.error_code = wait.outcome
             return respond(results, appends)
 
         return replicas.wait_for_replication(
@@ -233,8 +233,8 @@ def _write(
 def _forward(done: asyncio.Future[R], response: asyncio.Future[R]) -> None:
     if done.cancelled():
         response.cancel()
-    elif done.exception() is not None:
-        response.set_exception(done.exception())  # type: ignore[arg-type]
+    elif (exc := done.exception()) is not None:
+        response.set_exception(exc)
     else:
         response.set_result(done.result())
 

@@ -188,7 +188,7 @@ class SessionFetch(DelayedOperation[R]):
             return self.force_complete()
         for topic in topics:
             for p in topic.partitions:
-                records = p.records
+                records = p.records  # never None here: a read sets b"" or a region
                 size = len(records) if isinstance(records, bytes) else records.size  # type: ignore[union-attr]
                 tp = (topic.name, p.index)
                 self._total += size - self._available.get(tp, 0)

@@ -43,6 +43,11 @@ class ReplicationWait:
             self.error = ErrorCode.none if enough else ErrorCode.not_enough_replicas_after_append
         return self.error is not None
 
+    @property
+    def outcome(self) -> ErrorCode:
+        """The error to answer with: the decided one, REQUEST_TIMED_OUT if undecided."""
+        return self.error if self.error is not None else ErrorCode.request_timed_out
+
 
 class DelayedProduce(DelayedOperation[R]):
     def __init__(

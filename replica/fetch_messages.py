@@ -179,7 +179,7 @@ def _settle(
         cached = session.partitions.get(key)
         if cached is None or key in session.dirty:
             continue
-        records = p.records
+        records = p.records  # never None here: a read sets b"" or a region
         size = len(records) if isinstance(records, bytes) else records.size  # type: ignore[union-attr]
         partition = replicas.get(name, index)
         if (

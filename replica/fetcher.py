@@ -20,10 +20,12 @@ import logging
 import zlib
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v12 import request as fetch_v12
+from kio.schema.types import BrokerId, TopicName
+from kio.static.primitive import i8, i32, i32Timedelta, i64
 
 from gregor.replica.partition import Partition
 from gregor.replica.state import ReplicationConfig
@@ -157,7 +159,7 @@ class Fetcher:
         longer fetched are forgotten."""
         config = self._config
         session = self._session
-        topics: dict[str, list[Any]] = {}
+        topics: dict[str, list[fetch_v12.FetchPartition]] = {}
         sent: dict[TopicPartition, tuple[int, int]] = {}
         fetched: dict[TopicPartition, _Fetched] = {}
         for state in ready:
@@ -174,33 +176,36 @@ class Fetcher:
             )
             if session.id and session.partitions.get(tp) == now:
                 continue
+            # Declared (cast), not checked as kio's phantom types would be: per partition the
+            # checks would cost more than the rest, and a log's offsets and epochs are in range.
             topics.setdefault(p.topic, []).append(
                 fetch_v12.FetchPartition(
-                    partition=p.index,
-                    current_leader_epoch=now[1],
-                    fetch_offset=offset,
-                    last_fetched_epoch=now[2],
-                    log_start_offset=now[3],
-                    partition_max_bytes=config.fetch_max_bytes,
+                    partition=cast(i32, p.index),
+                    current_leader_epoch=cast(i32, now[1]),
+                    fetch_offset=cast(i64, offset),
+                    last_fetched_epoch=cast(i32, now[2]),
+                    log_start_offset=cast(i64, now[3]),
+                    partition_max_bytes=cast(i32, config.fetch_max_bytes),
                 )
             )
-        forgotten: dict[str, list[int]] = {}
+        forgotten: dict[str, list[i32]] = {}
         if session.id:
             for topic, index in session.partitions.keys() - fetched.keys():
-                forgotten.setdefault(topic, []).append(index)
+                forgotten.setdefault(topic, []).append(i32(index))
         request = fetch_v12.FetchRequest(
-            replica_id=self._replicas.broker_id,
-            max_wait=datetime.timedelta(milliseconds=config.fetch_wait_max_ms),
-            min_bytes=config.fetch_min_bytes,
-            max_bytes=config.fetch_response_max_bytes,
-            isolation_level=0,
-            session_id=session.id,
-            session_epoch=session.epoch,
+            replica_id=BrokerId(self._replicas.broker_id),
+            max_wait=i32Timedelta.parse(datetime.timedelta(milliseconds=config.fetch_wait_max_ms)),
+            min_bytes=i32(config.fetch_min_bytes),
+            max_bytes=i32(config.fetch_response_max_bytes),
+            isolation_level=i8(0),
+            session_id=i32(session.id),
+            session_epoch=i32(session.epoch),
             topics=tuple(
-                fetch_v12.FetchTopic(topic=t, partitions=tuple(ps)) for t, ps in topics.items()
+                fetch_v12.FetchTopic(topic=TopicName(t), partitions=tuple(ps))
+                for t, ps in topics.items()
             ),
             forgotten_topics_data=tuple(
-                fetch_v12.ForgottenTopic(topic=t, partitions=tuple(ps))
+                fetch_v12.ForgottenTopic(topic=TopicName(t), partitions=tuple(ps))
                 for t, ps in forgotten.items()
             ),
             rack_id="",

@@ -16,15 +16,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
-from gregor.controller.metadata.cache import MetadataCache, PartitionInfo
 from gregor.log.config import LogConfig
 from gregor.log.errors import KafkaStorageError, LogError
 from gregor.log.log import AppendResult
@@ -47,7 +46,12 @@ from gregor.replica.state import (
     StopReplicaState,
 )
 
+if TYPE_CHECKING:
+    from gregor.controller.metadata.cache import MetadataCache, PartitionInfo
+
 logger = logging.getLogger(__name__)
+
+R = TypeVar("R")
 
 TopicPartition = tuple[str, int]
 # ISR changes of many partitions, sent in one AlterPartition -> per proposal, the committed
@@ -401,11 +405,11 @@ class ReplicaManager:
             if isinstance(answer, asyncio.Future):
                 await answer
         for marker, wait in waits:
-            marker.error = wait.error if wait.error is not None else ErrorCode.request_timed_out
+            marker.error = wait.outcome
 
     def wait_for_replication(
-        self, waits: list[ReplicationWait], timeout_ms: int, respond: Callable[[], Any]
-    ) -> Any:
+        self, waits: list[ReplicationWait], timeout_ms: int, respond: Callable[[], R]
+    ) -> R | asyncio.Future[R]:
         """acks=all: ``respond()`` once every partition's high watermark covers its append
         (each wait's ``error`` then says how it ended), now or from the produce purgatory."""
         delayed = DelayedProduce(waits, self.is_current, respond)
@@ -540,8 +544,8 @@ class ReplicaManager:
         partition.maybe_advance_high_watermark()
         self._on_data((partition.topic, partition.index))
 
-    def _spawn(self, work: Awaitable[None]) -> None:
-        task = asyncio.get_running_loop().create_task(work)  # type: ignore[arg-type]
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 

@@ -137,7 +137,7 @@ class Partition:
 
     # -- leader: appends, follower fetches, the high watermark and the ISR ------------------
     def append_as_leader(
-        self, records: bytes, now_ms: int, *, origin_client: bool = True
+        self, records: bytes | bytearray | memoryview, now_ms: int, *, origin_client: bool = True
     ) -> AppendResult:
         result = self.log.append_as_leader(
             records, leader_epoch=self.leader_epoch, now_ms=now_ms, origin_client=origin_client

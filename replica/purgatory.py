@@ -54,6 +54,7 @@ class Condition(DelayedOperation[T]):
         return self._try_complete(False)
 
     def force_complete(self) -> T:
+        # Forced, the function answers (its contract): never None, which its type allows.
         return self._try_complete(True)  # type: ignore[return-value]
 
 

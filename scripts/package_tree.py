@@ -5,14 +5,14 @@ mapping (pyproject.toml): `gregor.wire` is `wire/`. Installed editable, that map
 in an import hook, which import-linter's graph builder and mypy never run: they look for
 `gregor/wire/` on disk. This writes `.cache/package-tree/gregor/` (the repository's `gregor/`
 files, plus one symlink per mapped folder) and prints the directory to put first on their
-search path. Rebuilt on every run, so a module added or removed is seen at once.
+search path. Brought up to date on every run, so a module added or removed is seen at once.
 
     .venv/bin/python scripts/package_tree.py     # -> /path/to/repo/.cache/package-tree
 """
 
 from __future__ import annotations
 
-import shutil
+import os
 import tomllib
 from pathlib import Path
 
@@ -21,23 +21,35 @@ TREE = REPO / ".cache" / "package-tree"
 
 
 def build(repo: Path = REPO, tree: Path = TREE) -> Path:
-    """Write the symlink tree under `tree` and return `tree`."""
+    """Bring the symlink tree under `tree` up to date and return `tree`."""
     setuptools = tomllib.loads((repo / "pyproject.toml").read_text())["tool"]["setuptools"]
     mapping: dict[str, str] = setuptools["package-dir"]
-    shutil.rmtree(tree, ignore_errors=True)
-    # Parents before children: `gregor` is a real directory holding links to its own files,
-    # so the mapped folders can sit in it beside them.
-    for package in sorted(mapping, key=lambda name: name.count(".")):
-        source = repo / mapping[package]
+    # link -> what it points to. `gregor` is a real directory holding links to its own
+    # files, so the mapped folders can sit in it beside them.
+    links: dict[Path, Path] = {}
+    for package, folder in mapping.items():
+        source = repo / folder
         target = tree / package.replace(".", "/")
         if "." not in package:
-            target.mkdir(parents=True)
             for entry in source.iterdir():
                 if entry.name != "__pycache__":
-                    (target / entry.name).symlink_to(entry)
+                    links[target / entry.name] = entry
         else:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.symlink_to(source, target_is_directory=True)
+            links[target] = source
+    # Updated in place, never removed and rebuilt: another run of the checks (a colleague's,
+    # in the same checkout) may be reading the tree right now.
+    for directory in sorted({link.parent for link in links}):
+        directory.mkdir(parents=True, exist_ok=True)
+        for entry in directory.iterdir():
+            if entry.is_symlink() and entry not in links:  # its file was removed
+                entry.unlink(missing_ok=True)
+    for link, source in links.items():
+        if link.is_symlink() and link.readlink() == source:
+            continue
+        fresh = link.with_name(f".{link.name}.{os.getpid()}")
+        fresh.unlink(missing_ok=True)
+        fresh.symlink_to(source, target_is_directory=source.is_dir())
+        os.replace(fresh, link)  # atomic: a reader sees the old link or the new one
     return tree
 
 

@@ -7,23 +7,26 @@ import dataclasses
 import logging
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import anyio
 from kio.schema.add_partitions_to_txn.v4.request import AddPartitionsToTxnRequest
 from kio.schema.errors import ErrorCode
+from kio.schema.types import BrokerId
 from kio.schema.write_txn_markers.v1.request import WriteTxnMarkersRequest
+from kio.static.primitive import i64
 
 from gregor.apis.context import Services, nested
 from gregor.apis.dispatch import Dispatcher
 from gregor.apis.write_txn_markers import write_txn_markers
 from gregor.configdef import LONG_MAX
 from gregor.controller.base import Controller
-from gregor.controller.configs import BROKER, TOPIC, ConfigResource, effective_value
+from gregor.controller.configs import effective_value
 from gregor.controller.embedded import EmbeddedController
 from gregor.controller.metadata.cache import BrokerInfo, MetadataCache, TopicInfo
+from gregor.controller.metadata.config_resource import BROKER, TOPIC, ConfigResource
 from gregor.controller.zk_broker import ZkBroker
 from gregor.controller.zk_controller.config import ControllerConfig
 from gregor.controller.zk_controller.controller import ZkController
@@ -452,7 +455,8 @@ class Broker:
                     response = await self.controller_client.send(
                         controller,
                         ControlledShutdownRequest(
-                            broker_id=self.broker_id, broker_epoch=self.cluster.broker_epoch
+                            broker_id=BrokerId(self.broker_id),
+                            broker_epoch=i64(self.cluster.broker_epoch),
                         ),
                         CONTROLLED_SHUTDOWN_VERSION,
                     )
@@ -531,12 +535,12 @@ class Broker:
                     self.embedded.path,
                     path,
                 )
-        for topic in cache.topics.values():
-            missing = [i for i in topic.partitions if self.logs.get(topic.name, i) is None]
+        for info in cache.topics.values():
+            missing = [i for i in info.partitions if self.logs.get(info.name, i) is None]
             if missing:
                 logger.warning(
                     "The logs of %s partition(s) %s are missing: they start empty",
-                    topic.name,
+                    info.name,
                     missing,
                 )
 
@@ -580,7 +584,7 @@ class Broker:
             return self.config[name] if parsed is None else parsed
 
         try:
-            overrides = self.config.per_ip_overrides
+            overrides: Mapping[str, int] = self.config.per_ip_overrides
             if props.get("max.connections.per.ip.overrides") != self.config.raw.get(
                 "max.connections.per.ip.overrides"
             ):
@@ -729,7 +733,7 @@ class Broker:
             self.logs.finish_jobs(jobs)
 
     @staticmethod
-    async def _every(interval_ms: int, work: Callable[[int], None]) -> None:
+    async def _every(interval_ms: int, work: Callable[[int], object]) -> None:
         while True:
             await anyio.sleep(max(interval_ms, 10) / 1000)
             try:

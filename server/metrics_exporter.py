@@ -317,8 +317,11 @@ def reference_families(
         yield from _scalar_families(state)
         for suffix, doc, field in _LOG_GAUGES:
             family = _log_family(suffix, doc)
-            for log in state.logs:
-                family.add_metric([log.topic, str(log.partition)], log[field])
+            logs = state.logs
+            for topic, partition, value in zip(
+                logs.topics, logs.partitions, logs.column(field), strict=True
+            ):
+                family.add_metric([topic, str(partition)], value)
             yield family
         offsets = GaugeMetricFamily(
             "kafka_consumergroup_current_offset", _OFFSETS_DOC, labels=_GROUP_LABELS
@@ -471,26 +474,26 @@ async def build(
     totals = list(metrics.all_topics)
     topics = sorted(metrics.topics.items())
     for name, index, doc in _TOPIC_COUNTERS:
-        head = CounterMetricFamily(name, doc, labels=["topic"])
-        head.add_metric([], totals[index])
-        await _bulk(exposition, head, _topic_lines(name, index, topics))
+        counter = CounterMetricFamily(name, doc, labels=["topic"])
+        counter.add_metric([], totals[index])
+        await _bulk(exposition, counter, _topic_lines(name, index, topics))
     await pause()
     seen = _request_copies(metrics.request_types())
     exposition.families(_requests_family(seen))
     for i in range(len(TIMES)):
-        head = _time_family(i)
-        await _bulk(exposition, head, _histogram_lines(head.name, i, seen))
+        histogram = _time_family(i)
+        await _bulk(exposition, histogram, _histogram_lines(histogram.name, i, seen))
     if state is not None:
         exposition.families(*_scalar_families(state))
         for suffix, doc, field in _LOG_GAUGES:
-            head = _log_family(suffix, doc)
-            await _bulk(exposition, head, _log_lines(head.name, field, state.logs))
+            gauge = _log_family(suffix, doc)
+            await _bulk(exposition, gauge, _log_lines(gauge.name, field, state.logs))
         for name, doc, lag in (
             ("kafka_consumergroup_current_offset", _OFFSETS_DOC, False),
             ("kafka_consumergroup_lag", _LAG_DOC, True),
         ):
-            head = GaugeMetricFamily(name, doc, labels=_GROUP_LABELS)
-            await _bulk(exposition, head, _group_lines(name, lag, state.group_offsets))
+            gauge = GaugeMetricFamily(name, doc, labels=_GROUP_LABELS)
+            await _bulk(exposition, gauge, _group_lines(name, lag, state.group_offsets))
     await pause()
     exposition.families(*_endpoint_families(endpoint_counts()))
     for collector in collectors:
@@ -847,7 +850,8 @@ class MetricsEndpoint:
         method, target, minor = _parse_request_line(line)
         headers: dict[str, str] = {}
         size = len(line)
-        for count in itertools.count():
+        count = 0
+        while True:
             try:
                 line = await asyncio.wait_for(reader.readuntil(b"\n"), deadline - time.monotonic())
             except asyncio.LimitOverrunError:
@@ -858,6 +862,7 @@ class MetricsEndpoint:
             if line in (b"\r\n", b"\n"):
                 return _Request(method, target, minor, headers)
             _parse_header(line, headers)
+            count += 1
 
     async def _answer(self, request: _Request, writer: asyncio.StreamWriter) -> bool:
         """Answer one request; whether the connection stays open."""
@@ -871,17 +876,18 @@ class MetricsEndpoint:
             limited_log.log(
                 "method", logging.INFO, "Metrics request with method %.20r: 405", request.method
             )
-            body = f"# HTTP 405 Method Not Allowed: {request.method}; use OPTIONS or GET\n"
+            text = f"# HTTP 405 Method Not Allowed: {request.method}; use OPTIONS or GET\n"
+            message = text.encode()
             headers = [("Allow", _ALLOW), ("Content-Type", "text/plain; charset=utf-8")]
-            head = _response_head(405, headers, len(body), minor, keep)
-            return await self._send(writer, [head, body.encode()]) and keep
+            head = _response_head(405, headers, len(message), minor, keep)
+            return await self._send(writer, [head, message]) and keep
         if path != "/metrics":
             self.bad_requests += 1
             limited_log.log("path", logging.INFO, "Metrics request for %.60r: 404", path)
-            body = b"404 Not Found: metrics are at /metrics\n"
+            message = b"404 Not Found: metrics are at /metrics\n"
             headers = [("Content-Type", "text/plain; charset=utf-8")]
-            head = _response_head(404, headers, len(body), minor, keep)
-            return await self._send(writer, [head, body]) and keep
+            head = _response_head(404, headers, len(message), minor, keep)
+            return await self._send(writer, [head, message]) and keep
         try:
             _, content_type = choose_encoder(request.headers.get("accept", ""))
         except Exception:  # e.g. version=abc: prometheus_client compares it to numbers

@@ -187,16 +187,15 @@ async def read_state(
                 if len(p.isr) < len(p.replicas):
                     under_replicated += 1
                 if active_controller and log_offline(topic, index):
-                    info = cache.topics.get(topic)
-                    partition = info.partitions.get(index) if info is not None else None
-                    if partition is not None and cache.live_leader(partition) is not None:
+                    led = cache.partition(topic, index)
+                    if led is not None and cache.live_leader(led) is not None:
                         offline_logs += 1  # led here, its log offline: offline too
     offline = offline_logs
     if active_controller:
         done = 0
         for topic_info in list(cache.topics.values()):
-            for info in list(topic_info.partitions.values()):
-                if cache.live_leader(info) is None:
+            for partition_info in list(topic_info.partitions.values()):
+                if cache.live_leader(partition_info) is None:
                     offline += 1
                 done += 1
                 if done % STEP == 0:
@@ -205,15 +204,15 @@ async def read_state(
     done = 0
     for group in list(groups.values()):
         for (topic, index), committed in list(group.offsets.items()):
-            partition = hosted.get(topic, {}).get(index)
-            if partition is not None:
+            hosted_partition = hosted.get(topic, {}).get(index)
+            if hosted_partition is not None:
                 group_offsets.append(
                     GroupOffset(
                         group.group_id,
                         topic,
                         index,
                         committed.offset,
-                        partition.high_watermark - committed.offset,
+                        hosted_partition.high_watermark - committed.offset,
                     )
                 )
             done += 1

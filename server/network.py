@@ -584,7 +584,8 @@ class Connection(asyncio.BufferedProtocol):
         while queue:
             part = queue[0]
             if isinstance(part, bytes):
-                pending.append(queue.popleft())
+                pending.append(part)
+                queue.popleft()
                 continue
             if pending:
                 transport.writelines(pending)
@@ -1001,7 +1002,8 @@ def _listening_sockets(host: str, port: int, receive_buffer: int) -> list[socket
             except OSError as e:
                 raise OSError(
                     e.errno,
-                    f"cannot listen on {address[0]}:{address[1]}: {(e.strerror or str(e)).lower()}",
+                    f"cannot listen on {address[0]}:{address[1]!s}: "
+                    f"{(e.strerror or str(e)).lower()}",
                 ) from None
             sock.listen(512)
             sock.setblocking(False)

@@ -131,9 +131,6 @@ def throttle_ms(rate: float, bound: float, span_ms: int) -> int:
     return round((rate - bound) / bound * span_ms)
 
 
-_UNRESOLVED = object()
-
-
 @dataclass(slots=True)
 class _Sensor:
     rate: Rate
@@ -234,8 +231,9 @@ class ClientQuotaManager:
         """How long the client's quota group stays throttled (0: not throttled). Every
         connection of the group is muted that long, new ones too: a client cannot shed
         its throttle by reconnecting. Looking up creates no rate."""
-        sensor = self._resolved.get((user, client_id), _UNRESOLVED)
-        if sensor is _UNRESOLVED:  # not seen yet: its group may have been (a shared quota)
+        try:
+            sensor = self._resolved[(user, client_id)]
+        except KeyError:  # not seen yet: its group may have been (a shared quota)
             found = self._resolve(sanitize(user), sanitize(client_id or ""))
             sensor = None if found is None else self._sensors.get(found[0])
         if sensor is None:

@@ -1,4 +1,6 @@
-"""Fixtures shared by the raw-protocol tests; each module starts its own ``broker``."""
+"""Fixtures shared by the raw-protocol tests; a module's ``broker`` (or ``cluster``) comes
+from ``process_pool`` (``compat_tests/process_pool.py``), shared by modules of the same
+overrides."""
 
 from __future__ import annotations
 

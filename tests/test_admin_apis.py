@@ -30,6 +30,7 @@ from tests.kafka_wire import WireClient, create_topic
 from tests.test_api_behaviour import TIMEOUT, fetch, produce, records
 
 
+# A broker of its own (not process_pool's): the tests find its log dirs in its directory.
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     base = tmp_path_factory.mktemp("admin")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +12,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from compat_tests.broker import BrokerProcess
+from compat_tests.process_pool import ProcessPool
 from gregor.apis.context import build, nested
 from gregor.wire.records import build_batch, decode_records, split_batches
 from gregor.wire.schema import request_type
@@ -31,9 +31,8 @@ TIMEOUT = datetime.timedelta(seconds=5)
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    with BrokerProcess(tmp_path_factory.mktemp("api"), {"message.max.bytes": "20000"}) as b:
-        yield b
+def broker(process_pool: ProcessPool) -> BrokerProcess:
+    return process_pool.broker({"message.max.bytes": "20000"})
 
 
 def produce(

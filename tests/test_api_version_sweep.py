@@ -49,6 +49,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from compat_tests.broker import BrokerProcess
+from compat_tests.process_pool import ProcessPool
 from gregor.apis.context import nested
 from gregor.wire import versions as v
 from gregor.wire.records import build_batch
@@ -185,14 +186,14 @@ class State:
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    overrides = {
-        "group.initial.rebalance.delay.ms": "0",
-        "offsets.topic.num.partitions": "3",
-        "transaction.state.log.num.partitions": "3",
-    }
-    with BrokerProcess(tmp_path_factory.mktemp("sweep"), overrides) as b:
-        yield b
+def broker(process_pool: ProcessPool) -> BrokerProcess:
+    return process_pool.broker(
+        {
+            "group.initial.rebalance.delay.ms": "0",
+            "offsets.topic.num.partitions": "3",
+            "transaction.state.log.num.partitions": "3",
+        }
+    )
 
 
 def batch(count: int = 1, **options: Any) -> bytes:

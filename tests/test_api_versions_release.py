@@ -17,7 +17,6 @@ import datetime
 import re
 import struct
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -28,8 +27,10 @@ from kafka.protocol.broker_version_data import (
 from kio.schema.errors import ErrorCode
 
 from compat_tests.broker import BrokerProcess
+from compat_tests.process_pool import ProcessPool
 from gregor.apis.context import build, nested
-from gregor.controller.configs import GROUP, SET, TOPIC
+from gregor.controller.configs import SET
+from gregor.controller.metadata.config_resource import GROUP, TOPIC
 from gregor.server.harness.cluster import Cluster
 from gregor.wire import versions as v
 from gregor.wire.schema import request_type
@@ -105,9 +106,8 @@ TIMEOUT = datetime.timedelta(seconds=10)
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    with BrokerProcess(tmp_path_factory.mktemp("release")) as b:
-        yield b
+def broker(process_pool: ProcessPool) -> BrokerProcess:
+    return process_pool.broker()
 
 
 def api_versions(client: WireClient, version: int) -> Any:
@@ -358,10 +358,8 @@ def test_removed_versions_close_the_connection_and_log_once(broker: BrokerProces
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    with Cluster(tmp_path_factory.mktemp("cluster")) as c:
-        c.wait_for_brokers([1, 2, 3])
-        yield c
+def cluster(process_pool: ProcessPool) -> Cluster:
+    return process_pool.cluster()
 
 
 def test_alter_partition_reassignments_v1_cluster(cluster: Cluster) -> None:

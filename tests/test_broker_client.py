@@ -6,7 +6,7 @@ import asyncio
 import datetime
 import socket
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +14,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from compat_tests.broker import BrokerProcess
+from compat_tests.process_pool import ProcessPool
 from gregor.apis.context import build, nested
 from gregor.server.broker_client import BrokerUnavailable, InterBrokerClient, RequestTimedOut
 from gregor.wire.schema import request_type
@@ -28,9 +29,8 @@ PROMPT_S = 15
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    with BrokerProcess(tmp_path_factory.mktemp("ibclient")) as b:
-        yield b
+def broker(process_pool: ProcessPool) -> BrokerProcess:
+    return process_pool.broker()
 
 
 class Endpoints:

@@ -7,24 +7,21 @@ import random
 import struct
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from kio.schema.errors import ErrorCode
 
 from compat_tests.broker import BrokerProcess
+from compat_tests.process_pool import ProcessPool
 from gregor.wire.schema import request_type
 from gregor.wire.versions import SUPPORTED, advertised
 from tests.kafka_wire import WireClient, request_frame
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    with BrokerProcess(
-        tmp_path_factory.mktemp("proto"), {"socket.request.max.bytes": "1048576"}
-    ) as b:
-        yield b
+def broker(process_pool: ProcessPool) -> BrokerProcess:
+    return process_pool.broker({"socket.request.max.bytes": "1048576"})
 
 
 def api_versions_request(version: int) -> object:

@@ -14,6 +14,7 @@ from gregor.server.harness.broker_process import BrokerProcess
 from tests.cli_run import gregor, new_topic, ok
 
 
+# A broker of its own (not process_pool's): the tests set broker-wide dynamic configs.
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     with BrokerProcess(tmp_path_factory.mktemp("cli-configs")) as proc:

@@ -7,12 +7,12 @@ from __future__ import annotations
 import datetime
 import time
 import uuid
-from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from compat_tests.group_checks import wait_until
+from compat_tests.process_pool import ProcessPool
 from gregor.server.harness.broker_process import BrokerProcess
 from tests.cli_run import CliResult, gregor, new_topic, ok, table
 
@@ -21,10 +21,10 @@ PRODUCED = {0: 7, 1: 4}  # records per partition; record i of a partition at BAS
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    overrides = {"group.initial.rebalance.delay.ms": "0", "group.min.session.timeout.ms": "1000"}
-    with BrokerProcess(tmp_path_factory.mktemp("cli-groups"), overrides) as proc:
-        yield proc
+def broker(process_pool: ProcessPool) -> BrokerProcess:
+    return process_pool.broker(
+        {"group.initial.rebalance.delay.ms": "0", "group.min.session.timeout.ms": "1000"}
+    )
 
 
 @pytest.fixture

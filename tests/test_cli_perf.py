@@ -5,19 +5,18 @@ consumer test reads back exactly what was asked. About 3 s."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
+from compat_tests.process_pool import ProcessPool
 from gregor.server.harness.broker_process import BrokerProcess
 from tests.cli_run import gregor, new_topic, ok, table
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    with BrokerProcess(tmp_path_factory.mktemp("cli-perf")) as proc:
-        yield proc
+def broker(process_pool: ProcessPool) -> BrokerProcess:
+    return process_pool.broker()
 
 
 def topic_records(broker: BrokerProcess, topic: str, partitions: int) -> tuple[int, set[int]]:

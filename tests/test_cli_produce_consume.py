@@ -14,13 +14,13 @@ import subprocess
 import sys
 import threading
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
 
 from compat_tests.group_checks import wait_until
+from compat_tests.process_pool import ProcessPool
 from gregor.server.harness.broker_process import BrokerProcess
 from tests.cli_run import gregor, new_topic, ok, table
 
@@ -28,10 +28,10 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    overrides = {"group.initial.rebalance.delay.ms": "0", "group.min.session.timeout.ms": "1000"}
-    with BrokerProcess(tmp_path_factory.mktemp("cli-records"), overrides) as proc:
-        yield proc
+def broker(process_pool: ProcessPool) -> BrokerProcess:
+    return process_pool.broker(
+        {"group.initial.rebalance.delay.ms": "0", "group.min.session.timeout.ms": "1000"}
+    )
 
 
 def read_all(broker: BrokerProcess, topic: str, count: int) -> list[Message]:

@@ -15,6 +15,7 @@ from tests.cli_run import gregor, ok, table
 MIB = 1048576.0
 
 
+# A broker of its own (not process_pool's): the test sets default client quotas.
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     with BrokerProcess(tmp_path_factory.mktemp("cli-quotas")) as proc:

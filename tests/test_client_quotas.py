@@ -27,6 +27,7 @@ from gregor.wire.versions import (
 from tests.kafka_wire import WireClient, create_topic, request_frame
 
 
+# A broker of its own (not process_pool's): the tests set default client quotas.
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     with BrokerProcess(tmp_path_factory.mktemp("quotas")) as proc:

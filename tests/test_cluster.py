@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ from kio.schema.errors import ErrorCode
 
 from compat_tests import java_client
 from compat_tests.broker import BrokerProcess
+from compat_tests.process_pool import ProcessPool
 from gregor.apis.context import nested
 from gregor.server.harness.broker_process import BrokerProcessError as BrokerError
 from gregor.server.harness.cluster import Cluster
@@ -53,18 +53,8 @@ CONSUME_TIMEOUT_S = 30.0
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    with Cluster(tmp_path_factory.mktemp("cluster")) as c:
-        c.wait_for_brokers([1, 2, 3])
-        yield c
-
-
-@pytest.fixture(autouse=True)
-def _restored(cluster: Cluster) -> Iterator[None]:
-    """A test that stops, kills or pauses brokers must not leave the next one a broken
-    cluster, even when it fails."""
-    yield
-    cluster.restore()
+def cluster(process_pool: ProcessPool) -> Cluster:
+    return process_pool.cluster()
 
 
 def new_topic(prefix: str = "t") -> str:

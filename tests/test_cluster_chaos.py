@@ -26,6 +26,7 @@ PARTITIONS = 3
 FAILOVER_S = 30.0
 
 
+# A new cluster for each test: a chaos run leaves brokers in any state.
 @pytest.fixture
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     with Cluster(tmp_path_factory.mktemp("chaos")) as c:

@@ -5,12 +5,14 @@ applies it (its logs included) without a restart; a restarted broker reads them 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 from confluent_kafka import Producer
 
-from gregor.controller.configs import BROKER, DELETE, GROUP, SET, TOPIC
+from compat_tests.process_pool import ProcessPool
+from gregor.controller.configs import DELETE, SET
+from gregor.controller.metadata.config_resource import BROKER, GROUP, TOPIC
 from gregor.server.harness.cluster import Cluster
 from tests.kafka_wire import WireClient
 from tests.test_cluster import create, new_topic
@@ -24,10 +26,8 @@ HOUR_MS = 3_600_000
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    with Cluster(tmp_path_factory.mktemp("cluster"), overrides=OVERRIDES) as c:
-        c.wait_for_brokers([1, 2, 3])
-        yield c
+def cluster(process_pool: ProcessPool) -> Cluster:
+    return process_pool.cluster(OVERRIDES)
 
 
 def on(cluster: Cluster, broker_id: int, call: Callable[[WireClient], object]) -> object:

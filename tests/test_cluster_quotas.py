@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 
 import pytest
 from kazoo.client import KazooClient
 from kio.schema.errors import ErrorCode
 
-from gregor.controller.configs import SET, TOPIC
+from compat_tests.process_pool import ProcessPool
+from gregor.controller.configs import SET
+from gregor.controller.metadata.config_resource import TOPIC
 from gregor.server.harness.cluster import Cluster
 from gregor.wire.schema import request_type
 from gregor.wire.versions import METADATA
@@ -24,9 +25,8 @@ from tests.test_config_apis import described, errors, incremental
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    with Cluster(tmp_path_factory.mktemp("quota-cluster"), brokers=2) as c:
-        yield c
+def cluster(process_pool: ProcessPool) -> Cluster:
+    return process_pool.cluster(brokers=2)
 
 
 def throttled(port: int, client_id: str, attempts: int = 200) -> bool:

@@ -6,12 +6,12 @@ sent to a broker that does not lead the partition name the leader and its endpoi
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from kio.schema.errors import ErrorCode
 
+from compat_tests.process_pool import ProcessPool
 from gregor.apis.context import nested
 from gregor.server.harness.cluster import Cluster
 from gregor.wire.schema import request_type
@@ -26,17 +26,8 @@ FAILOVER_TIMEOUT_S = 30.0
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    with Cluster(tmp_path_factory.mktemp("cluster")) as c:
-        c.wait_for_brokers([1, 2, 3])
-        yield c
-
-
-@pytest.fixture(autouse=True)
-def _restored(cluster: Cluster) -> Iterator[None]:
-    """The failover test kills a broker: the next test gets the whole cluster back."""
-    yield
-    cluster.restore()
+def cluster(process_pool: ProcessPool) -> Cluster:
+    return process_pool.cluster()
 
 
 def earliest(port: int, topic: str) -> Any:

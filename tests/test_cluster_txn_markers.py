@@ -6,7 +6,6 @@ ListOffsets see the markers. An embedded node closes the connection on it."""
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -18,6 +17,7 @@ from kio.schema.write_txn_markers.v1.request import (
 )
 
 from compat_tests.broker import BrokerProcess
+from compat_tests.process_pool import ProcessPool
 from gregor.apis.context import build, nested
 from gregor.server.harness.cluster import Cluster
 from gregor.wire.records import split_batches
@@ -30,10 +30,8 @@ PID = 777_000
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    with Cluster(tmp_path_factory.mktemp("cluster")) as c:
-        c.wait_for_brokers([1, 2, 3])
-        yield c
+def cluster(process_pool: ProcessPool) -> Cluster:
+    return process_pool.cluster()
 
 
 def call(port: int, api_key: int, version: int, request: Any) -> Any:

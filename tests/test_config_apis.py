@@ -15,16 +15,13 @@ from compat_tests.broker import BrokerProcess
 from gregor.apis.context import NO_AUTHORIZED_OPERATIONS, build, nested
 from gregor.controller.configs import (
     APPEND,
-    BROKER,
     DELETE,
-    GROUP,
     SET,
     SUBTRACT,
-    TOPIC,
-    ConfigResource,
     apply_operations,
     check_group_configs,
 )
+from gregor.controller.metadata.config_resource import BROKER, GROUP, TOPIC, ConfigResource
 from gregor.controller.topics import TopicError
 from gregor.wire.schema import request_type
 from gregor.wire.versions import (
@@ -44,6 +41,7 @@ GROUP_OPERATIONS = 0b1101_0100_1000  # 3, 6, 8, 10, 11 (3400)
 CLUSTER_OPERATIONS = 0b1_1111_1010_0000  # 5, 7-12 (8096)
 
 
+# A broker of its own (not process_pool's): the tests alter broker-wide configs.
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     with BrokerProcess(tmp_path_factory.mktemp("configs")) as b:

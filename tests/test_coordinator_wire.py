@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from kio.schema.errors import ErrorCode
 
 from compat_tests.broker import BrokerProcess
+from compat_tests.process_pool import ProcessPool
 from gregor.apis.context import build, nested
 from gregor.wire import versions as v
 from gregor.wire.schema import request_type
@@ -18,15 +17,16 @@ from tests.kafka_wire import WireClient, create_topic
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    overrides = {"group.initial.rebalance.delay.ms": "0", "offsets.topic.num.partitions": "5"}
-    with BrokerProcess(Path(tmp_path_factory.mktemp("groups-wire")), overrides) as b:
-        # As every client does before its first group request; this creates the offsets topic.
-        c = WireClient(b.port)
-        found = c.call(v.FIND_COORDINATOR, 0, req(v.FIND_COORDINATOR, 0, key="any"))
-        c.close()
-        assert found.error_code == ErrorCode.none
-        yield b
+def broker(process_pool: ProcessPool) -> BrokerProcess:
+    b = process_pool.broker(
+        {"group.initial.rebalance.delay.ms": "0", "offsets.topic.num.partitions": "5"}
+    )
+    # As every client does before its first group request; this creates the offsets topic.
+    c = WireClient(b.port)
+    found = c.call(v.FIND_COORDINATOR, 0, req(v.FIND_COORDINATOR, 0, key="any"))
+    c.close()
+    assert found.error_code == ErrorCode.none
+    return b
 
 
 def req(api: int, version: int, **fields: Any) -> Any:

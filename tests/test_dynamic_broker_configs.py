@@ -21,14 +21,13 @@ from gregor.apis.context import nested
 from gregor.configdef import Type
 from gregor.controller.configs import (
     ALL_DYNAMIC_BROKER_KEYS,
-    BROKER,
     BROKER_KEYS,
     DELETE,
     PER_BROKER_KEYS,
     SET,
     SSL_RECONFIGURABLE,
-    TOPIC,
 )
+from gregor.controller.metadata.config_resource import BROKER, TOPIC
 from gregor.wire.schema import request_type
 from gregor.wire.versions import DESCRIBE_CONFIGS
 from tests.kafka_wire import WireClient, create_topic
@@ -41,6 +40,7 @@ OK = (ErrorCode.none, None)
 INVALID = "Invalid dynamic configuration"
 
 
+# Brokers of their own (not process_pool's): the tests alter broker-wide configs.
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     with BrokerProcess(tmp_path_factory.mktemp("dynamic")) as b:

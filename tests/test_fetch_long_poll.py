@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import datetime
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from kio.schema.errors import ErrorCode
 
 from compat_tests.broker import BrokerProcess
+from compat_tests.process_pool import ProcessPool
 from gregor.apis.context import nested
 from gregor.wire.records import split_batches
 from gregor.wire.schema import request_type
@@ -26,9 +26,8 @@ PROMPT_S = 20
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    with BrokerProcess(tmp_path_factory.mktemp("fetch")) as b:
-        yield b
+def broker(process_pool: ProcessPool) -> BrokerProcess:
+    return process_pool.broker()
 
 
 def fetch_request(

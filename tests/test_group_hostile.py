@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import datetime
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +17,7 @@ from kio.schema.errors import ErrorCode
 
 from compat_tests.broker import BrokerProcess
 from compat_tests.group_checks import SESSION_OVERRIDES, create_topic, wait_until
+from compat_tests.process_pool import ProcessPool
 from gregor.apis.context import build, nested
 from gregor.wire import versions as v
 from gregor.wire.schema import request_type
@@ -32,17 +31,16 @@ REBALANCE_MS = 60_000
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    overrides = {**SESSION_OVERRIDES, "offsets.topic.num.partitions": "3"}
-    with BrokerProcess(Path(tmp_path_factory.mktemp("group-hostile")), overrides) as b:
-        # As every client does before its first group request; this creates the offsets topic.
-        client = WireClient(b.port)
-        found = client.call(
-            v.FIND_COORDINATOR, 0, build(request_type(v.FIND_COORDINATOR, 0), key="any")
-        )
-        client.close()
-        assert found.error_code == ErrorCode.none
-        yield b
+def broker(process_pool: ProcessPool) -> BrokerProcess:
+    b = process_pool.broker({**SESSION_OVERRIDES, "offsets.topic.num.partitions": "3"})
+    # As every client does before its first group request; this creates the offsets topic.
+    client = WireClient(b.port)
+    found = client.call(
+        v.FIND_COORDINATOR, 0, build(request_type(v.FIND_COORDINATOR, 0), key="any")
+    )
+    client.close()
+    assert found.error_code == ErrorCode.none
+    return b
 
 
 def ms(n: int) -> datetime.timedelta:

@@ -8,14 +8,13 @@ COORDINATOR_LOAD_IN_PROGRESS (which clients retry) until it is done.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from kio.schema.errors import ErrorCode
 
 from compat_tests.broker import BrokerProcess
+from compat_tests.process_pool import ProcessPool
 from gregor.apis.context import build, nested
 from gregor.wire import versions as v
 from gregor.wire.schema import request_type
@@ -29,11 +28,11 @@ GROUP = "loaded-group"
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+def broker(process_pool: ProcessPool) -> BrokerProcess:
     # One offsets partition: every group is loaded from (and waits for) the same log.
-    overrides = {"offsets.topic.num.partitions": "1", "group.initial.rebalance.delay.ms": "0"}
-    with BrokerProcess(Path(tmp_path_factory.mktemp("group-load")), overrides) as b:
-        yield b
+    return process_pool.broker(
+        {"offsets.topic.num.partitions": "1", "group.initial.rebalance.delay.ms": "0"}
+    )
 
 
 def commit_body(round_: int) -> Any:

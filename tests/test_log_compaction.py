@@ -102,7 +102,9 @@ def scan(
         position = 0
         while position < end:
             assert time.monotonic() < deadline, f"scan stuck at {position} of {end}"
-            for msg in consumer.consume(50_000, 0.5):
+            # consume() waits out its timeout unless it fills the batch: the short one ends
+            # each scan's last call soon after the end is fetched.
+            for msg in consumer.consume(50_000, 0.1):
                 if msg.error():
                     continue
                 if msg.offset() >= end:
@@ -158,6 +160,7 @@ def partition_bytes(broker: BrokerProcess, topic: str) -> int:
     return total
 
 
+# A new broker for each test: each reads the broker-wide cleaner checkpoint and its files.
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
     with BrokerProcess(tmp_path, BROKER) as b:

@@ -6,12 +6,13 @@ controller only."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from compat_tests.process_pool import ProcessPool
 from gregor.server.harness.cluster import Cluster
 from tests.prometheus_scrape import Scrape
 from tests.test_metrics_hostile import METRICS_ON_PORT_0, read_metrics_port
@@ -23,14 +24,11 @@ WAIT_S = 30.0
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    c = Cluster(tmp_path_factory.mktemp("metrics-cluster"))
+def cluster(process_pool: ProcessPool) -> Cluster:
+    c = process_pool.cluster(METRICS_ON_PORT_0)
     for broker in c.brokers.values():
-        broker.overrides.update(METRICS_ON_PORT_0)
-    with c:
-        for broker in c.brokers.values():
-            read_metrics_port(broker)  # bound at start-up: no port picked free beforehand
-        yield c
+        read_metrics_port(broker)  # bound at start-up: no port picked free beforehand
+    return c
 
 
 def scrapes(cluster: Cluster) -> dict[int, Scrape]:

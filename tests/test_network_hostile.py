@@ -16,7 +16,7 @@ import struct
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from compat_tests.broker import BrokerProcess
+from compat_tests.process_pool import ProcessPool
 from gregor.apis.context import build, nested
 from gregor.wire.compression import ZSTD
 from gregor.wire.records import build_batch, decode_records, split_batches
@@ -161,17 +162,16 @@ class ClosingClient(WireClient):
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    with BrokerProcess(
-        tmp_path_factory.mktemp("hostile"),
+def broker(process_pool: ProcessPool) -> BrokerProcess:
+    b = process_pool.broker(
         # Deleted segments are closed at the next flush check (each second), so a slow
         # fetch is overtaken by the close and descriptor numbers are reused.
         # A small send buffer keeps a large answer waiting for a slow reader.
         {"log.segment.delete.delay.ms": "0", "socket.send.buffer.bytes": "65536"},
-    ) as b:
-        with ClosingClient(b.port) as client:
-            create(client, "probe")
-        yield b
+    )
+    with ClosingClient(b.port) as client:
+        create(client, "probe")
+    return b
 
 
 # -- item 5: fairness and responses that are not read ---------------------------------
@@ -424,8 +424,8 @@ class LowDescriptorBroker(BrokerProcess):
     """A broker whose descriptor limit is 160 (set by prlimit on the broker alone, however
     many descriptors the test process holds)."""
 
-    def command(self) -> list[str]:
-        return ["prlimit", "--nofile=160", "--", *super().command()]
+    def command(self, port: int) -> list[str]:
+        return ["prlimit", "--nofile=160", "--", *super().command(port)]
 
 
 def test_accept_backs_off_when_descriptors_run_out(tmp_path: Path) -> None:

@@ -61,17 +61,17 @@ def test_large_frames_stay_within_the_pool_and_small_requests_flow(tmp_path: Pat
         pid = broker._proc.pid
         before = memory_kib(pid)
         frame = big_produce_frame(90 * MIB)
-        stop = time.monotonic() + 10
         answered = [0]
         errors: list[BaseException] = []
 
         def stream() -> None:
+            # One frame per connection, all sent at once: the pool admits them one by one,
+            # so the last is answered after every other (some 15 s of 90 MiB frames here).
             try:
                 with socket.create_connection(("127.0.0.1", broker.port), timeout=120) as sock:
-                    while time.monotonic() < stop:
-                        sock.sendall(frame)
-                        read_frame(sock)
-                        answered[0] += 1
+                    sock.sendall(frame)
+                    read_frame(sock)
+                    answered[0] += 1
             except BaseException as e:  # noqa: BLE001 (reported below)
                 errors.append(e)
 
@@ -81,7 +81,7 @@ def test_large_frames_stay_within_the_pool_and_small_requests_flow(tmp_path: Pat
         time.sleep(1)  # every stream has a frame under way
         cls = request_type(API_VERSIONS, 3)
         latencies = []
-        while time.monotonic() < stop - 0.5:
+        while sum(t.is_alive() for t in streams) > 1:  # while frames still queue for the pool
             started = time.monotonic()
             client.call(API_VERSIONS, 3, cls(client_software_name="t", client_software_version="1"))
             latencies.append(time.monotonic() - started)
@@ -90,6 +90,7 @@ def test_large_frames_stay_within_the_pool_and_small_requests_flow(tmp_path: Pat
             t.join(timeout=180)
         client.close()
         assert not errors, errors[:3]
+        assert len(latencies) >= 20, latencies
         peak_mb = memory_kib(pid)["VmHWM"] * 1024 / 1e6
         latencies.sort()
         p90 = latencies[int(len(latencies) * 0.9)]
@@ -101,5 +102,5 @@ def test_large_frames_stay_within_the_pool_and_small_requests_flow(tmp_path: Pat
             f" ms, p90 {p90 * 1000:.0f} ms, max {latencies[-1] * 1000:.0f} ms"
         )
         assert peak_mb <= (POOL + 100e6) / 1e6
-        assert answered[0] >= 30  # every stream got through
+        assert answered[0] == 30  # every stream got through
         assert p90 <= 0.1 and latencies[-1] <= 1.0

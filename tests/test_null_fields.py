@@ -23,6 +23,7 @@ from kio.serial._introspect import is_optional
 from test_tagged import encode, example
 
 from compat_tests.broker import BrokerProcess
+from compat_tests.process_pool import ProcessPool
 from gregor.apis.dispatch import FAST_DECODERS
 from gregor.wire import versions as v
 from gregor.wire.schema import SchemaDecodeError, decode, request_type
@@ -114,10 +115,10 @@ def test_every_forbidden_null_is_refused_at_decode_time() -> None:
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    overrides = {"group.initial.rebalance.delay.ms": "0", "offsets.topic.num.partitions": "3"}
-    with BrokerProcess(Path(tmp_path_factory.mktemp("null-fields")), overrides) as b:
-        yield b
+def broker(process_pool: ProcessPool) -> BrokerProcess:
+    return process_pool.broker(
+        {"group.initial.rebalance.delay.ms": "0", "offsets.topic.num.partitions": "3"}
+    )
 
 
 async def _send_one(port: int, frame: bytes, gate: asyncio.Semaphore) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import random
 import select
 import struct
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ from crc32c import crc32c
 from kio.schema.errors import ErrorCode
 
 from compat_tests.broker import BrokerProcess
+from compat_tests.process_pool import ProcessPool
 from gregor.apis.context import build, nested
 from gregor.wire import versions as v
 from gregor.wire.compression import GZIP, LZ4, NONE, SNAPPY, ZSTD
@@ -27,9 +27,8 @@ NOW_MS = 1_700_000_000_000
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    with BrokerProcess(tmp_path_factory.mktemp("hostile")) as b:
-        yield b
+def broker(process_pool: ProcessPool) -> BrokerProcess:
+    return process_pool.broker()
 
 
 def batch(n: int = 3, codec: int = NONE, *, tag: bytes = b"v", **kw: Any) -> bytes:

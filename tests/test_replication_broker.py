@@ -5,7 +5,6 @@ ids), over raw sockets and with a real client."""
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -13,6 +12,7 @@ from confluent_kafka import KafkaError, Producer
 from kio.schema.errors import ErrorCode
 
 from compat_tests.broker import BrokerProcess
+from compat_tests.process_pool import ProcessPool
 from gregor.apis.context import nested
 from gregor.wire.schema import request_type
 from gregor.wire.versions import FETCH, OFFSET_FOR_LEADER_EPOCH
@@ -21,9 +21,8 @@ from tests.test_api_behaviour import fetch, produce, records
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    with BrokerProcess(tmp_path_factory.mktemp("replication")) as b:
-        yield b
+def broker(process_pool: ProcessPool) -> BrokerProcess:
+    return process_pool.broker()
 
 
 def log_end(client: WireClient, topic: str) -> int:

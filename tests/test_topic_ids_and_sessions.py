@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import datetime
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from kio.schema.errors import ErrorCode
 
 from compat_tests.broker import BrokerProcess
+from compat_tests.process_pool import ProcessPool
 from gregor.apis.context import build, nested
 from gregor.wire.schema import request_type
 from gregor.wire.versions import FETCH, METADATA, PRODUCE
@@ -20,9 +20,8 @@ from tests.test_api_behaviour import TIMEOUT, produce, records
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    with BrokerProcess(tmp_path_factory.mktemp("sessions")) as b:
-        yield b
+def broker(process_pool: ProcessPool) -> BrokerProcess:
+    return process_pool.broker()
 
 
 def topic_id(client: WireClient, name: str) -> uuid.UUID:

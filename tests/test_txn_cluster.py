@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import datetime
 import uuid
-from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
 
+from compat_tests.process_pool import ProcessPool
 from gregor.apis.context import nested
 from gregor.coordinator.records import OFFSETS_TOPIC, partition_for
 from gregor.coordinator.txn_records import TRANSACTION_STATE_TOPIC
@@ -34,21 +34,13 @@ TXN_PARTITIONS = 3
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    overrides = {
-        "transaction.state.log.num.partitions": str(TXN_PARTITIONS),
-        "offsets.topic.num.partitions": "3",
-    }
-    with Cluster(tmp_path_factory.mktemp("txn-cluster"), overrides=overrides) as c:
-        c.wait_for_brokers([1, 2, 3])
-        yield c
-
-
-@pytest.fixture(autouse=True)
-def _restored(cluster: Cluster) -> Iterator[None]:
-    """The next test finds every broker running again."""
-    yield
-    cluster.restore()
+def cluster(process_pool: ProcessPool) -> Cluster:
+    return process_pool.cluster(
+        {
+            "transaction.state.log.num.partitions": str(TXN_PARTITIONS),
+            "offsets.topic.num.partitions": "3",
+        }
+    )
 
 
 def test_transactions_across_brokers_and_a_coordinator_failover(cluster: Cluster) -> None:

@@ -10,13 +10,13 @@ import datetime
 import struct
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from kio.schema.errors import ErrorCode
 
 from compat_tests.broker import BrokerProcess
+from compat_tests.process_pool import ProcessPool
 from gregor.apis.context import build, nested
 from gregor.wire import versions as v
 from gregor.wire.schema import request_type
@@ -33,11 +33,6 @@ def ms(n: int) -> datetime.timedelta:
     return datetime.timedelta(milliseconds=n)
 
 
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return Path(tmp_path_factory.mktemp("txn-wire"))
-
-
 OVERRIDES = {
     "transaction.state.log.num.partitions": "3",
     "offsets.topic.num.partitions": "3",
@@ -47,12 +42,12 @@ OVERRIDES = {
 
 
 @pytest.fixture(scope="module")
-def broker(data_dir: Path) -> Iterator[BrokerProcess]:
-    with BrokerProcess(data_dir, OVERRIDES) as b:
-        c = WireClient(b.port)
-        assert create_topic(c, TOPIC, 2).error_code == ErrorCode.none
-        c.close()
-        yield b
+def broker(process_pool: ProcessPool) -> BrokerProcess:
+    b = process_pool.broker(OVERRIDES)
+    c = WireClient(b.port)
+    assert create_topic(c, TOPIC, 2).error_code == ErrorCode.none
+    c.close()
+    return b
 
 
 @pytest.fixture

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +15,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from compat_tests.broker import BrokerProcess
+from compat_tests.process_pool import ProcessPool
 
 OVERRIDES = {
     "transaction.state.log.num.partitions": "2",
@@ -25,9 +24,8 @@ OVERRIDES = {
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    with BrokerProcess(Path(tmp_path_factory.mktemp("txn-e2e")), OVERRIDES) as b:
-        yield b
+def broker(process_pool: ProcessPool) -> BrokerProcess:
+    return process_pool.broker(OVERRIDES)
 
 
 def new_topic(broker: BrokerProcess, partitions: int = 1) -> str:

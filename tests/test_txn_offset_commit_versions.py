@@ -20,13 +20,13 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import pytest
 from kio.schema.errors import ErrorCode
 
 from compat_tests.broker import BrokerProcess
+from compat_tests.process_pool import ProcessPool
 from gregor.apis.context import build, nested
 from gregor.apis.transactions import transactional_id_pattern
 from gregor.coordinator.txn_records import TxnLogValue, TxnState, decode_value, encode_value
@@ -64,17 +64,18 @@ def ms(n: int) -> datetime.timedelta:
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    overrides = {
-        "transaction.state.log.num.partitions": "1",
-        "offsets.topic.num.partitions": "1",
-        "group.initial.rebalance.delay.ms": "0",
-    }
-    with BrokerProcess(Path(tmp_path_factory.mktemp("txn-offset-versions")), overrides) as b:
-        c = WireClient(b.port)
-        assert create_topic(c, TOPIC, 2).error_code == ErrorCode.none
-        c.close()
-        yield b
+def broker(process_pool: ProcessPool) -> BrokerProcess:
+    b = process_pool.broker(
+        {
+            "transaction.state.log.num.partitions": "1",
+            "offsets.topic.num.partitions": "1",
+            "group.initial.rebalance.delay.ms": "0",
+        }
+    )
+    c = WireClient(b.port)
+    assert create_topic(c, TOPIC, 2).error_code == ErrorCode.none
+    c.close()
+    return b
 
 
 @pytest.fixture

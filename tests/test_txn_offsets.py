@@ -9,13 +9,13 @@ from __future__ import annotations
 import datetime
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from kio.schema.errors import ErrorCode
 
 from compat_tests.broker import BrokerProcess
+from compat_tests.process_pool import ProcessPool
 from gregor.apis.context import build, nested
 from gregor.coordinator.group import Group
 from gregor.coordinator.records import OffsetValue
@@ -109,16 +109,14 @@ def req(api: int, version: int, **fields: Any) -> Any:
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    overrides = {
-        "transaction.state.log.num.partitions": "1",
-        "offsets.topic.num.partitions": "1",
-    }
-    with BrokerProcess(Path(tmp_path_factory.mktemp("txn-offsets")), overrides) as b:
-        c = WireClient(b.port)
-        assert create_topic(c, TP[0], 2).error_code == ErrorCode.none
-        c.close()
-        yield b
+def broker(process_pool: ProcessPool) -> BrokerProcess:
+    b = process_pool.broker(
+        {"transaction.state.log.num.partitions": "1", "offsets.topic.num.partitions": "1"}
+    )
+    c = WireClient(b.port)
+    assert create_topic(c, TP[0], 2).error_code == ErrorCode.none
+    c.close()
+    return b
 
 
 @pytest.fixture

@@ -469,9 +469,9 @@ def test_a_short_zookeeper_pause_suspends_but_keeps_the_session(
 ) -> None:
     # kazoo pings every third of the session timeout and drops the connection when a ping
     # is still unanswered at the next one: SUSPENDED comes at most 2/3 of the timeout after
-    # the last ping ZooKeeper heard, which leaves a third (almost 7 s) to resume it before
-    # the session could expire.
-    session_timeout_ms = 20000
+    # the last ping ZooKeeper heard, which leaves a third (3 s; reconnect attempts are at
+    # most 1 s apart) to resume it before the session could expire.
+    session_timeout_ms = 9000
 
     async def body() -> None:
         async with kafka_zk(connect, session_timeout_ms) as kzk:

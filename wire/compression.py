@@ -63,14 +63,15 @@ def compress(codec: int, data: bytes | bytearray | memoryview) -> bytes:
         return _xerial_compress(data)
     if codec == LZ4:
         # Kafka's LZ4 stream: 64 KiB independent blocks, no content size or checksum
-        # (its reader rejects linked blocks).
-        return lz4.frame.compress(
+        # (its reader rejects linked blocks). lz4 has no types: this declares its result's.
+        framed: bytes = lz4.frame.compress(
             data,
             block_size=lz4.frame.BLOCKSIZE_MAX64KB,
             block_linked=False,
             content_checksum=False,
             store_size=False,
         )
+        return framed
     if codec == ZSTD:
         return zstandard.ZstdCompressor(level=3).compress(data)
     raise UnsupportedCompressionError(f"unknown compression codec {codec}")
@@ -150,7 +151,8 @@ def _unsnappy(view: memoryview, max_size: int | None) -> bytes | bytearray:
     # librdkafka may send a bare snappy block; the Java client sends xerial framing.
     if view[:8] != _XERIAL_MAGIC:
         _check_limit(_snappy_length(view), max_size)
-        return snappy.uncompress(view)
+        raw: bytes = snappy.uncompress(view)  # python-snappy has no types: declares its result's
+        return raw
     out = bytearray()
     pos = 0
     end = len(view)

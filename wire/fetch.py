@@ -35,7 +35,8 @@ _ZERO_UUID = uuid.UUID(int=0)
 class Region(Protocol):
     """Bytes that live in a file; only their size matters to the encoder."""
 
-    size: int
+    @property
+    def size(self) -> int: ...
 
 
 @dataclass(slots=True)
@@ -204,6 +205,8 @@ def decode_fetch_request(version: int, buf: bytes | bytearray, offset: int) -> F
             )
             r.tagged_fields()
         r.tagged_fields()
+        # Plain str and lists where TopicName and tuples are declared: the hot path skips
+        # kio's phantom checks and copies (here and in the request below).
         topics.append(FetchTopicRequest(topic, partitions, topic_id))  # type: ignore[arg-type]
     forgotten = []
     forgotten_ids = []

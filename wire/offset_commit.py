@@ -65,6 +65,8 @@ def decode_offset_commit_request(
             r.tagged_fields()
             partitions.append((*fields, metadata) if with_epoch else (*fields, -1, metadata))
         r.tagged_fields()
+        # Plain str and int where the kio-style fields declare phantom types (TopicName,
+        # GroupId, ...): the hot path skips their checks; the reader bounds every value.
         topics.append(CommitTopic(name, partitions))  # type: ignore[arg-type]
     r.tagged_fields()
     return OffsetCommitRequest(

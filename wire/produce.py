@@ -112,6 +112,7 @@ def decode_produce_request(version: int, buf: bytes | bytearray, offset: int) ->
             partitions.append(PartitionData(index, r.records()))
             r.tagged_fields()
         r.tagged_fields()
+        # A plain str where TopicName is declared: the hot path skips kio's phantom checks.
         topics.append(TopicData(name, partitions, topic_id))  # type: ignore[arg-type]
     r.tagged_fields()
     return ProduceRequest(transactional_id, acks, timeout_ms, topics)

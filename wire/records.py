@@ -6,6 +6,7 @@ assign_offsets); walk_records checks every record in C (wire/_recordwalk.c). dec
 and build_batch are for tools, tests, control batches and internal topics.
 """
 
+import mmap
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -149,7 +150,8 @@ class Record:
     headers: list[tuple[str, bytes | None]]
 
 
-Buffer = bytes | bytearray | memoryview
+# A mapped segment too (the log cleaner reads batches in place).
+Buffer = bytes | bytearray | memoryview | mmap.mmap
 
 
 def parse_header(buf: Buffer, pos: int = 0) -> BatchHeader:
@@ -259,7 +261,9 @@ def bad_records_of(
     return bad_records(section, count, base, ts_min, ts_max, need_keys)
 
 
-def rebuild_batch(buf: Buffer, header: BatchHeader, codec: int, records: Buffer) -> bytearray:
+def rebuild_batch(
+    buf: Buffer, header: BatchHeader, codec: int, records: bytes | bytearray | memoryview
+) -> bytearray:
     """The batch with its (uncompressed) records section compressed by `codec` instead: the
     records' bytes do not depend on the codec, so every other field stays."""
     payload = compress(codec, records)

@@ -14,6 +14,8 @@ from typing import Any
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_writer
 from kio.serial.errors import SerialError
+from kio.serial.writers import Writer
+from kio.static.protocol import Entity
 
 from gregor.wire import interbroker
 from gregor.wire.tagged import decode_tolerant
@@ -35,15 +37,16 @@ def response_type(api_key: int, version: int) -> type:
 
 
 @cache
-def _writer(entity_type: type) -> Any:
+def _writer(entity_type: type[Entity]) -> Writer[Entity]:
     return entity_writer(entity_type)
 
 
 def is_flexible(api_key: int, version: int) -> bool:
-    return bool(request_type(api_key, version).__flexible__)
+    schema: type[Entity] = request_type(api_key, version)
+    return schema.__flexible__
 
 
-def decode(entity_type: type, buf: bytes | memoryview, offset: int = 0) -> Any:
+def decode(entity_type: type[Entity], buf: bytes | memoryview, offset: int = 0) -> Any:
     """Decode one entity starting at ``offset``; trailing bytes are ignored, as Kafka does."""
     try:
         entity, _size = decode_tolerant(entity_type, buf, offset)
@@ -52,7 +55,7 @@ def decode(entity_type: type, buf: bytes | memoryview, offset: int = 0) -> Any:
     return entity
 
 
-def encode_generic(entity: Any) -> bytes:
+def encode_generic(entity: Entity) -> bytes:
     """kio's writer, field by field."""
     out = io.BytesIO()
     _writer(type(entity))(out, entity)

@@ -44,12 +44,13 @@ from kio.serial.errors import (
     SchemaError,
     UnexpectedNull,
 )
+from kio.static.protocol import Entity
 
 from gregor.wire.varint import VarintError, read_uvarint
 
 __all__ = ("ArrayLengthOverrun", "MalformedData", "decode_tolerant")
 
-T = TypeVar("T")
+E = TypeVar("E", bound=Entity)
 
 # A reader takes the whole buffer and a position and returns (value, next position).
 _Reader = Callable[[memoryview, int], tuple[Any, int]]
@@ -264,7 +265,7 @@ def _nullable_entity(read_entity: _Reader) -> _Reader:
 
 
 def _field_reader(
-    field: Field, flexible: bool, request_header: bool, tagged: bool
+    field: Field[Any], flexible: bool, request_header: bool, tagged: bool
 ) -> tuple[_Reader, int]:
     # Kafka keeps RequestHeader.client_id in the legacy nullable string format
     # even in flexible header versions.
@@ -290,7 +291,7 @@ def _field_reader(
 
 
 @cache
-def _entity(entity_type: type) -> tuple[_Reader, int]:
+def _entity(entity_type: type[Entity]) -> tuple[_Reader, int]:
     """Build the reader for one entity type and its smallest encoded size."""
     flexible: bool = entity_type.__flexible__
     request_header = entity_type.__name__ == "RequestHeader"
@@ -339,8 +340,8 @@ def _entity(entity_type: type) -> tuple[_Reader, int]:
 
 
 def decode_tolerant(
-    entity_type: type[T], buf: bytes | memoryview, offset: int = 0
-) -> tuple[T, int]:
+    entity_type: type[E], buf: bytes | memoryview, offset: int = 0
+) -> tuple[E, int]:
     """Decode one ``entity_type`` at ``offset``; return it and the bytes consumed.
 
     Same result as ``kio.serial.entity_reader(entity_type)(buf, offset)`` for any

@@ -9,6 +9,8 @@ before the loop.
 
 from __future__ import annotations
 
+import mmap
+
 __all__ = [
     "VarintError",
     "encode_uvarint",
@@ -18,7 +20,8 @@ __all__ = [
     "read_varlong",
 ]
 
-Bytes = bytes | bytearray | memoryview
+# Any buffer of bytes that indexes to ints, a mapped segment (the log cleaner's) too.
+Bytes = bytes | bytearray | memoryview | mmap.mmap
 
 _TRUNCATED = "the buffer ends inside a varint"
 # The 7-bit groups after the first: five bytes for an int32 (unsigned: values below 2**35,

@@ -78,10 +78,18 @@
 //                 "end"} once every partition of IN is consumed and committed up to its end
 //                 offset (end: their sum; then exits 0 if asked), else {} from an idle poll;
 //                 exits 2 when fenced, 3 when the producer cannot abort (the caller restarts it)
+//   serve         runs commands read from stdin, one JVM for many (see serve() below)
 // Binary fields are base64. A failure prints {"error": "..."} and exits 1.
 
 import java.io.BufferedReader;
+import java.io.ByteArrayInputStream;
+import java.io.ByteArrayOutputStream;
+import java.io.FileDescriptor;
+import java.io.FileOutputStream;
+import java.io.IOException;
+import java.io.InputStream;
 import java.io.InputStreamReader;
+import java.io.PrintStream;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -165,14 +173,60 @@ public final class GregorClient {
         }
     }
 
-    public static void main(String[] args) {
-        int code = 0;
+    public static void main(String[] args) throws IOException {
+        if (args.length == 1 && args[0].equals("serve")) {
+            serve();
+            System.exit(0);
+        }
+        int code = execute(args);
+        System.out.flush();
+        System.exit(code);
+    }
+
+    /** serve: one command per stdin line, {"args": [command, option...], "stdin": text}, run
+     * in this JVM with System.in/out/err swapped for the request's; answers one line
+     * {"exit", "stdout", "stderr"} per request. A test session saves a JVM start and the
+     * client's class loading per command. */
+    @SuppressWarnings("unchecked")
+    private static void serve() throws IOException {
+        InputStream stdin = System.in;
+        PrintStream stdout = new PrintStream(new FileOutputStream(FileDescriptor.out), true,
+                StandardCharsets.UTF_8);
+        PrintStream stderr = System.err;
+        BufferedReader requests = new BufferedReader(
+                new InputStreamReader(stdin, StandardCharsets.UTF_8));
+        String line;
+        while ((line = requests.readLine()) != null) {
+            Map<String, Object> r = (Map<String, Object>) new Json(line).value();
+            String[] args = ((List<Object>) r.get("args")).toArray(String[]::new);
+            String input = (String) r.getOrDefault("stdin", "");
+            ByteArrayOutputStream out = new ByteArrayOutputStream();
+            ByteArrayOutputStream err = new ByteArrayOutputStream();
+            System.setIn(new ByteArrayInputStream(input.getBytes(StandardCharsets.UTF_8)));
+            System.setOut(new PrintStream(out, true, StandardCharsets.UTF_8));
+            System.setErr(new PrintStream(err, true, StandardCharsets.UTF_8));
+            int code;
+            try {
+                code = execute(args);
+            } finally {
+                System.setIn(stdin);
+                System.setOut(stdout);
+                System.setErr(stderr);
+            }
+            stdout.println("{\"exit\": " + code
+                    + ", \"stdout\": " + str(out.toString(StandardCharsets.UTF_8))
+                    + ", \"stderr\": " + str(err.toString(StandardCharsets.UTF_8)) + "}");
+        }
+    }
+
+    /** Run one command; its exit code (a failure prints {"error": "..."} and is 1). */
+    private static int execute(String[] args) {
         try {
             if (args.length == 0) {
                 throw new IllegalArgumentException("missing command");
             }
             GregorClient c = new GregorClient(args, 1);
-            code = switch (args[0]) {
+            return switch (args[0]) {
                 case "create-topic" -> c.createTopic();
                 case "delete-topic" -> c.deleteTopic();
                 case "produce" -> c.produce();
@@ -205,10 +259,8 @@ public final class GregorClient {
             Throwable root = e.getCause() != null ? e.getCause() : e;
             System.out.println(
                     "{\"error\": " + str(root.getClass().getName() + ": " + root.getMessage()) + "}");
-            code = 1;
+            return 1;
         }
-        System.out.flush();
-        System.exit(code);
     }
 
     private String opt(String name, String dflt) {

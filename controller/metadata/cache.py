@@ -8,12 +8,12 @@ handlers.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Container, Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gregor.controller.configs import BROKER, DEFAULT_BROKER, TOPIC, ConfigResource
-from gregor.controller.topics import INTERNAL_TOPICS, unify_collision_chars
+from gregor.controller.metadata.config_resource import BROKER, DEFAULT_BROKER, TOPIC, ConfigResource
+from gregor.controller.metadata.topic_names import INTERNAL_TOPICS, unify_collision_chars
 
 # The leader an UpdateMetadata names for a partition of a topic being deleted (Kafka's
 # LeaderAndIsr.LeaderDuringDelete): the partition leaves the cache.
@@ -110,7 +110,7 @@ class MetadataCache:
     def topic_name(self, topic_id: uuid.UUID) -> str | None:
         return self._ids.get(topic_id)
 
-    def partition_indexes(self, topic: str) -> Container[int]:
+    def partition_indexes(self, topic: str) -> Collection[int]:
         """The topic's partition indexes; none for an unknown topic."""
         info = self.topics.get(topic)
         return () if info is None else info.partitions

@@ -15,9 +15,10 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
-from kio.static.primitive import i32, i64
+from kio.schema.types import BrokerId, TopicName
+from kio.static.primitive import i8, i16, i32, i64
 
 from gregor.wire.interbroker import (
     LeaderAndIsrLiveLeader,
@@ -39,6 +40,7 @@ logger = logging.getLogger(__name__)
 Send = Callable[[int, Any, int], Awaitable[Any]]
 OnResponse = Callable[[int, Any, Any], None]  # (broker id, request, response)
 TP = tuple[str, int]
+_Brokers = tuple[BrokerId, ...]
 
 LEADER_AND_ISR_VERSION = 7
 UPDATE_METADATA_VERSION = 8
@@ -47,7 +49,12 @@ STOP_REPLICA_VERSION = 4
 # epoch brokers are told for the partitions of a topic being deleted.
 LEADER_DURING_DELETE = -2
 EPOCH_DURING_DELETE = -2
-SECURITY_PROTOCOLS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
+SECURITY_PROTOCOLS = {
+    "PLAINTEXT": i16(0),
+    "SSL": i16(1),
+    "SASL_PLAINTEXT": i16(2),
+    "SASL_SSL": i16(3),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,13 +280,13 @@ class RequestBatch:
             for broker_id in sorted(self.metadata_brokers):
                 broker = brokers.get(broker_id)
                 if broker is not None:
-                    request = dataclasses.replace(template, broker_epoch=i64(broker.epoch))
-                    channel.send(broker_id, request, UPDATE_METADATA_VERSION)
+                    update = dataclasses.replace(template, broker_epoch=i64(broker.epoch))
+                    channel.send(broker_id, update, UPDATE_METADATA_VERSION)
         for broker_id, stops in self.stop_replica.items():
             broker = brokers.get(broker_id)
             if broker is not None:
-                request = _stop_replica(controller_id, controller_epoch, broker.epoch, stops)
-                channel.send(broker_id, request, STOP_REPLICA_VERSION, on_stop_replica)
+                stop = _stop_replica(controller_id, controller_epoch, broker.epoch, stops)
+                channel.send(broker_id, stop, STOP_REPLICA_VERSION, on_stop_replica)
 
 
 def _by_topic(partitions: Iterable[TP]) -> dict[str, list[int]]:
@@ -299,8 +306,9 @@ def _leader_and_isr(
     topic_ids: Mapping[str, uuid.UUID],
     listener: str,
 ) -> LeaderAndIsrRequest:
-    # Per-partition fields are plain ints (what kio's i32/i8 return at run time): the
-    # phantom-type checks cost more than the rest of building a 10,000-partition request.
+    # Per-partition fields are plain ints (what kio's i32/i8 return at run time), declared
+    # (cast) rather than checked: the phantom-type checks cost more than the rest of building
+    # a 10,000-partition request, and the controller's own state is in range.
     topic_states = []
     for topic, indexes in _by_topic(partitions).items():
         states = []
@@ -309,22 +317,24 @@ def _leader_and_isr(
             state = built.get(((topic, index), is_new))
             if state is None:
                 state = built[((topic, index), is_new)] = LeaderAndIsrPartitionState(
-                    partition_index=index,
-                    controller_epoch=s.controller_epoch,
-                    leader=s.leader,
-                    leader_epoch=s.leader_epoch,
-                    isr=s.isr,
-                    partition_epoch=s.partition_epoch,
-                    replicas=s.replicas,
-                    adding_replicas=s.adding,
-                    removing_replicas=s.removing,
+                    partition_index=cast(i32, index),
+                    controller_epoch=cast(i32, s.controller_epoch),
+                    leader=cast(BrokerId, s.leader),
+                    leader_epoch=cast(i32, s.leader_epoch),
+                    isr=cast(_Brokers, s.isr),
+                    partition_epoch=cast(i32, s.partition_epoch),
+                    replicas=cast(_Brokers, s.replicas),
+                    adding_replicas=cast(_Brokers, s.adding),
+                    removing_replicas=cast(_Brokers, s.removing),
                     is_new=is_new,
-                    leader_recovery_state=s.leader_recovery_state,
+                    leader_recovery_state=cast(i8, s.leader_recovery_state),
                 )
             states.append(state)
         topic_states.append(
             LeaderAndIsrTopicState(
-                topic_name=topic, topic_id=topic_ids.get(topic), partition_states=tuple(states)
+                topic_name=TopicName(topic),
+                topic_id=topic_ids.get(topic),
+                partition_states=tuple(states),
             )
         )
     leaders = sorted({s.leader for s, _ in partitions.values()})
@@ -335,11 +345,11 @@ def _leader_and_isr(
         if endpoint is not None:
             live_leaders.append(
                 LeaderAndIsrLiveLeader(
-                    broker_id=i32(leader), host_name=endpoint.host, port=i32(endpoint.port)
+                    broker_id=BrokerId(leader), host_name=endpoint.host, port=i32(endpoint.port)
                 )
             )
     return LeaderAndIsrRequest(
-        controller_id=i32(controller_id),
+        controller_id=BrokerId(controller_id),
         controller_epoch=i32(controller_epoch),
         broker_epoch=i64(broker_epoch),
         topic_states=tuple(topic_states),
@@ -361,30 +371,34 @@ def _update_metadata(
             s = partitions[(topic, index)]
             states.append(
                 UpdateMetadataPartitionState(
-                    partition_index=index,
-                    controller_epoch=s.controller_epoch,
-                    leader=s.leader,
-                    leader_epoch=s.leader_epoch,
-                    isr=s.isr,
-                    zk_version=s.partition_epoch,
-                    replicas=s.replicas,
-                    offline_replicas=tuple(r for r in s.replicas if r not in brokers),
+                    partition_index=cast(i32, index),
+                    controller_epoch=cast(i32, s.controller_epoch),
+                    leader=cast(BrokerId, s.leader),
+                    leader_epoch=cast(i32, s.leader_epoch),
+                    isr=cast(_Brokers, s.isr),
+                    zk_version=cast(i32, s.partition_epoch),
+                    replicas=cast(_Brokers, s.replicas),
+                    offline_replicas=cast(
+                        _Brokers, tuple(r for r in s.replicas if r not in brokers)
+                    ),
                 )
             )
         topic_states.append(
             UpdateMetadataTopicState(
-                topic_name=topic, topic_id=topic_ids.get(topic), partition_states=tuple(states)
+                topic_name=TopicName(topic),
+                topic_id=topic_ids.get(topic),
+                partition_states=tuple(states),
             )
         )
     live = tuple(
         UpdateMetadataBroker(
-            id=i32(b.id),
+            id=BrokerId(b.id),
             endpoints=tuple(
                 UpdateMetadataEndpoint(
                     port=i32(e.port),
                     host=e.host,
                     listener=e.listener,
-                    security_protocol=SECURITY_PROTOCOLS.get(e.security_protocol, 0),
+                    security_protocol=SECURITY_PROTOCOLS.get(e.security_protocol, i16(0)),
                 )
                 for e in b.endpoints
             ),
@@ -393,7 +407,7 @@ def _update_metadata(
         for b in sorted(brokers.values(), key=lambda b: b.id)
     )
     return UpdateMetadataRequest(
-        controller_id=i32(controller_id),
+        controller_id=BrokerId(controller_id),
         controller_epoch=i32(controller_epoch),
         topic_states=tuple(topic_states),
         live_brokers=live,
@@ -410,7 +424,7 @@ def _stop_replica(
     for topic, indexes in _by_topic(stops).items():
         topic_states.append(
             StopReplicaTopicState(
-                topic_name=topic,
+                topic_name=TopicName(topic),
                 partition_states=tuple(
                     StopReplicaPartitionState(
                         partition_index=i32(index), leader_epoch=i32(epoch), delete_partition=delete
@@ -421,7 +435,7 @@ def _stop_replica(
             )
         )
     return StopReplicaRequest(
-        controller_id=i32(controller_id),
+        controller_id=BrokerId(controller_id),
         controller_epoch=i32(controller_epoch),
         broker_epoch=i64(broker_epoch),
         topic_states=tuple(topic_states),

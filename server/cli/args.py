@@ -29,6 +29,7 @@ class _Subcommand(argparse.ArgumentParser):
     """A subcommand's parser: an option it does not know is its error, shown with its usage
     (the root parser would otherwise report it with the top-level usage)."""
 
+    # argparse's overloads (by namespace type) collapsed to the one form Gregor calls.
     def parse_known_args(  # type: ignore[override]
         self, args: list[str] | None = None, namespace: argparse.Namespace | None = None
     ) -> tuple[argparse.Namespace, list[str]]:

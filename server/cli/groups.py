@@ -394,11 +394,11 @@ def _describe(client: Client, names: list[str], args: Any) -> int:
         elif group.state != "Stable":
             print(f"Warning: Consumer group '{group.group}' is rebalancing.\n")
         if args.members:
-            rows = [
+            members = [
                 (group.group, m.member_id, m.host, m.client_id, len(m.partitions))
                 for m in group.members
             ]
-            print_table(["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS"], rows)
+            print_table(["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS"], members)
             continue
         rows = [
             (

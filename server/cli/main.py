@@ -21,6 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     # kio builds hypothesis strategies for its types whenever hypothesis is importable
     # (it is in a test environment): ~200 MB and a second of start-up a broker never needs.
     # So nothing may import kio before this line: this module imports only the grammar.
+    # None in sys.modules makes the import fail (typeshed declares modules only there).
     sys.modules.setdefault("hypothesis", None)  # type: ignore[arg-type]
     try:
         return importlib.import_module(args.module).run(args)

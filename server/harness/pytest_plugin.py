@@ -26,12 +26,14 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Callable, Generator, Iterator
+from typing import Literal, get_args
 
 import pytest
 
 from gregor.server.harness.broker_process import BrokerProcess
 
-_SCOPES = ("session", "package", "module", "class", "function")
+_Scope = Literal["session", "package", "module", "class", "function"]
+_SCOPES: tuple[_Scope, ...] = get_args(_Scope)
 _TOPIC_MARKER = "gregor_topic"
 _ILLEGAL_TOPIC_CHARS = re.compile(r"[^a-zA-Z0-9._-]+")
 
@@ -52,11 +54,12 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
-def _broker_scope(fixture_name: str, config: pytest.Config) -> str:
+def _broker_scope(fixture_name: str, config: pytest.Config) -> _Scope:
     scope = str(config.getini("gregor_broker_scope"))
-    if scope not in _SCOPES:
-        raise pytest.UsageError(f"gregor_broker_scope must be one of {_SCOPES}, got {scope!r}")
-    return scope
+    for known in _SCOPES:
+        if scope == known:
+            return known
+    raise pytest.UsageError(f"gregor_broker_scope must be one of {_SCOPES}, got {scope!r}")
 
 
 @pytest.fixture(scope="session")

@@ -11,6 +11,8 @@ from collections.abc import Iterable
 
 from kio.schema.consumer_protocol_assignment.v0 import data as assignment_v0
 from kio.schema.consumer_protocol_subscription.v0 import data as subscription_v0
+from kio.schema.types import TopicName
+from kio.static.primitive import i32
 
 from gregor.wire.schema import SchemaDecodeError, decode, encode
 
@@ -38,12 +40,13 @@ def subscribed_topics(metadata: bytes) -> list[str]:
 
 
 def encode_assignment(partitions: Iterable[TopicPartition]) -> bytes:
-    topics: dict[str, list[int]] = defaultdict(list)
+    topics: dict[str, list[i32]] = defaultdict(list)
     for topic, partition in sorted(partitions):
-        topics[topic].append(partition)
+        topics[topic].append(i32(partition))
     body = assignment_v0.ConsumerProtocolAssignment(
         assigned_partitions=tuple(
-            assignment_v0.TopicPartition(topic=t, partitions=tuple(ps)) for t, ps in topics.items()
+            assignment_v0.TopicPartition(topic=TopicName(t), partitions=tuple(ps))
+            for t, ps in topics.items()
         )
     )
     return _V0 + encode(body)

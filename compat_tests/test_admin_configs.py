@@ -468,6 +468,15 @@ def test_java_configs_and_authorized_operations(
     assert java_alter(broker, f"group:{group}", set="consumer.heartbeat.interval.ms=6000") == ok
     try:
         assert java_alter(broker, "broker:", set="log.segment.bytes=2000000") == ok
+        # A cluster-wide default reaches the other brokers through ZooKeeper, a moment later.
+        leader_key = (f"broker:{leader}", "log.segment.bytes")
+        wait_for(
+            lambda: (
+                java_describe(broker, leader_key[0], keys=leader_key[1:])[leader_key]["value"]
+                == "2000000"
+            ),
+            "the cluster-wide log.segment.bytes on the partition's leader",
+        )
         seen = java_describe(
             broker,
             f"topic:{topic}",

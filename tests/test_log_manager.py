@@ -215,6 +215,20 @@ def test_delete_renames_then_removes_after_delay(tmp_path: Path) -> None:
     assert not marked.exists()
 
 
+def test_shutdown_leaves_pending_deletions_to_the_next_start(tmp_path: Path) -> None:
+    d = tmp_path / "logs"
+    m = manager([d], **{"log.segment.delete.delay.ms": "60000"})
+    log = m.get_or_create("t-2", 0, LogConfig(file_delete_delay_ms=60000))
+    log.append_as_leader(batch(), leader_epoch=0, now_ms=NOW)
+    m.delete("t-2", 0)
+    m.shutdown({})
+    (marked,) = [p for p in d.iterdir() if p.is_dir()]
+    assert marked.name.endswith("-delete")
+    restarted = manager([d])
+    assert not marked.exists()
+    assert list(restarted.all_logs()) == []
+
+
 def test_startup_removes_dirs_marked_for_deletion_and_skips_others(tmp_path: Path) -> None:
     d = tmp_path / "logs"
     (d / "gone-0.0123abcd-delete").mkdir(parents=True)

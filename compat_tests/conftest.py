@@ -9,9 +9,10 @@ means one broker's process or files only is parametrised
 ``@pytest.mark.parametrize("broker", ["single"], indirect=True)``, with the reason.
 
 Each test marked ``compat(client, feature)`` (``compat_tests/matrix.py``) has its outcome
-recorded in ``compat_tests/results.json`` when the session ends (``GREGOR_COMPAT_RESULTS``
-names another file; empty records nothing), the source of the README's table
-(``scripts/compat_table.py``). Runs against a peer broker record nothing.
+recorded when the session ends in the file ``GREGOR_COMPAT_RESULTS`` names (unset: nothing
+is recorded). ``./scripts/test`` with no arguments sets it to ``compat_tests/results.json``,
+the source of the README's table (``scripts/compat_table.py``), so only whole runs write
+that file. Runs against a peer broker record nothing.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import pytest
 
 from compat_tests.broker import BrokerProcess, broker_kind
 from compat_tests.cluster import ClusterBroker
-from compat_tests.matrix import MARKER, RESULTS_PATH, Recorder
+from compat_tests.matrix import MARKER, Recorder
 from compat_tests.process_pool import ProcessPool
 from compat_tests.records import CLUSTER_CODECS
 
@@ -108,7 +109,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if hasattr(config, "workeroutput"):  # an xdist worker: its controller records
         config.workeroutput[MARKER] = _RECORDER.collection()
         return
-    target = os.environ.get("GREGOR_COMPAT_RESULTS", str(RESULTS_PATH))
+    target = os.environ.get("GREGOR_COMPAT_RESULTS", "")
     if target and broker_kind() == "gregor" and not config.option.collectonly:
         _RECORDER.merge_into(Path(target))
 

@@ -88,12 +88,7 @@ class Broker:
         if self._server is not None:
             raise RuntimeError("broker already running")
         server = ServerBroker(BrokerConfig(dict(self.properties)))
-        try:
-            await server.start()
-        except BaseException:
-            await server.socket_server.stop_accepting()
-            await server.socket_server.drain(1.0)
-            raise
+        await server.start()
         self._server = server
         self._background = asyncio.get_running_loop().create_task(server.run_background())
 

@@ -208,13 +208,20 @@ class Broker:
         for log_dir in self.config.log_dirs:
             log_dir.mkdir(parents=True, exist_ok=True)
         self.logs.startup(now_ms())
-        endpoints = await self._listen()
-        if self.config.cluster_mode:
-            await self._start_cluster(endpoints)
-        else:
-            self._start_embedded(endpoints)
+        try:
+            endpoints = await self._listen()
+            if self.config.cluster_mode:
+                await self._start_cluster(endpoints)
+            else:
+                self._start_embedded(endpoints)
+            await self._start_metrics()
+        except BaseException:
+            # Start-up failed with listeners open: close the connections already
+            # accepted (a client probing the port), so the error is the last thing logged.
+            await self.socket_server.stop_accepting()
+            await self.socket_server.drain(1.0)
+            raise
         assert self.cache is not None
-        await self._start_metrics()
         logger.info(
             "[KafkaServer id=%d] started (cluster id %s, %d partition(s)) in %.2fs; "
             "listening on %s",

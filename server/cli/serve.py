@@ -31,14 +31,7 @@ async def _serve(config: BrokerConfig) -> None:
     from gregor.server.broker import Broker
 
     broker = Broker(config)
-    try:
-        await broker.start()
-    except BaseException:
-        # Start-up failed after the listeners opened: close the connections already accepted
-        # (a client probing the port), so the fatal error is the process's last log line.
-        await broker.socket_server.stop_accepting()
-        await broker.socket_server.drain(1.0)
-        raise
+    await broker.start()
     gc.freeze()
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with anyio.create_task_group() as tg:

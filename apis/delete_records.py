@@ -13,7 +13,6 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from gregor.apis.context import NO_THROTTLE, RequestContext, Services, build, nested
-from gregor.apis.errors import not_hosted
 from gregor.controller.metadata.topic_names import INTERNAL_TOPICS
 from gregor.replica.errors import STORAGE_ERRORS, error_code
 from gregor.replica.partition import Partition
@@ -81,7 +80,7 @@ def _delete(services: Services, topic: str, offset: int, deletion: _Deletion) ->
         return
     partition = services.replicas.get(topic, deletion.index)
     if partition is None:
-        deletion.error = not_hosted(services, topic, deletion.index)
+        deletion.error = services.replicas.not_hosted(topic, deletion.index)
         return
     if not partition.is_leader:
         deletion.error = ErrorCode.not_leader_or_follower

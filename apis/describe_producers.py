@@ -8,7 +8,6 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from gregor.apis.context import NO_THROTTLE, RequestContext, Services, nested
-from gregor.apis.errors import not_hosted
 from gregor.wire.schema import response_type
 from gregor.wire.versions import DESCRIBE_PRODUCERS
 
@@ -25,7 +24,7 @@ def handle(services: Services, ctx: RequestContext, request: Any) -> Any:
             partition = services.replicas.get(topic.name, index)
             error, message, producers = ErrorCode.none, None, ()
             if partition is None:
-                error = not_hosted(services, topic.name, index)
+                error = services.replicas.not_hosted(topic.name, index)
             elif not partition.is_leader:
                 error = ErrorCode.not_leader_or_follower
             elif partition.log.offline:

@@ -13,7 +13,6 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from gregor.apis.context import NO_THROTTLE, RequestContext, Services, build, nested
-from gregor.apis.errors import not_hosted
 from gregor.replica.errors import STORAGE_ERRORS, error_code
 from gregor.wire.schema import response_type
 from gregor.wire.versions import LIST_OFFSETS
@@ -63,7 +62,7 @@ def _lookup(
     }
     partition = services.replicas.get(topic, index)
     if partition is None:
-        fields["error_code"] = not_hosted(services, topic, index)
+        fields["error_code"] = services.replicas.not_hosted(topic, index)
         return fields
     if not partition.is_leader:
         fields["error_code"] = ErrorCode.not_leader_or_follower

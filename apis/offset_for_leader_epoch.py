@@ -13,7 +13,6 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from gregor.apis.context import NO_THROTTLE, RequestContext, Services, build, nested
-from gregor.apis.errors import not_hosted
 from gregor.log.leader_epoch import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
 from gregor.replica.partition import check_leader
 from gregor.wire.schema import response_type
@@ -45,7 +44,11 @@ def handle(services: Services, ctx: RequestContext, request: Any) -> Any:
 def _end_offset(services: Services, topic: str, p: Any) -> tuple[ErrorCode, int, int]:
     partition = services.replicas.get(topic, p.partition)
     if partition is None:
-        return not_hosted(services, topic, p.partition), UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+        return (
+            services.replicas.not_hosted(topic, p.partition),
+            UNDEFINED_EPOCH,
+            UNDEFINED_EPOCH_OFFSET,
+        )
     error = check_leader(partition, p.current_leader_epoch)
     if error != ErrorCode.none:
         return error, UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET

@@ -21,7 +21,6 @@ from kio.schema.write_txn_markers.v1.response import (
 from kio.static.primitive import i32
 
 from gregor.apis.context import RequestContext, Services, later
-from gregor.apis.errors import not_hosted
 from gregor.apis.inter_broker import cluster_member
 from gregor.coordinator.records import OFFSETS_TOPIC
 from gregor.replica.manager import MarkerAppend
@@ -49,7 +48,7 @@ async def write_txn_markers(
             for index in topic.partition_indexes:
                 partition = replicas.get(topic.name, index)
                 if partition is None:
-                    partitions.append((index, not_hosted(services, topic.name, index)))
+                    partitions.append((index, services.replicas.not_hosted(topic.name, index)))
                     continue
                 append = MarkerAppend(
                     partition,

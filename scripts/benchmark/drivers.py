@@ -206,6 +206,12 @@ class ConfluentClient:
                 "group.id": f"bench-{uuid.uuid4().hex}",  # required by the API; never joined
                 "enable.auto.commit": False,
                 "enable.partition.eof": False,
+                # librdkafka stops fetching for this long whenever its local queue passes
+                # queued.max.messages.kbytes (64 MiB). On loopback a broker fills that faster
+                # than this loop drains it, and the default 1 s pause, the client's own, made
+                # a run's figure depend on whether the fetcher happened to hit it (200 or
+                # 900 MiB/s for the same broker). 10 ms keeps the flow control.
+                "fetch.queue.backoff.ms": 10,
                 **QUIET,
             }
         )
@@ -216,7 +222,9 @@ class ConfluentClient:
             start = time.perf_counter()
             deadline = start + seconds
             while count < records and time.perf_counter() < deadline:
-                messages = consumer.consume(num_messages=10_000, timeout=0.5)
+                # No more than remain: consume() waits its whole timeout for a full batch.
+                batch = min(10_000, records - count)
+                messages = consumer.consume(num_messages=batch, timeout=0.5)
                 if not messages:
                     endpoint.check("confluent-kafka consume")
                 for message in messages:

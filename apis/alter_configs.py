@@ -4,9 +4,12 @@ SET, DELETE, APPEND, SUBTRACT) for topics, brokers and groups.
 As in Kafka, the receiving broker checks the request's shape and validates BROKER changes
 itself (its own id, or "" for the cluster default; Kafka's DynamicBrokerConfig rules:
 read-only keys, per-listener-only and per-broker-only keys, types, and the
-reconfigurations' own checks, all INVALID_REQUEST; unknown keys stored as given); TOPIC
-and GROUP changes are validated by the controller (INVALID_CONFIG,
-UNKNOWN_TOPIC_OR_PARTITION), which persists every change."""
+reconfigurations' own checks, all INVALID_REQUEST; unknown keys stored as given; a TLS
+listener's new keystore that does not load, INVALID_CONFIG); TOPIC and GROUP changes are
+validated by the controller (INVALID_CONFIG, UNKNOWN_TOPIC_OR_PARTITION), which persists
+every change. After the check for repeated resources, each needs ALTER_CONFIGS on its topic,
+its group or (a broker) the cluster, as Kafka's controller checks, else
+TOPIC_/GROUP_/CLUSTER_AUTHORIZATION_FAILED."""
 
 from __future__ import annotations
 
@@ -15,8 +18,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from gregor.apis.acl import MESSAGES, config_resource_error
 from gregor.apis.configs import check_own_broker_id
 from gregor.apis.context import NO_THROTTLE, RequestContext, Services, later, nested
+from gregor.controller.acls.model import AclOperation
 from gregor.controller.configs import (
     DELETE,
     apply_operations,
@@ -60,6 +65,15 @@ async def _alter(
                 raise TopicError(
                     ErrorCode.invalid_request, "Each resource must appear at most once."
                 )
+            refused = config_resource_error(
+                services,
+                ctx,
+                AclOperation.ALTER_CONFIGS,
+                resource.resource_type,
+                resource.resource_name,
+            )
+            if refused is not None:
+                raise TopicError(refused, MESSAGES[refused])
             prepared.append(_change(services, resource, incremental))
         except TopicError as e:
             prepared.append(e)
@@ -109,13 +123,16 @@ def _change(services: Services, resource: Any, incremental: bool) -> Change:
     else:
         configs = {c.name: c.value for c in resource.configs}
     if target.type == BROKER:
+        new = _broker_props_with(services, target, configs)
         check_broker_configs(
             configs,
             per_broker=target.name != DEFAULT_BROKER,
             current=_broker_props_with(services, None, {}),
-            new=_broker_props_with(services, target, configs),
+            new=new,
             advertised=services.config.advertised_listener_names,
         )
+        if services.check_broker_props is not None:
+            services.check_broker_props(new)
     return target, configs
 
 

@@ -4,7 +4,9 @@ The checks and errors are Kafka's ReplicaManager.alterReplicaLogDirs: a director
 ``log.dirs`` is LOG_DIR_NOT_FOUND, an offline one KAFKA_STORAGE_ERROR, a partition without
 a replica here REPLICA_NOT_AVAILABLE. Otherwise the answer is at once: a replica already in
 the directory stays; one in another directory is moved there in the background (a future
-log copied, then swapped in: replica/log_mover.py), which DescribeLogDirs shows.
+log copied, then swapped in: replica/log_mover.py), which DescribeLogDirs shows. It needs
+ALTER on the cluster, else every partition named is CLUSTER_AUTHORIZATION_FAILED and none
+moves.
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from gregor.apis.acl import authorize_cluster
 from gregor.apis.context import NO_THROTTLE, RequestContext, Services, nested
+from gregor.controller.acls.model import AclOperation
 from gregor.wire.schema import response_type
 from gregor.wire.versions import ALTER_REPLICA_LOG_DIRS
 
@@ -24,10 +28,15 @@ def handle(services: Services, ctx: RequestContext, request: Any) -> Any:
     topic_cls = nested(cls, "AlterReplicaLogDirTopicResult")
     partition_cls = nested(cls, "AlterReplicaLogDirPartitionResult")
     results: dict[str, list[Any]] = {}
+    allowed = authorize_cluster(services, ctx, AclOperation.ALTER)
     for entry in request.dirs:
         for topic in entry.topics:
             for index in topic.partitions:
-                error = _alter(services, entry.path, topic.name, index)
+                error = (
+                    _alter(services, entry.path, topic.name, index)
+                    if allowed
+                    else ErrorCode.cluster_authorization_failed
+                )
                 results.setdefault(topic.name, []).append(
                     partition_cls(partition_index=index, error_code=error)
                 )

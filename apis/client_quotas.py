@@ -5,7 +5,8 @@ one quota ``connection_creation_rate``); a null name is the entity type's defaul
 controller stores the quotas (the embedded node's metadata file, or ZooKeeper's
 /config/users, /config/clients and /config/ips) and every broker enforces them at once.
 Filters and errors follow Kafka's ClientQuotasImage and ClientQuotaControlManager, and for
-IP entities its ZooKeeper-mode ZkAdminManager.
+IP entities its ZooKeeper-mode ZkAdminManager. DescribeClientQuotas needs DESCRIBE_CONFIGS
+and AlterClientQuotas ALTER_CONFIGS on the cluster (CLUSTER_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from gregor.apis.acl import MESSAGES, authorize_cluster
 from gregor.apis.context import NO_THROTTLE, RequestContext, Services, build, later, nested
+from gregor.controller.acls.model import AclOperation
 from gregor.controller.quota_entities import (
     DEFAULT,
     IP_QUOTA_KEYS,
@@ -50,6 +53,15 @@ class QuotaRequestError(KafkaError):
 
 def handle_describe(services: Services, ctx: RequestContext, request: Any) -> Any:
     cls = response_type(DESCRIBE_CLIENT_QUOTAS, ctx.api_version)
+    if not authorize_cluster(services, ctx, AclOperation.DESCRIBE_CONFIGS):
+        refused = ErrorCode.cluster_authorization_failed
+        return build(
+            cls,
+            throttle_time=NO_THROTTLE,
+            error_code=refused,
+            error_message=MESSAGES[refused],
+            entries=None,
+        )
     try:
         exact, specified = _filter(request.components)
     except QuotaRequestError as e:
@@ -168,6 +180,25 @@ def _entry(cls: type, entity: QuotaEntity, values: dict[str, float]) -> Any:
 def handle_alter(services: Services, ctx: RequestContext, request: Any) -> Any:
     cls = response_type(ALTER_CLIENT_QUOTAS, ctx.api_version)
     results: list[tuple[Any, ErrorCode, str | None]] = []
+    if not authorize_cluster(services, ctx, AclOperation.ALTER_CONFIGS):
+        refused = ErrorCode.cluster_authorization_failed
+        return build(
+            cls,
+            throttle_time=NO_THROTTLE,
+            entries=tuple(
+                nested(cls, "EntryData")(
+                    error_code=refused,
+                    error_message=MESSAGES[refused],
+                    entity=tuple(
+                        nested(cls, "EntityData")(
+                            entity_type=e.entity_type, entity_name=e.entity_name
+                        )
+                        for e in entry.entity
+                    ),
+                )
+                for entry in request.entries
+            ),
+        )
     changes: dict[QuotaEntity, dict[str, float | None]] = {}
     seen: set[QuotaEntity] = set()
     for entry in request.entries:

@@ -1,5 +1,11 @@
 """DescribeCluster and InitProducerId (idempotent producers, and transactional ones
-through the transaction coordinator)."""
+through the transaction coordinator).
+
+Authorization is Kafka's: DescribeCluster refuses nobody, its cluster authorized operations
+(KIP-430) are none without DESCRIBE on the cluster; InitProducerId needs WRITE on the
+transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), an idempotent producer
+IDEMPOTENT_WRITE on the cluster or, since KIP-679, WRITE on any topic
+(CLUSTER_AUTHORIZATION_FAILED)."""
 
 from __future__ import annotations
 
@@ -8,8 +14,14 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from gregor.apis.acl import CLUSTER_OPERATIONS, authorized_operations
+from gregor.apis.acl import (
+    authorize,
+    authorize_by_resource_type,
+    authorize_cluster,
+    cluster_authorized_operations,
+)
 from gregor.apis.context import (
+    NO_AUTHORIZED_OPERATIONS,
     NO_THROTTLE,
     RequestContext,
     Services,
@@ -17,6 +29,7 @@ from gregor.apis.context import (
     later,
     nested,
 )
+from gregor.controller.acls.model import AclOperation, ResourceType
 from gregor.wire.schema import response_type
 from gregor.wire.versions import DESCRIBE_CLUSTER, INIT_PRODUCER_ID
 
@@ -90,17 +103,40 @@ def handle_describe_cluster(services: Services, ctx: RequestContext, request: An
         cluster_id=services.metadata.cluster_id,
         controller_id=controller_id,
         brokers=tuple(brokers),
-        cluster_authorized_operations=authorized_operations(
-            request, "include_cluster_authorized_operations", CLUSTER_OPERATIONS
-        ),
+        cluster_authorized_operations=cluster_authorized_operations(services, ctx)
+        if request.include_cluster_authorized_operations
+        else NO_AUTHORIZED_OPERATIONS,
     )
 
 
 def handle_init_producer_id(services: Services, ctx: RequestContext, request: Any) -> Any:
     cls = response_type(INIT_PRODUCER_ID, ctx.api_version)
+    refused = _refused(services, ctx, request.transactional_id)
+    if refused is not None:
+        return build(
+            cls, throttle_time=NO_THROTTLE, error_code=refused, producer_id=-1, producer_epoch=-1
+        )
     if request.transactional_id is not None:
         return later(_init_transactional(services, ctx, cls, request))
     return later(_allocate(services, cls))
+
+
+def _refused(
+    services: Services, ctx: RequestContext, transactional_id: str | None
+) -> ErrorCode | None:
+    if services.authorizer is None:
+        return None
+    if transactional_id is not None:
+        if authorize(
+            services, ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id
+        ):
+            return None
+        return ErrorCode.transactional_id_authorization_failed
+    if authorize_cluster(
+        services, ctx, AclOperation.IDEMPOTENT_WRITE
+    ) or authorize_by_resource_type(services, ctx, AclOperation.WRITE, ResourceType.TOPIC):
+        return None
+    return ErrorCode.cluster_authorization_failed
 
 
 async def _allocate(services: Services, cls: type) -> Any:

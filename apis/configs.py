@@ -1,5 +1,7 @@
 """DescribeConfigs for topics, brokers (this one, and the cluster-wide dynamic defaults)
-and groups, with each value's source and synonyms in Kafka's precedence."""
+and groups, with each value's source and synonyms in Kafka's precedence. Each resource needs
+DESCRIBE_CONFIGS on its topic, its group or (a broker) the cluster, else it is answered
+TOPIC_/GROUP_/CLUSTER_AUTHORIZATION_FAILED with Kafka's message and no configs."""
 
 from __future__ import annotations
 
@@ -9,8 +11,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from gregor.apis.acl import MESSAGES, config_resource_error
 from gregor.apis.context import NO_THROTTLE, RequestContext, Services, build, nested
 from gregor.configdef import Type
+from gregor.controller.acls.model import AclOperation
 from gregor.controller.configs import (
     ALL_DYNAMIC_BROKER_KEYS,
     BROKER_KEYS,
@@ -254,7 +258,16 @@ def handle(services: Services, ctx: RequestContext, request: Any) -> Any:
     results = []
     for resource in request.resources:
         code, message, entries = ErrorCode.none, None, []
+        refused = config_resource_error(
+            services,
+            ctx,
+            AclOperation.DESCRIBE_CONFIGS,
+            resource.resource_type,
+            resource.resource_name,
+        )
         try:
+            if refused is not None:
+                raise TopicError(refused, MESSAGES[refused])
             entries = _describe(
                 services,
                 resource.resource_type,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import cache
@@ -15,6 +15,7 @@ from kio.schema.errors import ErrorCode
 from kio.static.protocol import Entity
 
 if TYPE_CHECKING:
+    from gregor.controller.acls.authorizer import AclAuthorizer
     from gregor.controller.base import Controller
     from gregor.controller.metadata.cache import MetadataCache
     from gregor.controller.zk_broker import ZkBroker
@@ -112,6 +113,12 @@ class Services:
     # What the Prometheus endpoint reports (server/metrics.py); None when it is off, and
     # then nothing is recorded.
     metrics: BrokerMetrics | None = None
+    # The broker's own check of its effective properties after a dynamic BROKER change
+    # (a TLS listener's new keystore must load); raises TopicError(INVALID_CONFIG).
+    check_broker_props: Callable[[Mapping[str, str]], None] | None = None
+    # The authorizer authorizer.class.name selects (controller/acls/authorizer.py), holding
+    # every ACL; None without one (the ACL APIs answer SECURITY_DISABLED).
+    authorizer: AclAuthorizer | None = None
 
 
 @cache

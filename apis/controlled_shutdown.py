@@ -8,12 +8,16 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from gregor.apis.context import RequestContext, Services, later
-from gregor.apis.inter_broker import cluster_member
+from gregor.apis.inter_broker import cluster_action, cluster_member
 from gregor.controller.zk_controller.controller import ControllerError
 from gregor.wire.interbroker import ControlledShutdownResponse, RemainingPartition
 
 
 def handle(services: Services, ctx: RequestContext, request: Any) -> Any:
+    if not cluster_action(services, ctx):
+        return ControlledShutdownResponse(
+            error_code=ErrorCode.cluster_authorization_failed, remaining_partitions=()
+        )
     controller = cluster_member(services, "ControlledShutdown").active_controller
     if controller is None:
         return ControlledShutdownResponse(

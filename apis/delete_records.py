@@ -3,7 +3,8 @@
 The leader moves its log start at once; the answer waits (up to the request's timeout,
 in the DeleteRecords purgatory) until every in-sync follower has moved its own, which it
 does when a fetch answer carries the leader's log start. The partition's low watermark,
-the smallest log start among them, is what is answered.
+the smallest log start among them, is what is answered. A topic without DELETE is
+TOPIC_AUTHORIZATION_FAILED in each of its partitions, which keep their records.
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from gregor.apis.acl import authorized_names
 from gregor.apis.context import NO_THROTTLE, RequestContext, Services, build, nested
+from gregor.controller.acls.model import AclOperation, ResourceType
 from gregor.controller.metadata.topic_names import INTERNAL_TOPICS
 from gregor.replica.errors import STORAGE_ERRORS, error_code
 from gregor.replica.partition import Partition
@@ -53,11 +56,17 @@ class _Deletion:
 def handle(services: Services, ctx: RequestContext, request: Any) -> Any:
     topics: list[tuple[str, list[_Deletion]]] = []
     waiting: set[tuple[str, int]] = set()
+    allowed = authorized_names(
+        services, ctx, AclOperation.DELETE, ResourceType.TOPIC, (t.name for t in request.topics)
+    )
     for topic in request.topics:
         deletions = []
         for p in topic.partitions:
             deletion = _Deletion(p.partition_index)
-            _delete(services, topic.name, p.offset, deletion)
+            if topic.name in allowed:
+                _delete(services, topic.name, p.offset, deletion)
+            else:
+                deletion.error = ErrorCode.topic_authorization_failed
             if not deletion.check(services, False):
                 waiting.add((topic.name, p.partition_index))
             deletions.append(deletion)

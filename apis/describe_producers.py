@@ -1,5 +1,6 @@
 """DescribeProducers (KIP-664): the active idempotent producers of partitions this broker
-leads, from each log's producer state."""
+leads, from each log's producer state. A topic without READ is TOPIC_AUTHORIZATION_FAILED
+in each of its partitions."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from gregor.apis.acl import authorize
 from gregor.apis.context import NO_THROTTLE, RequestContext, Services, nested
+from gregor.controller.acls.model import AclOperation, ResourceType
 from gregor.wire.schema import response_type
 from gregor.wire.versions import DESCRIBE_PRODUCERS
 
@@ -20,10 +23,13 @@ def handle(services: Services, ctx: RequestContext, request: Any) -> Any:
     topics = []
     for topic in request.topics:
         partitions = []
+        readable = authorize(services, ctx, AclOperation.READ, ResourceType.TOPIC, topic.name)
         for index in topic.partition_indexes:
             partition = services.replicas.get(topic.name, index)
             error, message, producers = ErrorCode.none, None, ()
-            if partition is None:
+            if not readable:
+                error = ErrorCode.topic_authorization_failed
+            elif partition is None:
                 error = services.replicas.not_hosted(topic.name, index)
             elif not partition.is_leader:
                 error = ErrorCode.not_leader_or_follower

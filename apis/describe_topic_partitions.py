@@ -2,7 +2,9 @@
 
 Topics are answered in name order, starting at the cursor's topic and partition; once
 ``response_partition_limit`` partitions are in the answer, ``next_cursor`` names where the
-next request should start (Kafka's DescribeTopicPartitionsRequestHandler).
+next request should start (Kafka's DescribeTopicPartitionsRequestHandler). Topics without
+DESCRIBE are left out, or answered TOPIC_AUTHORIZATION_FAILED (after the others) when named;
+each topic's authorized operations (KIP-430) are always reported.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from gregor.apis.acl import TOPIC_OPERATIONS
+from gregor.apis.acl import authorized_names, authorized_operations
 from gregor.apis.context import (
     NO_AUTHORIZED_OPERATIONS,
     NO_THROTTLE,
@@ -19,6 +21,7 @@ from gregor.apis.context import (
     Services,
     nested,
 )
+from gregor.controller.acls.model import AclOperation, ResourceType
 from gregor.controller.metadata.cache import ZERO_UUID, PartitionInfo, TopicInfo
 from gregor.wire.schema import response_type
 from gregor.wire.versions import DESCRIBE_TOPIC_PARTITIONS
@@ -50,6 +53,18 @@ def handle(services: Services, ctx: RequestContext, request: Any) -> Any:
                 for t in request.topics
             ),
         )
+    refused: list[Any] = []
+    if services.authorizer is not None:
+        describable = authorized_names(
+            services, ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, names
+        )
+        if not fetch_all:
+            refused = [
+                _topic_error(topic_cls, n, ZERO_UUID, ErrorCode.topic_authorization_failed)
+                for n in names
+                if n not in describable
+            ]
+        names = [n for n in names if n in describable]
     # At least one partition per answer, as Kafka: a client paging at 0 still progresses.
     remaining = max(min(request.response_partition_limit, MAX_PARTITIONS), 1)
     topics = []
@@ -73,7 +88,7 @@ def handle(services: Services, ctx: RequestContext, request: Any) -> Any:
             next_cursor = cursor_cls(topic_name=name, partition_index=rest[0])
             break
         remaining -= len(shown)
-    return cls(throttle_time=NO_THROTTLE, topics=tuple(topics), next_cursor=next_cursor)
+    return cls(throttle_time=NO_THROTTLE, topics=tuple(topics + refused), next_cursor=next_cursor)
 
 
 def _topic(
@@ -104,8 +119,10 @@ def _topic(
         topic_id=topic.topic_id,
         is_internal=topic.internal,
         partitions=tuple(partitions),
-        # No include flag in this API: Kafka always reports them (all, with no authorizer).
-        topic_authorized_operations=TOPIC_OPERATIONS,
+        # No include flag in this API: Kafka always reports them.
+        topic_authorized_operations=authorized_operations(
+            services, ctx, ResourceType.TOPIC, topic.name
+        ),
     )
 
 

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from kio.static.protocol import Entity
 
 from gregor.apis import (
+    acls,
     alter_configs,
     alter_partition,
     alter_replica_log_dirs,
@@ -42,6 +43,8 @@ from gregor.apis import (
     offsets,
     produce,
     reassignments,
+    sasl,
+    scram_credentials,
     stop_replica,
     topics,
     transactions,
@@ -113,6 +116,13 @@ HANDLERS: dict[int, Handler] = {
     versions.OFFSET_DELETE: offsets.handle_delete,
     versions.DESCRIBE_CLIENT_QUOTAS: client_quotas.handle_describe,
     versions.ALTER_CLIENT_QUOTAS: client_quotas.handle_alter,
+    versions.SASL_HANDSHAKE: sasl.handle_handshake,
+    versions.SASL_AUTHENTICATE: sasl.handle_authenticate,
+    versions.DESCRIBE_USER_SCRAM_CREDENTIALS: scram_credentials.handle_describe,
+    versions.ALTER_USER_SCRAM_CREDENTIALS: scram_credentials.handle_alter,
+    versions.DESCRIBE_ACLS: acls.handle_describe,
+    versions.CREATE_ACLS: acls.handle_create,
+    versions.DELETE_ACLS: acls.handle_delete,
     versions.LEADER_AND_ISR: leader_and_isr.handle,
     versions.STOP_REPLICA: stop_replica.handle,
     versions.UPDATE_METADATA: update_metadata.handle,
@@ -137,6 +147,7 @@ class Channel(Protocol):
 
     peer: str
     listener: str
+    principal: str  # "User:<name>" (User:ANONYMOUS unauthenticated)
     received_ns: int
     timing: RequestTiming | None
 
@@ -214,7 +225,14 @@ class Dispatcher:
             conn.close()
             return
         ctx = RequestContext(
-            api_key, version, correlation_id, header.client_id, conn.listener, conn.peer, len(frame)
+            api_key,
+            version,
+            correlation_id,
+            header.client_id,
+            conn.listener,
+            conn.peer,
+            len(frame),
+            conn.principal,
         )
         quotas = self.services.quotas
         timed = quotas.request.enabled and _request_time_counts(api_key, body)
@@ -255,7 +273,7 @@ class Dispatcher:
 
     def _refuse(self, conn: Channel, frame: bytes | bytearray, api_key: int, version: int) -> None:
         """An API or version we do not serve (e.g. Produce v0-v2, Fetch v0-v3, ListOffsets
-        v0, all removed in Kafka 4, or SaslHandshake without SASL): the connection is
+        v0, all removed in Kafka 4): the connection is
         closed without an answer, as Kafka 4's SocketServer does (Processor.
         parseRequestHeader throws UnsupportedVersionException, or InvalidRequestException
         for an API the listener does not serve, and processChannelException closes the

@@ -1,6 +1,8 @@
-"""Fetch: topic ids resolved to names (v13+, KIP-516), the ReplicaManager's fetch
-(replica/fetch_messages.py: reading, sessions, long polls), and the answer encoded with its
-leader hints (v16+), charged to a consumer's quota and counted in the metrics."""
+"""Fetch: topic ids resolved to names (v13+, KIP-516), authorization (Kafka's: a follower
+needs CLUSTER_ACTION, else every partition is TOPIC_AUTHORIZATION_FAILED; a consumer READ
+on each topic, per partition), the ReplicaManager's fetch (replica/fetch_messages.py:
+reading, sessions, long polls), and the answer encoded with its leader hints (v16+),
+charged to a consumer's quota and counted in the metrics."""
 
 from __future__ import annotations
 
@@ -9,9 +11,17 @@ from typing import TYPE_CHECKING
 
 from kio.schema.errors import ErrorCode
 
+from gregor.apis.acl import authorize, authorize_cluster
 from gregor.apis.context import RawResponse, RequestContext, Services
 from gregor.apis.leader_hints import LEADER_ERRORS, leader_hint
-from gregor.wire.fetch import FetchRequest, FetchTopic, encode_fetch_response
+from gregor.controller.acls.model import AclOperation, ResourceType
+from gregor.wire.fetch import (
+    FetchPartition,
+    FetchRequest,
+    FetchTopic,
+    FetchTopicRequest,
+    encode_fetch_response,
+)
 from gregor.wire.leader_hints import NodeEndpoint
 
 if TYPE_CHECKING:
@@ -45,9 +55,38 @@ def handle(
             _count_out(metrics, topics)
         return response
 
+    readable = None
+    if services.authorizer is not None:
+        if request.replica_id >= 0:
+            if not authorize_cluster(services, ctx, AclOperation.CLUSTER_ACTION):
+                return _answer(ctx, _refused(request.topics))
+        else:
+
+            def readable(topic: str) -> bool:
+                return authorize(services, ctx, AclOperation.READ, ResourceType.TOPIC, topic)
+
     return services.replicas.fetch_messages(
-        request, version, max_bytes, lambda: f"{ctx.client_id!r} at {ctx.peer}", respond
+        request,
+        version,
+        max_bytes,
+        lambda: f"{ctx.client_id!r} at {ctx.peer}",
+        respond,
+        readable,
     )
+
+
+def _refused(topics: list[FetchTopicRequest]) -> list[FetchTopic]:
+    """A fetch from a replica without CLUSTER_ACTION: every partition it names refused,
+    without a session opened or continued."""
+    code = ErrorCode.topic_authorization_failed
+    return [
+        FetchTopic(
+            t.topic,
+            [FetchPartition(p.partition, code, records=b"") for p in t.partitions],
+            t.topic_id,
+        )
+        for t in topics
+    ]
 
 
 def _answer(

@@ -1,5 +1,12 @@
 """The classic group protocol: FindCoordinator, JoinGroup, SyncGroup, Heartbeat,
-LeaveGroup, DescribeGroups, ListGroups and DeleteGroups."""
+LeaveGroup, DescribeGroups, ListGroups and DeleteGroups.
+
+Authorized as Kafka's handlers: FindCoordinator DESCRIBE on each group or transactional id
+(GROUP_/TRANSACTIONAL_ID_AUTHORIZATION_FAILED per key, no coordinator topic created for a
+refused one); JoinGroup, SyncGroup, Heartbeat and LeaveGroup READ on the group;
+DescribeGroups DESCRIBE per group, with each group's authorized operations (KIP-430);
+ListGroups every group with DESCRIBE on the cluster, else those with DESCRIBE; DeleteGroups
+DELETE per group."""
 
 from __future__ import annotations
 
@@ -11,8 +18,15 @@ from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
-from gregor.apis.acl import GROUP_OPERATIONS, authorized_operations
+from gregor.apis.acl import (
+    MESSAGES,
+    authorize,
+    authorize_cluster,
+    authorized_names,
+    authorized_operations,
+)
 from gregor.apis.context import (
+    NO_AUTHORIZED_OPERATIONS,
     NO_THROTTLE,
     RequestContext,
     Services,
@@ -20,6 +34,7 @@ from gregor.apis.context import (
     later,
     nested,
 )
+from gregor.controller.acls.model import AclOperation, ResourceType
 from gregor.controller.base import NewTopic
 from gregor.controller.topics import TopicError
 from gregor.coordinator.coordinator import GroupCoordinator
@@ -64,6 +79,10 @@ def millis(value: timedelta) -> int:
 def client_host(ctx: RequestContext) -> str:
     """As Kafka prints an InetAddress: "/127.0.0.1"."""
     return "/" + ctx.peer.rsplit(":", 1)[0]
+
+
+def may_read_group(services: Services, ctx: RequestContext, group_id: str) -> bool:
+    return authorize(services, ctx, AclOperation.READ, ResourceType.GROUP, group_id)
 
 
 def coordinator(services: Services) -> GroupCoordinator:
@@ -138,6 +157,9 @@ def _locate(
     topic exists."""
     if key_type not in (GROUP_KEY, TRANSACTION_KEY):
         return ErrorCode.invalid_request, f"unknown key type {key_type}", -1, "", -1
+    refused = _refused_key(services, ctx, key, key_type)
+    if refused is not None:
+        return refused, None, -1, "", -1
     if not key:
         return ErrorCode.invalid_request, None, -1, "", -1
     if key_type == GROUP_KEY:
@@ -154,12 +176,28 @@ def _locate(
     return ErrorCode.none, None, info.leader, endpoint[0], endpoint[1]
 
 
+def _refused_key(
+    services: Services, ctx: RequestContext, key: str, key_type: int
+) -> ErrorCode | None:
+    """FindCoordinator's check of one key: DESCRIBE on the group or transactional id."""
+    if key_type == GROUP_KEY:
+        if authorize(services, ctx, AclOperation.DESCRIBE, ResourceType.GROUP, key):
+            return None
+        return ErrorCode.group_authorization_failed
+    if authorize(services, ctx, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key):
+        return None
+    return ErrorCode.transactional_id_authorization_failed
+
+
 def handle_find_coordinator(services: Services, ctx: RequestContext, request: Any) -> Any:
     if ctx.api_version < 4:
         key_type, keys = getattr(request, "key_type", GROUP_KEY), (request.key,)
     else:
         key_type, keys = request.key_type, request.coordinator_keys
     topic = {GROUP_KEY: OFFSETS_TOPIC, TRANSACTION_KEY: TRANSACTION_STATE_TOPIC}.get(key_type)
+    if services.authorizer is not None and topic is not None:
+        # As Kafka: the coordinator topic is created for an authorized key only.
+        keys = tuple(k for k in keys if _refused_key(services, ctx, k, key_type) is None)
     if topic is None or topic in services.metadata.topics or not any(keys):
         return _find_coordinator(services, ctx, request)
     return later(_create_then_find(services, ctx, request, key_type))
@@ -208,10 +246,10 @@ def _find_coordinator(services: Services, ctx: RequestContext, request: Any) -> 
 # -- JoinGroup / SyncGroup / Heartbeat / LeaveGroup -----------------------------------------
 def handle_join(services: Services, ctx: RequestContext, request: Any) -> Any:
     version = ctx.api_version
-    cls = response_type(JOIN_GROUP, version)
-    member_cls = nested(cls, "JoinGroupResponseMember")
     session_ms = millis(request.session_timeout)
     rebalance_ms = millis(request.rebalance_timeout) if version >= 1 else session_ms
+    if not may_read_group(services, ctx, request.group_id):
+        return respond_join(ctx, JoinResult(ErrorCode.group_authorization_failed, ""))
     result = coordinator(services).membership.join(
         request.group_id,
         request.member_id,
@@ -227,37 +265,53 @@ def handle_join(services: Services, ctx: RequestContext, request: Any) -> Any:
     )
 
     def respond(r: JoinResult) -> Any:
-        return build(
-            cls,
-            throttle_time=NO_THROTTLE,
-            error_code=r.error,
-            generation_id=r.generation,
-            protocol_type=r.protocol_type,
-            protocol_name=r.protocol_name if version >= 7 else (r.protocol_name or ""),
-            leader=r.leader_id,
-            skip_assignment=r.skip_assignment,
-            member_id=r.member_id,
-            members=tuple(
-                build(member_cls, member_id=m, group_instance_id=i, metadata=md)
-                for m, i, md in r.members
-            ),
-        )
+        return respond_join(ctx, r)
 
     return then(result, respond)
+
+
+def respond_join(ctx: RequestContext, r: JoinResult) -> Any:
+    version = ctx.api_version
+    cls = response_type(JOIN_GROUP, version)
+    member_cls = nested(cls, "JoinGroupResponseMember")
+    return build(
+        cls,
+        throttle_time=NO_THROTTLE,
+        error_code=r.error,
+        generation_id=r.generation,
+        protocol_type=r.protocol_type,
+        protocol_name=r.protocol_name if version >= 7 else (r.protocol_name or ""),
+        leader=r.leader_id,
+        skip_assignment=r.skip_assignment,
+        member_id=r.member_id,
+        members=tuple(
+            build(member_cls, member_id=m, group_instance_id=i, metadata=md)
+            for m, i, md in r.members
+        ),
+    )
 
 
 def handle_sync(services: Services, ctx: RequestContext, request: Any) -> Any:
     version = ctx.api_version
     cls = response_type(SYNC_GROUP, version)
-    result = coordinator(services).membership.sync(
-        request.group_id,
-        request.generation_id,
-        request.member_id,
-        getattr(request, "group_instance_id", None),
-        getattr(request, "protocol_type", None),
-        getattr(request, "protocol_name", None),
-        {a.member_id: a.assignment for a in request.assignments},
-    )
+    protocol_type = getattr(request, "protocol_type", None)
+    protocol_name = getattr(request, "protocol_name", None)
+    # Kafka refuses a v5+ request without its protocol type and name
+    # (INCONSISTENT_GROUP_PROTOCOL, the coordinator's answer here) before authorizing.
+    mandatory_missing = version >= 5 and (protocol_type is None or protocol_name is None)
+    result: SyncResult | asyncio.Future[SyncResult]
+    if not mandatory_missing and not may_read_group(services, ctx, request.group_id):
+        result = SyncResult(ErrorCode.group_authorization_failed)
+    else:
+        result = coordinator(services).membership.sync(
+            request.group_id,
+            request.generation_id,
+            request.member_id,
+            getattr(request, "group_instance_id", None),
+            protocol_type,
+            protocol_name,
+            {a.member_id: a.assignment for a in request.assignments},
+        )
 
     def respond(r: SyncResult) -> Any:
         return build(
@@ -273,12 +327,15 @@ def handle_sync(services: Services, ctx: RequestContext, request: Any) -> Any:
 
 
 def handle_heartbeat(services: Services, ctx: RequestContext, request: Any) -> Any:
-    error = coordinator(services).membership.heartbeat(
-        request.group_id,
-        request.generation_id,
-        request.member_id,
-        getattr(request, "group_instance_id", None),
-    )
+    if not may_read_group(services, ctx, request.group_id):
+        error = ErrorCode.group_authorization_failed
+    else:
+        error = coordinator(services).membership.heartbeat(
+            request.group_id,
+            request.generation_id,
+            request.member_id,
+            getattr(request, "group_instance_id", None),
+        )
     return build(
         response_type(HEARTBEAT, ctx.api_version), throttle_time=NO_THROTTLE, error_code=error
     )
@@ -286,6 +343,10 @@ def handle_heartbeat(services: Services, ctx: RequestContext, request: Any) -> A
 
 def handle_leave(services: Services, ctx: RequestContext, request: Any) -> Any:
     cls = response_type(LEAVE_GROUP, ctx.api_version)
+    if not may_read_group(services, ctx, request.group_id):
+        return build(
+            cls, throttle_time=NO_THROTTLE, error_code=ErrorCode.group_authorization_failed
+        )
     membership = coordinator(services).membership
     if ctx.api_version < 3:
         _, errors = membership.leave(request.group_id, [(request.member_id, None)])
@@ -312,9 +373,25 @@ def handle_describe(services: Services, ctx: RequestContext, request: Any) -> An
     cls = response_type(DESCRIBE_GROUPS, version)
     group_cls = nested(cls, "DescribedGroup")
     member_cls = nested(cls, "DescribedGroupMember")
-    operations = authorized_operations(request, "include_authorized_operations", GROUP_OPERATIONS)
+    with_operations = getattr(request, "include_authorized_operations", False)
     described = []
     for group_id in request.groups:
+        if not authorize(services, ctx, AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+            refused = ErrorCode.group_authorization_failed
+            described.append(
+                build(
+                    group_cls,
+                    error_code=refused,
+                    error_message=MESSAGES[refused],
+                    group_id=group_id,
+                    group_state="",
+                    protocol_type="",
+                    protocol_data="",
+                    members=(),
+                    authorized_operations=NO_AUTHORIZED_OPERATIONS,
+                )
+            )
+            continue
         error, group = coordinator(services).membership.describe(group_id)
         fields: dict[str, Any] = {
             "group_id": group_id,
@@ -323,7 +400,7 @@ def handle_describe(services: Services, ctx: RequestContext, request: Any) -> An
             "protocol_data": "",
             "members": (),
             "error_message": None,
-            "authorized_operations": operations,
+            "authorized_operations": NO_AUTHORIZED_OPERATIONS,
         }
         if error == ErrorCode.group_id_not_found and version < 6:
             error, fields["group_state"] = ErrorCode.none, GroupState.DEAD.value
@@ -347,6 +424,10 @@ def handle_describe(services: Services, ctx: RequestContext, request: Any) -> An
                     for m in group.members.values()
                 ),
             )
+        if with_operations and error == ErrorCode.none:
+            fields["authorized_operations"] = authorized_operations(
+                services, ctx, ResourceType.GROUP, group_id
+            )
         described.append(build(group_cls, error_code=error, **fields))
     return build(cls, throttle_time=NO_THROTTLE, groups=tuple(described))
 
@@ -357,9 +438,16 @@ def handle_list(services: Services, ctx: RequestContext, request: Any) -> Any:
     states = {s.lower() for s in getattr(request, "states_filter", ())}
     types = {t.lower() for t in getattr(request, "types_filter", ())}
     groups = []
+    # With DESCRIBE on the cluster every group is listed (Kafka keeps it for compatibility),
+    # else those the request may DESCRIBE.
+    every = authorize_cluster(services, ctx, AclOperation.DESCRIBE)
     if not types or "classic" in types:
         for group in coordinator(services).membership.groups():
             if states and group.state.value.lower() not in states:
+                continue
+            if not every and not authorize(
+                services, ctx, AclOperation.DESCRIBE, ResourceType.GROUP, group.group_id
+            ):
                 continue
             groups.append(
                 build(
@@ -383,12 +471,18 @@ def handle_delete(services: Services, ctx: RequestContext, request: Any) -> Any:
     cls = response_type(DELETE_GROUPS, ctx.api_version)
     result_cls = nested(cls, "DeletableGroupResult")
     names = list(dict.fromkeys(request.groups_names))
+    allowed = authorized_names(services, ctx, AclOperation.DELETE, ResourceType.GROUP, names)
+    refused = dict.fromkeys(
+        (g for g in names if g not in allowed), ErrorCode.group_authorization_failed
+    )
 
     def respond(results: dict[str, ErrorCode]) -> Any:
+        results = {**results, **refused}
         return build(
             cls,
             throttle_time=NO_THROTTLE,
             results=tuple(result_cls(group_id=g, error_code=results[g]) for g in names),
         )
 
-    return then(coordinator(services).membership.delete_groups(names), respond)
+    deleted = [g for g in names if g in allowed]
+    return then(coordinator(services).membership.delete_groups(deleted), respond)

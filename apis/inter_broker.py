@@ -1,5 +1,7 @@
-"""What the handlers of the controller's requests share: the cluster member they act for
-and the fencing of requests from a controller that is no longer the controller."""
+"""What the handlers of the controller's requests share: the cluster member they act for,
+the check that the sender may act for the cluster (CLUSTER_ACTION on the cluster, else
+CLUSTER_AUTHORIZATION_FAILED and nothing changed, as Kafka's authorizeClusterOperation), and
+the fencing of requests from a controller that is no longer the controller."""
 
 from __future__ import annotations
 
@@ -8,7 +10,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from gregor.apis.context import CloseConnection, Services
+from gregor.apis.acl import authorize_cluster
+from gregor.apis.context import CloseConnection, RequestContext, Services
+from gregor.controller.acls.model import AclOperation
 
 logger = logging.getLogger(__name__)
 
@@ -19,6 +23,11 @@ def cluster_member(services: Services, api: str) -> Any:
     if services.cluster is None:
         raise CloseConnection(f"{api} received, but this broker is not in a cluster")
     return services.cluster
+
+
+def cluster_action(services: Services, ctx: RequestContext) -> bool:
+    """Whether the sender may send inter-broker requests (a broker's principal)."""
+    return authorize_cluster(services, ctx, AclOperation.CLUSTER_ACTION)
 
 
 def stale_epoch(services: Services, member: Any, request: Any) -> ErrorCode | None:

@@ -8,7 +8,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from gregor.apis.context import RequestContext, Services, later
-from gregor.apis.inter_broker import cluster_member, stale_epoch
+from gregor.apis.inter_broker import cluster_action, cluster_member, stale_epoch
 from gregor.coordinator.records import OFFSETS_TOPIC
 from gregor.coordinator.txn_records import TRANSACTION_STATE_TOPIC
 from gregor.replica.state import LeaderAndIsrState
@@ -20,6 +20,12 @@ from gregor.wire.interbroker import (
 
 
 def handle(services: Services, ctx: RequestContext, request: Any) -> Any:
+    if not cluster_action(services, ctx):
+        return _response(
+            request,
+            lambda _tp: ErrorCode.cluster_authorization_failed,
+            ErrorCode.cluster_authorization_failed,
+        )
     member = cluster_member(services, "LeaderAndIsr")
     return later(_apply(services, member, request))
 

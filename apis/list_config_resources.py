@@ -16,7 +16,8 @@ loggers too, as Kafka 4.1's KafkaApis.handleListConfigResources does:
 
 Gregor stores no client-metrics subscriptions (it has no telemetry, and IncrementalAlter-
 Configs refuses CLIENT_METRICS resources), so that type is always empty and a v0 answer
-has no resources.
+has no resources. The request needs DESCRIBE_CONFIGS on the cluster, else
+CLUSTER_AUTHORIZATION_FAILED and no resources.
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from gregor.apis.acl import authorize_cluster
 from gregor.apis.context import NO_THROTTLE, RequestContext, Services, build, nested
+from gregor.controller.acls.model import AclOperation
 from gregor.controller.metadata.config_resource import GROUP, TOPIC
 from gregor.wire.schema import response_type
 from gregor.wire.versions import LIST_CONFIG_RESOURCES
@@ -44,6 +47,13 @@ _SUPPORTED = {
 def handle(services: Services, ctx: RequestContext, request: Any) -> Any:
     cls = response_type(LIST_CONFIG_RESOURCES, ctx.api_version)
     resource_cls = nested(cls, "ConfigResource")
+    if not authorize_cluster(services, ctx, AclOperation.DESCRIBE_CONFIGS):
+        return build(
+            cls,
+            throttle_time=NO_THROTTLE,
+            error_code=ErrorCode.cluster_authorization_failed,
+            config_resources=(),
+        )
     supported = _SUPPORTED[min(ctx.api_version, 1)]
     wanted = set(getattr(request, "resource_types", ())) or supported
     if not wanted <= supported:

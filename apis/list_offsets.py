@@ -3,7 +3,8 @@ request's isolation level may fetch (read_committed: the last stable offset).
 
 Without tiered storage the local log is the whole log: earliest-local (-4, v8+) is the
 log start offset, and latest-tiered (-5, v9+, KIP-1005) is no offset (-1), as Kafka answers
-for a topic without remote storage. v10's timeout only bounds remote reads (KIP-1075).
+for a topic without remote storage. v10's timeout only bounds remote reads (KIP-1075). A
+topic without DESCRIBE is TOPIC_AUTHORIZATION_FAILED in each of its partitions.
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from gregor.apis.acl import authorized_names
 from gregor.apis.context import NO_THROTTLE, RequestContext, Services, build, nested
+from gregor.controller.acls.model import AclOperation, ResourceType
 from gregor.replica.errors import STORAGE_ERRORS, error_code
 from gregor.wire.schema import response_type
 from gregor.wire.versions import LIST_OFFSETS
@@ -29,10 +32,24 @@ def handle(services: Services, ctx: RequestContext, request: Any) -> Any:
     topic_cls = nested(cls, "ListOffsetsTopicResponse")
     partition_cls = nested(cls, "ListOffsetsPartitionResponse")
     read_committed = getattr(request, "isolation_level", 0) == 1
+    allowed = authorized_names(
+        services, ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, (t.name for t in request.topics)
+    )
+    refused = {
+        "error_code": ErrorCode.topic_authorization_failed,
+        "timestamp": -1,
+        "offset": -1,
+        "leader_epoch": -1,
+    }
     topics = []
     for topic in request.topics:
         partitions = []
         for p in topic.partitions:
+            if topic.name not in allowed:
+                partitions.append(
+                    build(partition_cls, partition_index=p.partition_index, **refused)
+                )
+                continue
             fields = _lookup(
                 services,
                 topic.name,

@@ -1,4 +1,6 @@
-"""DescribeLogDirs: each log directory of this broker, its partitions and its volume."""
+"""DescribeLogDirs: each log directory of this broker, its partitions and its volume. It
+needs DESCRIBE on the cluster, else the top-level CLUSTER_AUTHORIZATION_FAILED and no
+directories."""
 
 from __future__ import annotations
 
@@ -9,7 +11,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from gregor.apis.acl import authorize_cluster
 from gregor.apis.context import NO_THROTTLE, RequestContext, Services, build, nested
+from gregor.controller.acls.model import AclOperation
 from gregor.log.log import Log
 from gregor.log.segment import LOG_SUFFIX
 from gregor.wire.schema import response_type
@@ -21,6 +25,13 @@ def handle(services: Services, ctx: RequestContext, request: Any) -> Any:
     result_cls = nested(cls, "DescribeLogDirsResult")
     topic_cls = nested(cls, "DescribeLogDirsTopic")
     partition_cls = nested(cls, "DescribeLogDirsPartition")
+    if not authorize_cluster(services, ctx, AclOperation.DESCRIBE):
+        return build(
+            cls,
+            throttle_time=NO_THROTTLE,
+            error_code=ErrorCode.cluster_authorization_failed,
+            results=(),
+        )
     logs = services.replicas.logs
     wanted = (
         None

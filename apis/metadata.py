@@ -1,14 +1,26 @@
-"""Metadata: brokers, controller and topic partitions, with auto topic creation."""
+"""Metadata: brokers, controller and topic partitions, with auto topic creation.
+
+Authorized as Kafka's handleTopicMetadataRequest: a topic without DESCRIBE is left out of an
+all-topics answer and answered TOPIC_AUTHORIZATION_FAILED when named (by id: without its
+name); a missing topic is auto-created only with CREATE on the cluster or on the topic, else
+TOPIC_AUTHORIZATION_FAILED; authorized operations (KIP-430) per topic and for the cluster."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from gregor.apis.acl import CLUSTER_OPERATIONS, TOPIC_OPERATIONS, authorized_operations
+from gregor.apis.acl import (
+    authorize_cluster,
+    authorized_names,
+    authorized_operations,
+    cluster_authorized_operations,
+)
 from gregor.apis.context import (
+    NO_AUTHORIZED_OPERATIONS,
     NO_THROTTLE,
     CloseConnection,
     RequestContext,
@@ -19,6 +31,7 @@ from gregor.apis.context import (
 )
 from gregor.apis.groups import create_offsets_topic
 from gregor.apis.topics import new_topic
+from gregor.controller.acls.model import AclOperation, ResourceType
 from gregor.controller.base import NewTopic
 from gregor.controller.metadata.cache import TopicInfo
 from gregor.controller.metadata.topic_names import INTERNAL_TOPICS
@@ -33,10 +46,41 @@ logger = logging.getLogger(__name__)
 def handle(services: Services, ctx: RequestContext, request: Any) -> Any:
     """The response at once, unless topics are to be created first: then a future of it
     (Metadata is on every client's hot path, so the common case stays synchronous)."""
-    missing = _to_create(services, ctx, request)
+    refused = _refused(services, ctx, request) if services.authorizer is not None else {}
+    missing = _to_create(services, ctx, request, refused)
     if not missing:
-        return _respond(services, ctx, request, {})
-    return later(_create_then_respond(services, ctx, request, missing))
+        return _respond(services, ctx, request, refused)
+    return later(_create_then_respond(services, ctx, request, missing, refused))
+
+
+def _refused(services: Services, ctx: RequestContext, request: Any) -> dict[str, ErrorCode]:
+    """The topics a request names that are answered TOPIC_AUTHORIZATION_FAILED: those
+    without DESCRIBE, and those missing that auto-creation would create without CREATE on
+    the cluster or on the topic."""
+    wanted = request.topics
+    if wanted is None or (ctx.api_version == 0 and not wanted):
+        return {}
+    cache = services.metadata
+    names = {
+        name
+        for entry in wanted
+        if (name := entry.name if entry.name is not None else cache.topic_name(entry.topic_id))
+    }
+    describable = authorized_names(services, ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, names)
+    refused = dict.fromkeys(names - describable, ErrorCode.topic_authorization_failed)
+    missing = [n for n in describable if n not in cache.topics]
+    if (
+        missing
+        and _auto_create(services, request)
+        and not authorize_cluster(services, ctx, AclOperation.CREATE)
+    ):
+        creatable = authorized_names(
+            services, ctx, AclOperation.CREATE, ResourceType.TOPIC, missing
+        )
+        refused.update(
+            dict.fromkeys(set(missing) - creatable, ErrorCode.topic_authorization_failed)
+        )
+    return refused
 
 
 def _auto_create(services: Services, request: Any) -> bool:
@@ -46,7 +90,9 @@ def _auto_create(services: Services, request: Any) -> bool:
     )
 
 
-def _to_create(services: Services, ctx: RequestContext, request: Any) -> list[str]:
+def _to_create(
+    services: Services, ctx: RequestContext, request: Any, refused: dict[str, ErrorCode]
+) -> list[str]:
     """The topics the request names that auto-creation should create, in order."""
     wanted = request.topics
     if wanted is None or (ctx.api_version == 0 and not wanted):
@@ -69,6 +115,7 @@ def _to_create(services: Services, ctx: RequestContext, request: Any) -> list[st
             auto_create
             and name is not None
             and name not in cache.topics
+            and name not in refused
             and (name not in INTERNAL_TOPICS or name == OFFSETS_TOPIC)
             and _legal(name)
         ):
@@ -85,9 +132,13 @@ def _legal(name: str) -> bool:
 
 
 async def _create_then_respond(
-    services: Services, ctx: RequestContext, request: Any, names: list[str]
+    services: Services,
+    ctx: RequestContext,
+    request: Any,
+    names: list[str],
+    refused: dict[str, ErrorCode],
 ) -> Any:
-    failed: dict[str, ErrorCode] = {}
+    failed = dict(refused)
     if OFFSETS_TOPIC in names:
         try:
             await create_offsets_topic(services)
@@ -115,16 +166,20 @@ async def _create_then_respond(
 def _respond(
     services: Services, ctx: RequestContext, request: Any, failed: dict[str, ErrorCode]
 ) -> Any:
-    """The response from the cache; `failed` holds the topics auto-creation could not
-    create, with the error to answer."""
+    """The response from the cache; `failed` holds the topics refused or that
+    auto-creation could not create, with the error to answer."""
     cls = response_type(METADATA, ctx.api_version)
     broker_cls = nested(cls, "MetadataResponseBroker")
     topic_cls = nested(cls, "MetadataResponseTopic")
     partition_cls = nested(cls, "MetadataResponsePartition")
     cache = services.metadata
-    topic_operations = authorized_operations(
-        request, "include_topic_authorized_operations", TOPIC_OPERATIONS
-    )
+    with_operations = getattr(request, "include_topic_authorized_operations", False)
+
+    def topic_operations(name: str | None) -> int:
+        if not with_operations or name is None:
+            return NO_AUTHORIZED_OPERATIONS
+        return authorized_operations(services, ctx, ResourceType.TOPIC, name)
+
     brokers = []
     for broker in cache.brokers.values():
         endpoint = broker.endpoint(ctx.listener)
@@ -195,10 +250,11 @@ def _respond(
             topic_id=topic.topic_id,
             is_internal=topic.internal,
             partitions=partitions,
-            topic_authorized_operations=topic_operations,
+            topic_authorized_operations=topic_operations(topic.name),
         )
 
     def error_entry(code: ErrorCode, name: str | None, topic_id: Any = None) -> Any:
+        refused = code == ErrorCode.topic_authorization_failed
         return build(
             topic_cls,
             error_code=code,
@@ -206,12 +262,20 @@ def _respond(
             topic_id=topic_id,
             is_internal=False,
             partitions=(),
-            topic_authorized_operations=topic_operations,
+            topic_authorized_operations=NO_AUTHORIZED_OPERATIONS
+            if refused
+            else topic_operations(name),
         )
 
     wanted = request.topics
     if wanted is None or (ctx.api_version == 0 and not wanted):
-        topics = [topic_entry(t) for t in cache.topics.values()]
+        shown: Iterable[TopicInfo] = cache.topics.values()
+        if services.authorizer is not None:
+            describable = authorized_names(
+                services, ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, cache.topics
+            )
+            shown = [t for t in shown if t.name in describable]
+        topics = [topic_entry(t) for t in shown]
     else:
         topics = []
         for entry in wanted:
@@ -222,6 +286,13 @@ def _respond(
                 if name is None:
                     topics.append(error_entry(ErrorCode.unknown_topic_id, None, topic_id))
                     continue
+                if failed.get(name) == ErrorCode.topic_authorization_failed:
+                    # Topic ids are not secret, their names are (Kafka's comment).
+                    topics.append(error_entry(ErrorCode.topic_authorization_failed, None, topic_id))
+                    continue
+            if failed.get(name) == ErrorCode.topic_authorization_failed:
+                topics.append(error_entry(ErrorCode.topic_authorization_failed, name))
+                continue
             topic = cache.topics.get(name)
             if topic is not None:
                 topics.append(topic_entry(topic))
@@ -240,9 +311,9 @@ def _respond(
         cluster_id=cache.cluster_id,
         controller_id=cache.controller_id,
         topics=tuple(topics),
-        cluster_authorized_operations=authorized_operations(
-            request, "include_cluster_authorized_operations", CLUSTER_OPERATIONS
-        ),
+        cluster_authorized_operations=cluster_authorized_operations(services, ctx)
+        if getattr(request, "include_cluster_authorized_operations", False)
+        else NO_AUTHORIZED_OPERATIONS,
         # v13's top-level error (KIP-1102) exists for REBOOTSTRAP_REQUIRED, which tells the
         # client to go back to its bootstrap servers (a proxy or a cluster moved behind the
         # same address). A Kafka 4.1 broker never sets it, nor does Gregor: its errors are

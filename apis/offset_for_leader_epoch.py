@@ -4,6 +4,8 @@ Followers use it to find where their log diverged from the leader's; the Java co
 to validate its position after a leader change (KIP-320). Answered by the leader only,
 from its leader epoch cache: for an epoch it does not know, the largest below it and that
 one's end; for one above all it knows, -1 / -1 (UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET).
+Authorized as Kafka does: CLUSTER_ACTION (a follower) allows every topic, else DESCRIBE on
+each (KIP-320's consumers); a refused topic's partitions are TOPIC_AUTHORIZATION_FAILED.
 """
 
 from __future__ import annotations
@@ -12,7 +14,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from gregor.apis.acl import authorize_cluster, authorized_names
 from gregor.apis.context import NO_THROTTLE, RequestContext, Services, build, nested
+from gregor.controller.acls.model import AclOperation, ResourceType
 from gregor.log.leader_epoch import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
 from gregor.replica.partition import check_leader
 from gregor.wire.schema import response_type
@@ -23,11 +27,29 @@ def handle(services: Services, ctx: RequestContext, request: Any) -> Any:
     cls = response_type(OFFSET_FOR_LEADER_EPOCH, ctx.api_version)
     epoch_end = nested(cls, "EpochEndOffset")
     topic_result = nested(cls, "OffsetForLeaderTopicResult")
+    allowed = None
+    if services.authorizer is not None and not authorize_cluster(
+        services, ctx, AclOperation.CLUSTER_ACTION
+    ):
+        allowed = authorized_names(
+            services,
+            ctx,
+            AclOperation.DESCRIBE,
+            ResourceType.TOPIC,
+            (t.topic for t in request.topics),
+        )
     topics = []
     for topic in request.topics:
         partitions = []
         for p in topic.partitions:
-            error, epoch, end = _end_offset(services, topic.topic, p)
+            if allowed is not None and topic.topic not in allowed:
+                error, epoch, end = (
+                    ErrorCode.topic_authorization_failed,
+                    UNDEFINED_EPOCH,
+                    UNDEFINED_EPOCH_OFFSET,
+                )
+            else:
+                error, epoch, end = _end_offset(services, topic.topic, p)
             partitions.append(
                 build(
                     epoch_end,

@@ -1,4 +1,6 @@
-"""Produce: topic ids resolved to names (v13+, KIP-516), the ReplicaManager's append
+"""Produce: topic ids resolved to names (v13+, KIP-516), authorization (Kafka's: WRITE on
+the transactional id when any partition's first batch is transactional, for the whole
+request; WRITE on each topic, per partition), the ReplicaManager's append
 (replica/append_records.py: validation, appends, acks=all waits), and the answer: counted
 against the produce quota and in the metrics, encoded with its leader hints (v10+), or
 none for acks=0 (whose failure closes the connection)."""
@@ -9,11 +11,23 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from gregor.apis.acl import authorize, authorized_names
 from gregor.apis.context import CloseConnection, RawResponse, RequestContext, Services
 from gregor.apis.leader_hints import leader_hint
-from gregor.replica.append_records import PartitionAppend, Results
+from gregor.controller.acls.model import AclOperation, ResourceType
+from gregor.replica.append_records import PartitionAppend, ProduceRespond, Results
 from gregor.wire.leader_hints import NodeEndpoint
-from gregor.wire.produce import ProduceRequest, encode_produce_response, throttle_position
+from gregor.wire.produce import (
+    PartitionResult,
+    ProduceRequest,
+    encode_produce_response,
+    throttle_position,
+)
+
+# A record batch's attributes (int16) end at this byte; bit 4 marks a transactional batch.
+_ATTRIBUTES_LOW = 22
+_TRANSACTIONAL = 0x10
+_MAGIC_AT = 16
 
 
 def handle(services: Services, ctx: RequestContext, request: ProduceRequest) -> Any:
@@ -44,9 +58,70 @@ def handle(services: Services, ctx: RequestContext, request: ProduceRequest) -> 
         body = encode_produce_response(version, results, node_endpoints=endpoints)
         return RawResponse([body], len(body), throttle_position(version, len(body), endpoints))
 
+    answer: ProduceRespond[RawResponse | None] = respond
+    if services.authorizer is not None:
+        refused = _refused(services, ctx, request)
+        if refused is not None:
+            return respond(refused, [])
+        answer = _with_refused_topics(services, ctx, request, respond)
     return services.replicas.append_records(
-        request, ctx.api_version, None if txn is None else txn.verify, respond
+        request, ctx.api_version, None if txn is None else txn.verify, answer
     )
+
+
+def _refused(services: Services, ctx: RequestContext, request: ProduceRequest) -> Results | None:
+    """Kafka's first check: transactional records need WRITE on the request's transactional
+    id, else every partition is TRANSACTIONAL_ID_AUTHORIZATION_FAILED."""
+    transactional = any(
+        p.records is not None
+        and len(p.records) > _ATTRIBUTES_LOW
+        and p.records[_MAGIC_AT] == 2
+        and p.records[_ATTRIBUTES_LOW] & _TRANSACTIONAL
+        for t in request.topics
+        for p in t.partitions
+    )
+    txn_id = request.transactional_id
+    if not transactional or (
+        txn_id is not None
+        and authorize(services, ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, txn_id)
+    ):
+        return None
+    code = ErrorCode.transactional_id_authorization_failed
+    return [(t, [PartitionResult(p.index, code) for p in t.partitions]) for t in request.topics]
+
+
+def _with_refused_topics(
+    services: Services,
+    ctx: RequestContext,
+    request: ProduceRequest,
+    respond: ProduceRespond[RawResponse | None],
+) -> ProduceRespond[RawResponse | None]:
+    """Take the topics without WRITE out of ``request`` (nothing of theirs is appended) and
+    answer their partitions TOPIC_AUTHORIZATION_FAILED, in the request's order. A topic id
+    this broker does not know stays in, to be answered UNKNOWN_TOPIC_ID as Kafka does first."""
+    topics = request.topics
+    allowed = authorized_names(
+        services, ctx, AclOperation.WRITE, ResourceType.TOPIC, (t.name for t in topics if t.name)
+    )
+    if all(not t.name or t.name in allowed for t in topics):
+        return respond
+    request.topics = [t for t in topics if not t.name or t.name in allowed]
+    code = ErrorCode.topic_authorization_failed
+
+    def merged(results: Results, appends: list[PartitionAppend]) -> RawResponse | None:
+        answered: dict[int, list[PartitionResult]] = {id(t): ps for t, ps in results}
+        return respond(
+            [
+                (
+                    t,
+                    answered.get(id(t)) or [PartitionResult(p.index, code) for p in t.partitions],
+                )
+                for t in topics
+            ],
+            appends,
+        )
+
+    return merged
 
 
 def _leader_hints(services: Services, listener: str, results: Results) -> list[NodeEndpoint]:

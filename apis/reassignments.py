@@ -1,5 +1,6 @@
 """AlterPartitionReassignments and ListPartitionReassignments: moving partitions between
-brokers, which the controller carries out."""
+brokers, which the controller carries out. They need ALTER and DESCRIBE on the cluster
+(else the top-level CLUSTER_AUTHORIZATION_FAILED, nothing changed)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from gregor.apis.acl import MESSAGES, authorize_cluster
 from gregor.apis.context import NO_THROTTLE, RequestContext, Services, build, later, nested
+from gregor.controller.acls.model import AclOperation
 from gregor.controller.base import TopicPartition
 from gregor.controller.topics import TopicError
 from gregor.wire.schema import response_type
@@ -16,6 +19,18 @@ from gregor.wire.versions import ALTER_PARTITION_REASSIGNMENTS, LIST_PARTITION_R
 
 
 def handle_alter(services: Services, ctx: RequestContext, request: Any) -> Any:
+    if not authorize_cluster(services, ctx, AclOperation.ALTER):
+        refused = ErrorCode.cluster_authorization_failed
+        return build(
+            response_type(ALTER_PARTITION_REASSIGNMENTS, ctx.api_version),
+            throttle_time=NO_THROTTLE,
+            allow_replication_factor_change=getattr(
+                request, "allow_replication_factor_change", True
+            ),
+            error_code=refused,
+            error_message=MESSAGES[refused],
+            responses=(),
+        )
     return later(_alter(services, ctx, request))
 
 
@@ -57,6 +72,14 @@ async def _alter(services: Services, ctx: RequestContext, request: Any) -> Any:
 
 
 def handle_list(services: Services, ctx: RequestContext, request: Any) -> Any:
+    if not authorize_cluster(services, ctx, AclOperation.DESCRIBE):
+        refused = ErrorCode.cluster_authorization_failed
+        return response_type(LIST_PARTITION_REASSIGNMENTS, ctx.api_version)(
+            throttle_time=NO_THROTTLE,
+            error_code=refused,
+            error_message=MESSAGES[refused],
+            topics=(),
+        )
     return later(_list(services, ctx, request))
 
 

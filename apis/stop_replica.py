@@ -8,7 +8,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from gregor.apis.context import RequestContext, Services
-from gregor.apis.inter_broker import cluster_member, stale_epoch
+from gregor.apis.inter_broker import cluster_action, cluster_member, stale_epoch
 from gregor.coordinator.records import OFFSETS_TOPIC
 from gregor.coordinator.txn_records import TRANSACTION_STATE_TOPIC
 from gregor.replica.state import StopReplicaState
@@ -16,6 +16,12 @@ from gregor.wire.interbroker import StopReplicaPartitionError, StopReplicaRespon
 
 
 def handle(services: Services, ctx: RequestContext, request: Any) -> StopReplicaResponse:
+    if not cluster_action(services, ctx):
+        return _response(
+            request,
+            lambda _tp: ErrorCode.cluster_authorization_failed,
+            ErrorCode.cluster_authorization_failed,
+        )
     member = cluster_member(services, "StopReplica")
     stale = stale_epoch(services, member, request)
     if stale is not None:

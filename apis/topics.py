@@ -1,4 +1,11 @@
-"""CreateTopics, DeleteTopics and CreatePartitions."""
+"""CreateTopics, DeleteTopics and CreatePartitions.
+
+Authorized as Kafka's controller APIs: CreateTopics CREATE on the cluster or on each topic
+(TOPIC_AUTHORIZATION_FAILED), a created topic's configs answered only with DESCRIBE_CONFIGS
+(else its TopicConfigErrorCode is TOPIC_AUTHORIZATION_FAILED); DeleteTopics DELETE on the
+cluster or on each topic, a topic without DESCRIBE refused before its existence is told (and,
+named by id, without its name); CreatePartitions ALTER on each topic. A repeated topic is
+refused as invalid before any check, as in Kafka."""
 
 from __future__ import annotations
 
@@ -9,8 +16,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from gregor.apis.acl import MESSAGES, authorize_cluster, authorized_names
 from gregor.apis.configs import describe_topic_configs
 from gregor.apis.context import NO_THROTTLE, RequestContext, Services, build, later, nested
+from gregor.controller.acls.model import AclOperation, ResourceType
 from gregor.controller.base import NewPartitions, NewTopic
 from gregor.controller.metadata.cache import TopicInfo
 from gregor.controller.topics import TopicError, check_client_creatable, check_client_deletable
@@ -106,10 +115,22 @@ async def _create(services: Services, ctx: RequestContext, request: Any) -> Any:
     result_cls = nested(cls, "CreatableTopicResult")
     config_cls = nested(cls, "CreatableTopicConfigs") if ctx.api_version >= 5 else None
     counts = Counter(t.name for t in request.topics)
+    names = [t.name for t in request.topics]
+    creatable = describable = set(names)
+    if services.authorizer is not None:
+        if not authorize_cluster(services, ctx, AclOperation.CREATE):
+            creatable = authorized_names(
+                services, ctx, AclOperation.CREATE, ResourceType.TOPIC, names
+            )
+        describable = authorized_names(
+            services, ctx, AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, names
+        )
     outcomes: list[TopicInfo | TopicError | None] = []
     wanted: list[NewTopic] = []
     for entry in request.topics:
         try:
+            if counts[entry.name] == 1 and entry.name not in creatable:
+                raise TopicError(ErrorCode.topic_authorization_failed, "Authorization failed.")
             wanted.append(_requested(services, ctx, entry, counts))
             outcomes.append(None)  # the controller's answer, below
         except TopicError as e:
@@ -133,6 +154,15 @@ async def _create(services: Services, ctx: RequestContext, request: Any) -> Any:
         }
         if isinstance(outcome, TopicError):
             fields.update(error_code=outcome.code, error_message=outcome.message)
+        elif entry.name not in describable:
+            fields.update(
+                error_code=ErrorCode.none,
+                error_message=None,
+                topic_id=outcome.topic_id,
+                num_partitions=len(outcome.partitions),
+                replication_factor=len(outcome.partitions[0].replicas),
+                topic_config_error_code=ErrorCode.topic_authorization_failed,
+            )
         else:
             fields.update(
                 error_code=ErrorCode.none,
@@ -171,16 +201,38 @@ async def _delete(services: Services, ctx: RequestContext, request: Any) -> Any:
     # Each entry: the name and id to answer with, and its error or None to ask the controller.
     entries: list[tuple[str | None, Any, TopicError | None]] = []
     names: list[str] = []  # those asked of the controller
-    for name, topic_id in wanted:
+    resolved = [(n if n is not None else services.metadata.topic_name(i), i) for n, i in wanted]
+    describable = deletable = None  # None: every topic
+    if services.authorizer is not None and not authorize_cluster(
+        services, ctx, AclOperation.DELETE
+    ):
+        named = {n for n, _ in resolved if n is not None}
+        describable = authorized_names(
+            services, ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, named
+        )
+        deletable = authorized_names(services, ctx, AclOperation.DELETE, ResourceType.TOPIC, named)
+    for (given, topic_id), (name, _) in zip(wanted, resolved, strict=True):
         try:
             if name is None:
-                name = services.metadata.topic_name(topic_id)
-                if name is None:
-                    raise TopicError(
-                        ErrorCode.unknown_topic_id, "This server does not host this topic ID."
-                    )
+                raise TopicError(
+                    ErrorCode.unknown_topic_id, "This server does not host this topic ID."
+                )
             if not services.config["delete.topic.enable"]:
                 raise TopicError(ErrorCode.topic_deletion_disabled, "Topic deletion is disabled.")
+            if describable is not None and deletable is not None:
+                if given is None and name not in deletable:
+                    # Named by id: the name is told only to whom may DESCRIBE it.
+                    name = name if name in describable else None
+                    raise _refused_topic()
+                if name not in describable:
+                    raise _refused_topic()
+                if name not in services.metadata.topics:
+                    raise TopicError(
+                        ErrorCode.unknown_topic_or_partition,
+                        "This server does not host this topic-partition.",
+                    )
+                if name not in deletable:
+                    raise _refused_topic()
             check_client_deletable(name)
             entries.append((name, topic_id, None))
             names.append(name)
@@ -200,6 +252,11 @@ async def _delete(services: Services, ctx: RequestContext, request: Any) -> Any:
     return build(cls, throttle_time=NO_THROTTLE, responses=tuple(results))
 
 
+def _refused_topic() -> TopicError:
+    code = ErrorCode.topic_authorization_failed
+    return TopicError(code, MESSAGES[code])
+
+
 def handle_create_partitions(services: Services, ctx: RequestContext, request: Any) -> Any:
     return later(_create_partitions(services, ctx, request))
 
@@ -211,11 +268,17 @@ async def _create_partitions(services: Services, ctx: RequestContext, request: A
     # One result per topic name, as Kafka answers: a repeated topic is refused as a whole.
     outcomes: dict[str, TopicInfo | TopicError | None] = {}
     wanted: list[NewPartitions] = []
+    alterable = authorized_names(
+        services, ctx, AclOperation.ALTER, ResourceType.TOPIC, counts.keys()
+    )
     for entry in request.topics:
         if counts[entry.name] > 1:
             outcomes[entry.name] = TopicError(
                 ErrorCode.invalid_request, "Duplicate topic in request."
             )
+            continue
+        if entry.name not in alterable:
+            outcomes[entry.name] = _refused_topic()
             continue
         assignments = (
             None if entry.assignments is None else [a.broker_ids for a in entry.assignments]

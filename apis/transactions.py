@@ -5,7 +5,15 @@ coordinator's TxnOffsetCommit.
 EndTxn v5 and TxnOffsetCommit v5 are transaction protocol version 2 (KIP-890 part 2), chosen
 per request by its version as Kafka does: the epoch bumps at every EndTxn v5 (the new id and
 epoch answered), and TxnOffsetCommit v5 adds the group's partition to the transaction
-itself. ListTransactions v2 filters by a TransactionalIdPattern (KIP-1152)."""
+itself. ListTransactions v2 filters by a TransactionalIdPattern (KIP-1152).
+
+Authorized as Kafka's handlers: AddPartitionsToTxn v4+ (from brokers) CLUSTER_ACTION, v0-3
+WRITE on the transactional id, then WRITE on each topic (an internal topic never: as Kafka,
+one refused or unknown partition fails them all, the others OPERATION_NOT_ATTEMPTED);
+AddOffsetsToTxn WRITE on the transactional id, then READ on the group; EndTxn WRITE on the
+transactional id; TxnOffsetCommit WRITE on the transactional id, READ on the group, READ on
+each topic; DescribeTransactions DESCRIBE on each transactional id, its topics without
+DESCRIBE left out; ListTransactions only the transactional ids with DESCRIBE."""
 
 from __future__ import annotations
 
@@ -19,8 +27,11 @@ from typing import Any, Protocol, cast
 
 from kio.schema.errors import ErrorCode
 
+from gregor.apis.acl import authorize, authorize_cluster, authorized_names
 from gregor.apis.context import NO_THROTTLE, RequestContext, Services, build, later, nested
-from gregor.apis.groups import coordinator, then
+from gregor.apis.groups import coordinator, may_read_group, then
+from gregor.controller.acls.model import AclOperation, ResourceType
+from gregor.controller.metadata.topic_names import INTERNAL_TOPICS
 from gregor.coordinator.offsets import CommitRequest
 from gregor.coordinator.partitions import Producer
 from gregor.coordinator.records import OFFSETS_TOPIC
@@ -52,6 +63,12 @@ def transactions(services: Services) -> TransactionCoordinator:
     return services.transactions
 
 
+def may_write_txn(services: Services, ctx: RequestContext, transactional_id: str) -> bool:
+    return authorize(
+        services, ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id
+    )
+
+
 def client_error(ctx: RequestContext, error: ErrorCode) -> ErrorCode:
     if error == ErrorCode.producer_fenced and ctx.api_version < _FENCED_SINCE.get(ctx.api_key, 0):
         return ErrorCode.invalid_producer_epoch
@@ -73,6 +90,14 @@ class _ImplicitAdd(Protocol):
 
 # -- AddPartitionsToTxn ---------------------------------------------------------------------
 def handle_add_partitions(services: Services, ctx: RequestContext, request: Any) -> Any:
+    if ctx.api_version >= 4 and not authorize_cluster(services, ctx, AclOperation.CLUSTER_ACTION):
+        # Only brokers send v4+ (to verify or add for their clients): Kafka's top-level error.
+        return build(
+            response_type(ADD_PARTITIONS_TO_TXN, ctx.api_version),
+            throttle_time=NO_THROTTLE,
+            error_code=ErrorCode.cluster_authorization_failed,
+            results_by_transaction=(),
+        )
     return later(_add_partitions(services, ctx, request))
 
 
@@ -141,15 +166,25 @@ async def _add_one(
     wanted = list(dict.fromkeys((t.name, p) for t in topics for p in t.partitions))
     if verify_only:
         return transactions(services).verify(transactional_id, producer_id, producer_epoch, wanted)
-    # As Kafka: unknown partitions fail the request, the others are not attempted.
-    unknown = {tp for tp in wanted if services.metadata.partition(*tp) is None}
-    if unknown:
-        return {
-            tp: ErrorCode.unknown_topic_or_partition
-            if tp in unknown
-            else ErrorCode.operation_not_attempted
-            for tp in wanted
-        }
+    refused: set[str] = set()
+    if ctx.api_version < 4:  # from a client: its own rights are checked
+        if not may_write_txn(services, ctx, transactional_id):
+            return dict.fromkeys(wanted, ErrorCode.transactional_id_authorization_failed)
+        names = {t for t, _ in wanted}
+        refused = names - authorized_names(
+            services, ctx, AclOperation.WRITE, ResourceType.TOPIC, names - INTERNAL_TOPICS
+        )
+    # As Kafka: refused and unknown partitions fail the request, the others are not
+    # attempted.
+    failed = {
+        tp: ErrorCode.topic_authorization_failed
+        if tp[0] in refused
+        else ErrorCode.unknown_topic_or_partition
+        for tp in wanted
+        if tp[0] in refused or services.metadata.partition(*tp) is None
+    }
+    if failed:
+        return {tp: failed.get(tp, ErrorCode.operation_not_attempted) for tp in wanted}
     # As Kafka's transactionVersionForAddPartitionsToTxn: v4+ (sent by brokers adding a
     # partition for a client of transaction protocol version 2) is version 2.
     error = await transactions(services).add_partitions(
@@ -168,10 +203,15 @@ def handle_add_offsets(services: Services, ctx: RequestContext, request: Any) ->
 
 
 async def _add_offsets(services: Services, ctx: RequestContext, request: Any) -> Any:
-    partition = (OFFSETS_TOPIC, coordinator(services).partition_for(request.group_id))
-    error = await transactions(services).add_partitions(
-        request.transactional_id, request.producer_id, request.producer_epoch, {partition}, 0
-    )
+    if not may_write_txn(services, ctx, request.transactional_id):
+        error = ErrorCode.transactional_id_authorization_failed
+    elif not may_read_group(services, ctx, request.group_id):
+        error = ErrorCode.group_authorization_failed
+    else:
+        partition = (OFFSETS_TOPIC, coordinator(services).partition_for(request.group_id))
+        error = await transactions(services).add_partitions(
+            request.transactional_id, request.producer_id, request.producer_epoch, {partition}, 0
+        )
     return build(
         response_type(ADD_OFFSETS_TO_TXN, ctx.api_version),
         throttle_time=NO_THROTTLE,
@@ -180,6 +220,14 @@ async def _add_offsets(services: Services, ctx: RequestContext, request: Any) ->
 
 
 def handle_end_txn(services: Services, ctx: RequestContext, request: Any) -> Any:
+    if not may_write_txn(services, ctx, request.transactional_id):
+        return build(
+            response_type(END_TXN, ctx.api_version),
+            throttle_time=NO_THROTTLE,
+            error_code=ErrorCode.transactional_id_authorization_failed,
+            producer_id=-1,
+            producer_epoch=-1,
+        )
     return later(_end_txn(services, ctx, request))
 
 
@@ -218,9 +266,28 @@ def handle_txn_offset_commit(services: Services, ctx: RequestContext, request: A
     partition_cls = nested(cls, "TxnOffsetCommitResponsePartition")
     unknown: dict[TopicPartition, ErrorCode] = {}
     wanted: list[CommitRequest] = []
+    refused: ErrorCode | None = None
+    readable: set[str] | None = None
+    if services.authorizer is not None:
+        if not may_write_txn(services, ctx, request.transactional_id):
+            refused = ErrorCode.transactional_id_authorization_failed
+        elif not may_read_group(services, ctx, request.group_id):
+            refused = ErrorCode.group_authorization_failed
+        else:
+            readable = authorized_names(
+                services,
+                ctx,
+                AclOperation.READ,
+                ResourceType.TOPIC,
+                (t.name for t in request.topics),
+            )
     for topic in request.topics:
         for p in topic.partitions:
-            if services.metadata.partition(topic.name, p.partition_index) is None:
+            if refused is not None:
+                unknown[(topic.name, p.partition_index)] = refused
+            elif readable is not None and topic.name not in readable:
+                unknown[(topic.name, p.partition_index)] = ErrorCode.topic_authorization_failed
+            elif services.metadata.partition(topic.name, p.partition_index) is None:
                 unknown[(topic.name, p.partition_index)] = ErrorCode.unknown_topic_or_partition
             else:
                 wanted.append(
@@ -258,6 +325,8 @@ def handle_txn_offset_commit(services: Services, ctx: RequestContext, request: A
     def commit(verified: ErrorCode) -> Any:
         if verified != ErrorCode.none:
             return respond({(o[0], o[1]): verified for o in wanted})
+        if not wanted and (refused is not None or readable is not None):
+            return respond({})  # as Kafka: nothing authorized, the coordinator is not asked
         result = group.offsets.commit_offsets(
             request.group_id,
             getattr(request, "generation_id", -1),
@@ -356,8 +425,14 @@ def handle_describe(services: Services, ctx: RequestContext, request: Any) -> An
     txn = transactions(services)
     described = []
     for transactional_id in request.transactional_ids:
-        error = txn.owner_error(transactional_id)
-        meta = txn.txns.get(transactional_id) if error is None else None
+        if not authorize(
+            services, ctx, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, transactional_id
+        ):
+            error: ErrorCode | None = ErrorCode.transactional_id_authorization_failed
+            meta = None
+        else:
+            error = txn.owner_error(transactional_id)
+            meta = txn.txns.get(transactional_id) if error is None else None
         if error is None and (meta is None or meta.producer_epoch < 0):
             error = ErrorCode.transactional_id_not_found
         if meta is None or error is not None:
@@ -384,8 +459,11 @@ def handle_describe(services: Services, ctx: RequestContext, request: Any) -> An
                 transaction_start_time=_time(value.start_ms),
                 producer_id=value.producer_id,
                 producer_epoch=value.producer_epoch,
+                # Only the topics the request may DESCRIBE, as Kafka answers.
                 topics=tuple(
-                    topic_cls(topic=topic, partitions=parts) for topic, parts in value.partitions
+                    topic_cls(topic=topic, partitions=parts)
+                    for topic, parts in value.partitions
+                    if authorize(services, ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, topic)
                 ),
             )
         )
@@ -437,6 +515,14 @@ def handle_list(services: Services, ctx: RequestContext, request: Any) -> Any:
         if duration_ms >= 0 and now - value.start_ms <= duration_ms:
             continue
         if pattern is not None and pattern.fullmatch(meta.transactional_id) is None:
+            continue
+        if not authorize(
+            services,
+            ctx,
+            AclOperation.DESCRIBE,
+            ResourceType.TRANSACTIONAL_ID,
+            meta.transactional_id,
+        ):
             continue
         listed.append(
             listed_cls(

@@ -10,7 +10,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from gregor.apis.context import RequestContext, Services
-from gregor.apis.inter_broker import cluster_member, stale_epoch
+from gregor.apis.inter_broker import cluster_action, cluster_member, stale_epoch
 from gregor.controller.metadata.cache import apply_update_metadata
 from gregor.wire.interbroker import UpdateMetadataResponse
 
@@ -18,6 +18,8 @@ from gregor.wire.interbroker import UpdateMetadataResponse
 def handle(
     services: Services, ctx: RequestContext, request: Any
 ) -> UpdateMetadataResponse | asyncio.Future[UpdateMetadataResponse]:
+    if not cluster_action(services, ctx):
+        return UpdateMetadataResponse(error_code=ErrorCode.cluster_authorization_failed)
     member = cluster_member(services, "UpdateMetadata")
     stale = stale_epoch(services, member, request)
     if stale is not None:

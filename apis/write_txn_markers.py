@@ -21,12 +21,34 @@ from kio.schema.write_txn_markers.v1.response import (
 from kio.static.primitive import i32
 
 from gregor.apis.context import RequestContext, Services, later
-from gregor.apis.inter_broker import cluster_member
+from gregor.apis.inter_broker import cluster_action, cluster_member
 from gregor.coordinator.records import OFFSETS_TOPIC
 from gregor.replica.manager import MarkerAppend
 
 
 def handle(services: Services, ctx: RequestContext, request: WriteTxnMarkersRequest) -> Any:
+    if not cluster_action(services, ctx):
+        return WriteTxnMarkersResponse(
+            markers=tuple(
+                WritableTxnMarkerResult(
+                    producer_id=marker.producer_id,
+                    topics=tuple(
+                        WritableTxnMarkerTopicResult(
+                            name=topic.name,
+                            partitions=tuple(
+                                WritableTxnMarkerPartitionResult(
+                                    partition_index=index,
+                                    error_code=ErrorCode.cluster_authorization_failed,
+                                )
+                                for index in topic.partition_indexes
+                            ),
+                        )
+                        for topic in marker.topics
+                    ),
+                )
+                for marker in request.markers
+            )
+        )
     cluster_member(services, "WriteTxnMarkers")
     return later(write_txn_markers(services, request))
 

@@ -15,12 +15,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from gregor.controller.acls.model import AclBinding, AclBindingFilter
 from gregor.controller.metadata.cache import MetadataCache, TopicInfo
 from gregor.controller.metadata.config_resource import ConfigResource
 from gregor.controller.quota_entities import QuotaConfigs, QuotaEntity
+from gregor.controller.scram_alterations import Alteration
+from gregor.controller.scram_cache import CredentialCache
 from gregor.controller.topics import TopicError
+from gregor.wire.errors import KafkaError
 
 TopicPartition = tuple[str, int]
+# The bindings one DeleteAcls filter removed, each with the error that kept it, if any.
+AclDeletions = list[tuple[AclBinding, KafkaError | None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +75,8 @@ class Reassignment:
 
 class Controller(Protocol):
     cache: MetadataCache
+    # This broker's SCRAM credentials; its ``lookup`` is what SASL/SCRAM authenticates with.
+    credential_cache: CredentialCache
 
     @property
     def cluster_id(self) -> str: ...
@@ -140,4 +148,23 @@ class Controller(Protocol):
     ) -> None:
         """Set (a value) or remove (None) each entity's quotas, durably; every broker
         enforces them soon after (this one before returning). Raises KafkaStorageError."""
+        ...
+
+    async def alter_scram_credentials(
+        self, alterations: Mapping[str, Alteration]
+    ) -> dict[str, KafkaError | None]:
+        """Make each user's change (checked by controller/scram_alterations.py), durably;
+        each user's error (RESOURCE_NOT_FOUND: deleting a credential they lack) or None.
+        Every broker's ``credential_cache`` has it soon after, this one's before returning."""
+        ...
+
+    async def create_acls(self, bindings: Sequence[AclBinding]) -> list[KafkaError | None]:
+        """Store each binding (valid, checked by the caller), in order; every broker's
+        authorizer has it soon after, this broker's before the call returns. Only called
+        with an authorizer configured."""
+        ...
+
+    async def delete_acls(self, filters: Sequence[AclBindingFilter]) -> list[AclDeletions]:
+        """Remove every binding each filter (valid, checked by the caller) matches; what
+        each filter removed. Only called with an authorizer configured."""
         ...

@@ -31,7 +31,13 @@ from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
+from gregor.controller.acls import changes
+from gregor.controller.acls.authorizer import AclAuthorizer
+from gregor.controller.acls.metadata_format import TABLE as ACL_TABLE
+from gregor.controller.acls.metadata_format import acl_change, load_bindings
+from gregor.controller.acls.model import AclBinding, AclBindingFilter, ResourcePattern
 from gregor.controller.base import (
+    AclDeletions,
     Controller,
     ElectionType,
     NewPartitions,
@@ -50,6 +56,10 @@ from gregor.controller.quota_entities import (
     entity_path,
     parse_entity_path,
 )
+from gregor.controller.scram_alterations import Alteration
+from gregor.controller.scram_cache import CredentialCache
+from gregor.controller.scram_metadata import TABLE as SCRAM_TABLE
+from gregor.controller.scram_metadata import MetadataScramStore
 from gregor.controller.topics import (
     TopicError,
     check_assignments,
@@ -61,6 +71,7 @@ from gregor.controller.topics import (
     excessive_partitions,
 )
 from gregor.log.errors import KafkaStorageError
+from gregor.wire.errors import KafkaError
 
 logger = logging.getLogger(__name__)
 
@@ -91,9 +102,11 @@ class EmbeddedController(Controller):
         on_quotas: Callable[[QuotaConfigs], None],
         on_configs: ConfigCallback = lambda _resource: None,
         log_dirs: Sequence[Path] = (),
+        authorizer: AclAuthorizer | None = None,
     ) -> None:
         """``log_dirs``: where ``on_create`` makes logs; the metadata writer fsyncs them
-        before it writes the change naming the new logs."""
+        before it writes the change naming the new logs. ``authorizer``: given the stored
+        ACLs now and every change to them."""
         self._store = MetadataStore(state_dir)
         self._log_dirs = tuple(log_dirs)
         self.path = self._store.path
@@ -109,9 +122,14 @@ class EmbeddedController(Controller):
         self._topics_lock = asyncio.Lock()
         self._producer_ids_lock = asyncio.Lock()
         self._quotas_lock = asyncio.Lock()
+        self._acls_lock = asyncio.Lock()
         self.fresh = self._store.fresh
         state = self._store.state
         self.cache = MetadataCache(state.get("cluster_id") or _new_cluster_id(), broker.node_id)
+        self.credential_cache = CredentialCache()
+        self._scram = MetadataScramStore(
+            self.credential_cache, state.get(SCRAM_TABLE, {}), self._commit
+        )
         self.cache.brokers[broker.node_id] = broker
         self._next_producer_id: int = state.get("producer_id_block_end", 0)
         self._producer_id_block_end = self._next_producer_id
@@ -130,6 +148,11 @@ class EmbeddedController(Controller):
                     topic.get("leader_epoch", 0),
                 )
             )
+        # Kept (and saved) as stored even without an authorizer to enforce them.
+        self._acls: dict[str, Any] = dict(state.get(ACL_TABLE, {}))
+        self._authorizer = authorizer
+        if authorizer is not None:
+            authorizer.replace(load_bindings(self._acls))
         for path, configs in state.get("configs", {}).items():
             resource = ConfigResource.from_entity_path(path)
             if resource is not None:
@@ -442,6 +465,61 @@ class EmbeddedController(Controller):
             raise KafkaStorageError(f"Could not save the client quotas: {e}") from None
         self._on_quotas(self._quotas)
 
+    async def create_acls(self, bindings: Sequence[AclBinding]) -> list[KafkaError | None]:
+        """The new ACLs committed together: one line of the metadata log."""
+        authorizer = self._authorizer
+        assert authorizer is not None
+        async with self._acls_lock:
+            added = changes.grouped(bindings).items()
+            error = await self._commit_acls({p: authorizer.acls(p) | e for p, e in added})
+        return [error for _ in bindings]
+
+    async def delete_acls(self, filters: Sequence[AclBindingFilter]) -> list[AclDeletions]:
+        """The deletions of all the filters committed together."""
+        authorizer = self._authorizer
+        assert authorizer is not None
+        async with self._acls_lock:
+            deleted: list[list[AclBinding]] = [[] for _ in filters]
+            remaining = {}
+            for pattern in changes.candidates(authorizer.patterns(), filters):
+                remaining[pattern], found = changes.delete(
+                    pattern, authorizer.acls(pattern), filters
+                )
+                for bindings, more in zip(deleted, found, strict=True):
+                    bindings.extend(more)
+            error = await self._commit_acls(remaining)
+        return [[(b, error) for b in bindings] for bindings in deleted]
+
+    async def _commit_acls(
+        self, acls: Mapping[ResourcePattern, changes.Entries]
+    ) -> KafkaError | None:
+        """Make ``acls`` the ACLs of their patterns: committed, then applied."""
+        authorizer = self._authorizer
+        assert authorizer is not None
+        new = {p: e for p, e in acls.items() if e != authorizer.acls(p)}
+        if not new:
+            return None
+        acl_changes = [acl_change(p, e) for p, e in new.items()]
+        try:
+            await self._commit(acl_changes)
+        except OSError as e:
+            logger.error("Could not save ACL changes: %s", e)
+            return KafkaError(ErrorCode.kafka_storage_error, f"Could not save the ACLs: {e}")
+        for change in acl_changes:
+            if change["value"]:
+                self._acls[change["name"]] = change["value"]
+            else:
+                self._acls.pop(change["name"], None)
+        for pattern, entries in new.items():
+            authorizer.set_acls(pattern, entries)
+            logger.info("Updated ACLs for %s: %d ACL(s)", pattern, len(entries))
+        return None
+
+    async def alter_scram_credentials(
+        self, alterations: Mapping[str, Alteration]
+    ) -> dict[str, KafkaError | None]:
+        return await self._scram.alter(alterations)
+
     def _config_change(self, resource: ConfigResource) -> Change:
         if resource.type == TOPIC:
             topic = self.cache.topics.get(resource.name)
@@ -462,6 +540,8 @@ class EmbeddedController(Controller):
             "topics": {t.name: _topic_entry(t) for t in self.cache.topics.values()},
             "configs": {r.entity_path: c for r, c in self.cache.configs.items()},
             "client_quotas": {entity_path(e): values for e, values in self._quotas.items()},
+            SCRAM_TABLE: self._scram.table(),
+            ACL_TABLE: self._acls,
         }
 
     def close(self) -> None:

@@ -3,15 +3,15 @@
 The snapshot is ``gregor-metadata.json`` (the format every earlier version wrote, read as it
 is; it now also names the generation of the log that follows it). Each commit appends one
 line to ``gregor-metadata.<generation>.log``: ``<crc32 hex> <json list of changes>``. A
-change is absolute (a topic's whole entry, or its removal; a resource's whole config map;
-the producer-id block end), so applying it twice is harmless. Lines are written and
-fdatasync'ed by one worker thread, a batch of commits per write (group commit), and each
-commit's future completes once its line is durable: the commit point of a change. The
-thread keeps its own copy of the state, and once the log holds more lines than the
-snapshot has topics (and at least ``COMPACT_AFTER``), it writes a new snapshot of the next
-generation atomically (temp file, fsync, rename, directory fsync) and starts a new log; a
-crash between the rename and the removal of the old log leaves a log the snapshot does not
-name, which is ignored and removed at the next start.
+change is absolute (a topic's whole entry, or its removal; a resource's whole config map; a
+resource pattern's whole ACL list; the producer-id block end), so applying it twice is
+harmless. Lines are written and fdatasync'ed by one worker thread, a batch of commits per
+write (group commit), and each commit's future completes once its line is durable: the
+commit point of a change. The thread keeps its own copy of the state, and once the log holds
+more lines than the snapshot has topics (and at least ``COMPACT_AFTER``), it writes a new
+snapshot of the next generation atomically (temp file, fsync, rename, directory fsync) and
+starts a new log; a crash between the rename and the removal of the old log leaves a log the
+snapshot does not name, which is ignored and removed at the next start.
 
 Only the last line can be torn by a crash (a batch is written only after the previous one is
 durable): a bad last line is cut off at load; a bad line followed by good ones is damage
@@ -42,7 +42,10 @@ SNAPSHOT_FILE = "gregor-metadata.json"
 COMPACT_AFTER = 1000
 
 Change = dict[str, Any]
-_OPS = frozenset({"topic", "config", "quota", "producer_id_block_end"})
+# The snapshot's table of each op's entries; "acl" is controller/acls/metadata_format.py's.
+_TABLES = {"topic": "topics", "config": "configs", "quota": "client_quotas", "acl": "acls"}
+_TABLES["scram"] = "scram_credentials"  # controller/scram_metadata.py's
+_OPS = frozenset({*_TABLES, "producer_id_block_end"})
 
 
 def log_path(state_dir: Path, generation: int) -> Path:
@@ -61,7 +64,7 @@ def apply_change(state: dict[str, Any], change: Mapping[str, Any]) -> None:
     if op == "producer_id_block_end":
         state["producer_id_block_end"] = max(state.get("producer_id_block_end", 0), value)
         return
-    table = {"topic": "topics", "config": "configs", "quota": "client_quotas"}.get(op)
+    table = _TABLES.get(op)
     if table is None:
         raise ValueError(f"unknown change {op!r}")
     entries = state.setdefault(table, {})

@@ -20,8 +20,13 @@ from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
+from gregor.controller.acls.authorizer import AclAuthorizer
+from gregor.controller.acls.model import AclBinding, AclBindingFilter
+from gregor.controller.acls.zk_store import ZkAclStore
+from gregor.controller.acls.zk_sync import ZkAcls
 from gregor.controller.assignment import assign_new_partitions, assign_replicas
 from gregor.controller.base import (
+    AclDeletions,
     ElectionType,
     NewPartitions,
     NewTopic,
@@ -40,6 +45,9 @@ from gregor.controller.quota_entities import (
     quotas_of,
     with_quotas,
 )
+from gregor.controller.scram_alterations import Alteration
+from gregor.controller.scram_cache import CredentialCache
+from gregor.controller.scram_zk import ZkScramStore
 from gregor.controller.topics import (
     TopicError,
     check_assignments,
@@ -59,6 +67,7 @@ from gregor.controller.zookeeper.data import (
     TopicExistsError,
     random_uuid,
 )
+from gregor.wire.errors import KafkaError
 
 logger = logging.getLogger(__name__)
 
@@ -88,9 +97,10 @@ class ZkBroker:
         controller: ActiveController,
         *,
         topic_wait_ms: int,
+        authorizer: AclAuthorizer | None = None,
     ) -> None:
         """``topic_wait_ms``: how long topic creation and deletion wait for the metadata to
-        show them."""
+        show them. ``authorizer``: kept equal to the ACLs in ZooKeeper."""
         self.zk = kafka_zk
         self.registration = registration
         self.cache = cache
@@ -110,6 +120,11 @@ class ZkBroker:
         self.on_quotas: Callable[[QuotaConfigs], None] = lambda _quotas: None
         self._last_config_change = -1
         self._config_lock = asyncio.Lock()
+        self.credential_cache = CredentialCache()
+        self._scram = ZkScramStore(kafka_zk, self.credential_cache)
+        self.acls = (
+            None if authorizer is None else ZkAcls(ZkAclStore(kafka_zk.zk), authorizer, self._spawn)
+        )
 
     @property
     def cluster_id(self) -> str:
@@ -156,6 +171,8 @@ class ZkBroker:
             # The watch on /config/changes died with the session (re-arming it may have
             # failed while the session was expired): follow again, quotas read afresh.
             self._spawn(self._apply_config_changes(reread_quotas=True))
+            if self.acls is not None:  # so did the ACL watches
+                self._spawn(self.acls.load())
 
     def _spawn(self, work: Awaitable[None]) -> None:
         async def logged() -> None:
@@ -186,7 +203,8 @@ class ZkBroker:
     async def load_configs(self) -> None:
         """Read this broker's dynamic configs (its own and the cluster default), the group
         configs and the client quotas, then follow /config/changes: every change made
-        through any broker is applied here too (Kafka's DynamicConfigManager)."""
+        through any broker is applied here too (Kafka's DynamicConfigManager); likewise
+        every ACL, with an authorizer."""
         async with self._config_lock:
             changes = await self.zk.config_changes(watch=self._on_config_change)
             self._last_config_change = changes[-1][0] if changes else -1
@@ -200,6 +218,9 @@ class ZkBroker:
                 configs = await self.zk.entity_configs(resource.entity_path)
                 self.cache.set_dynamic_configs(resource, configs)
             self.on_quotas(await self.client_quotas())
+            await self._scram.load()
+        if self.acls is not None:
+            await self.acls.load()
 
     def _on_config_change(self, _event: object) -> None:
         self._spawn(self._apply_config_changes())
@@ -218,6 +239,7 @@ class ZkBroker:
                 if path is None:
                     continue
                 if parse_entity_path(path) is not None:
+                    await self._scram.changed(path)  # a user's node holds credentials too
                     reread_quotas = True
                     continue
                 resource = ConfigResource.from_entity_path(path)
@@ -454,6 +476,19 @@ class ZkBroker:
             await self.zk.set_entity_configs(path, configs)
             logger.info("Client quotas of %s are now %s", path, quotas_of(configs))
         self.on_quotas(await self.client_quotas())
+
+    async def create_acls(self, bindings: Sequence[AclBinding]) -> list[KafkaError | None]:
+        assert self.acls is not None
+        return await self.acls.create(bindings)
+
+    async def delete_acls(self, filters: Sequence[AclBindingFilter]) -> list[AclDeletions]:
+        assert self.acls is not None
+        return await self.acls.delete(filters)
+
+    async def alter_scram_credentials(
+        self, alterations: Mapping[str, Alteration]
+    ) -> dict[str, KafkaError | None]:
+        return await self._scram.alter(alterations)
 
     async def allocate_producer_id(self) -> int:
         """From blocks of 1000 claimed in /latest_producer_id_block."""

@@ -52,11 +52,14 @@ def fetch_messages(
     max_bytes: int,
     origin: Callable[[], str],
     respond: FetchRespond[R],
+    readable: Callable[[str], bool] | None = None,
 ) -> R | asyncio.Future[R]:
     """Read ``request``'s partitions, at most ``max_bytes`` (the handler's bound: the
     request's, fetch.max.bytes and a consumer's quota), and answer through ``respond`` now
     or once the fetch, parked, completes. ``origin()`` names the fetcher in the purgatory's
-    log lines (made only for a fetch that parks)."""
+    log lines (made only for a fetch that parks). ``readable``, with an authorizer: whether
+    the consumer may read a topic; the others' partitions, the request's or its session's,
+    are answered TOPIC_AUTHORIZATION_FAILED unread (Kafka's check in handleFetchRequest)."""
     wanted = request.topics
     session: FetchSession | None = None
     full = True
@@ -75,6 +78,9 @@ def fetch_messages(
             return respond([], error, 0)
         full = False
         wanted = _session_topics(session) + [t for t in request.topics if not t.topic]
+    refused: list[FetchTopic] = []
+    if readable is not None:
+        wanted, refused = _authorized(wanted, readable)
     min_bytes = min(request.min_bytes, max_bytes)
     if session is not None and request.replica_id >= 0:
         return _follower_session_fetch(
@@ -83,6 +89,8 @@ def fetch_messages(
     session_id = 0 if session is None else session.id
 
     def answer(topics: list[FetchTopic]) -> R:
+        if refused:
+            topics = topics + refused
         if session is not None:
             topics = _changed(session, topics, full)
         return respond(topics, ErrorCode.none, session_id)
@@ -216,6 +224,40 @@ def _incremental(
     session.next_epoch()
     session.update(_resolved(request.topics), request.forgotten)
     return session, ErrorCode.none
+
+
+def _authorized(
+    wanted: list[FetchTopicRequest], readable: Callable[[str], bool]
+) -> tuple[list[FetchTopicRequest], list[FetchTopic]]:
+    """``wanted`` without the topics ``readable`` refuses, and those topics' answers. A topic
+    id this broker does not know (no name) stays, to be answered UNKNOWN_TOPIC_ID first."""
+    allowed: list[FetchTopicRequest] = []
+    refused: list[FetchTopic] = []
+    verdicts: dict[str, bool] = {}
+    for topic in wanted:
+        name = topic.topic
+        if not name:
+            allowed.append(topic)
+            continue
+        verdict = verdicts.get(name)
+        if verdict is None:
+            verdict = verdicts[name] = readable(name)
+        if verdict:
+            allowed.append(topic)
+        else:
+            refused.append(
+                FetchTopic(
+                    name,
+                    [
+                        FetchPartition(
+                            fp.partition, ErrorCode.topic_authorization_failed, records=b""
+                        )
+                        for fp in topic.partitions
+                    ],
+                    topic.topic_id,
+                )
+            )
+    return allowed, refused
 
 
 def _session_topics(session: FetchSession) -> list[FetchTopicRequest]:

@@ -6,6 +6,7 @@ import asyncio
 import dataclasses
 import logging
 import socket
+import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -22,11 +23,14 @@ from gregor.apis.context import Services, nested
 from gregor.apis.dispatch import Dispatcher
 from gregor.apis.write_txn_markers import write_txn_markers
 from gregor.configdef import LONG_MAX
+from gregor.controller.acls.authorizer import configured_authorizer
 from gregor.controller.base import Controller
 from gregor.controller.configs import effective_value
 from gregor.controller.embedded import EmbeddedController
 from gregor.controller.metadata.cache import BrokerInfo, MetadataCache, TopicInfo
 from gregor.controller.metadata.config_resource import BROKER, TOPIC, ConfigResource
+from gregor.controller.scram_credentials import ScramCredential
+from gregor.controller.topics import TopicError
 from gregor.controller.zk_broker import ZkBroker
 from gregor.controller.zk_controller.config import ControllerConfig
 from gregor.controller.zk_controller.controller import ZkController
@@ -44,20 +48,25 @@ from gregor.log.errors import KafkaStorageError
 from gregor.log.manager import DiskJobs, LogManager
 from gregor.replica.manager import ReplicaManager
 from gregor.replica.state import CommittedIsr, IsrProposal
-from gregor.server.broker_client import InterBrokerClient
+from gregor.server import listener_security
+from gregor.server.broker_client import InterBrokerClient, inter_broker_client_settings
 from gregor.server.config import (
     BrokerConfig,
     ConfigError,
     listener_connection_creation_rates,
+    listener_settings,
     parse_listener,
     read_properties,
     resolve_ip_overrides,
 )
-from gregor.server.metrics import BrokerMetrics
+from gregor.server.metrics import AuthenticationMetrics, BrokerMetrics
 from gregor.server.metrics_exporter import MetricsEndpoint
 from gregor.server.metrics_state import BrokerState, read_state
 from gregor.server.network import Connection, Limits, SocketServer
 from gregor.server.quotas import ClientQuotas
+from gregor.server.security.client_security import ClientSecurity
+from gregor.server.security.sasl import Jwks, jwks_sources
+from gregor.server.security.tls import SslConfigError
 from gregor.wire.interbroker import ControlledShutdownRequest
 from gregor.wire.schema import request_type
 from gregor.wire.versions import ALTER_PARTITION
@@ -75,6 +84,12 @@ QUOTA_EXPIRY_CHECK_MS = 60_000
 # spare, and a bound on the memory that requests being decompressed hold at once (each at
 # most MAX_DECOMPRESSED_PER_REQUEST).
 VALIDATION_THREADS = 2
+# How often the TLS listeners' keystore and truststore files are checked for a change (a
+# stat each): a renewed certificate is served within this long.
+TLS_RELOAD_CHECK_MS = 5_000
+# The longest a TLS handshake may take: Kafka's clients give up connecting after
+# socket.connection.setup.timeout.ms (10 s by default), so no one waits on one longer.
+TLS_HANDSHAKE_MAX_MS = 10_000
 
 
 def now_ms() -> int:
@@ -85,6 +100,30 @@ class Broker:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         self.broker_id = config.broker_id
+        self.authorizer = configured_authorizer(config.raw)
+        # Every listener's security, TLS contexts and SASL mechanisms built now: a bad
+        # keystore or JAAS config stops start-up.
+        self.controller: Controller | None = None
+        self.authentication_metrics = AuthenticationMetrics()
+        self.listener_securities = listener_security.listener_securities(
+            config, self._scram_credential, now_ms, self.authentication_metrics
+        )
+        # OAUTHBEARER's key sets: loaded at start-up, then refreshed on threads of their own.
+        self.jwks: list[Jwks] = [
+            jwks
+            for security in self.listener_securities.values()
+            if security.sasl is not None
+            for jwks in jwks_sources(security.sasl.factories)
+        ]
+        self._jwks_stop = threading.Event()
+        self._jwks_threads: list[threading.Thread] = []
+        # Connections to the other brokers go to their inter-broker listener, with its
+        # security settings (Kafka's inter-broker clients use the listener's configs).
+        inter_broker = config.inter_broker_listener
+        self.inter_broker_settings = inter_broker_client_settings(
+            listener_settings(config.raw, inter_broker),
+            config.security_protocols.get(inter_broker, "PLAINTEXT"),
+        )
         self.logs = LogManager(config.log_dirs, config.raw)
         self.validation_pool = ThreadPoolExecutor(
             VALIDATION_THREADS, thread_name_prefix="produce-validation"
@@ -100,15 +139,21 @@ class Broker:
         self.zk: AsyncZk | None = None
         self.cache: MetadataCache | None = None
         if config.cluster_mode:
+            try:
+                ClientSecurity.from_properties(self.inter_broker_settings)
+            except ValueError as e:
+                raise ConfigError(f"{e} (inter-broker listener {inter_broker})") from None
             self.fetch_client = InterBrokerClient(
                 f"broker-{self.broker_id}-fetcher",
                 self._endpoint_of,
                 config["replica.socket.timeout.ms"],
+                client_settings=self.inter_broker_settings,
             )
             self.controller_client = InterBrokerClient(
                 f"broker-{self.broker_id}-to-controller",
                 self._endpoint_of,
                 config["controller.socket.timeout.ms"],
+                client_settings=self.inter_broker_settings,
             )
             self.replicas = ReplicaManager(
                 self.broker_id,
@@ -151,11 +196,13 @@ class Broker:
                 f"broker-{self.broker_id}-txn-markers",
                 self._endpoint_of,
                 config["request.timeout.ms"],
+                client_settings=self.inter_broker_settings,
             )
             self.verify_client = InterBrokerClient(
                 f"broker-{self.broker_id}-txn-verify",
                 self._endpoint_of,
                 config["request.timeout.ms"],
+                client_settings=self.inter_broker_settings,
             )
         self.transactions = TransactionCoordinator(
             TxnSettings.from_config(config),
@@ -189,15 +236,36 @@ class Broker:
                 max_connection_creation_rate=config["max.connection.creation.rate"],
                 listener_connection_creation_rates=config.listener_connection_creation_rates,
                 inter_broker_listener=config.inter_broker_listener,
+                tls_handshake_timeout_s=tls_handshake_timeout_ms(config) / 1000,
             ),
             self.quotas,
         )
-        self.controller: Controller | None = None
         self.embedded: EmbeddedController | None = None
         self.bound_ports: dict[str, int] = {}
         # Recorded only when the Prometheus endpoint is on (metrics.prometheus.port).
         self.metrics = BrokerMetrics() if config["metrics.prometheus.port"] >= 0 else None
         self.metrics_endpoint: MetricsEndpoint | None = None
+
+    def _scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
+        """SASL/SCRAM's credentials: the controller's cache (none before it has started)."""
+        controller = self.controller
+        return None if controller is None else controller.credential_cache.lookup(user, mechanism)
+
+    async def _start_jwks(self) -> None:
+        """Load every JWKS (off the event loop: it blocks), as Kafka's broker does before it
+        serves; then keep each refreshed on a thread until shutdown."""
+        for jwks in self.jwks:
+            try:
+                await anyio.to_thread.run_sync(jwks.refresh)
+            except (OSError, ValueError) as e:
+                raise ConfigError(
+                    f"Could not load the JWKS of sasl.oauthbearer.jwks.endpoint.url {jwks.url}: {e}"
+                ) from None
+            thread = threading.Thread(
+                target=jwks.run, args=(self._jwks_stop,), name="jwks-refresher", daemon=True
+            )
+            thread.start()
+            self._jwks_threads.append(thread)
 
     def _dispatch(self, conn: Connection, frame: bytes | bytearray) -> None:
         assert self.dispatcher is not None
@@ -208,6 +276,7 @@ class Broker:
         for log_dir in self.config.log_dirs:
             log_dir.mkdir(parents=True, exist_ok=True)
         self.logs.startup(now_ms())
+        await self._start_jwks()
         try:
             endpoints = await self._listen()
             if self.config.cluster_mode:
@@ -243,6 +312,7 @@ class Broker:
             on_delete=self._forget,
             on_configs=self._apply_configs,
             on_quotas=self.quotas.apply,
+            authorizer=self.authorizer,
         )
         self.controller = self.embedded = controller
         self.cache = controller.cache
@@ -284,6 +354,7 @@ class Broker:
             f"controller-{self.broker_id}",
             self._controller_endpoint_of,
             config["controller.socket.timeout.ms"],
+            client_settings=self.inter_broker_settings,
         )
         self.zk_controller = ZkController(
             self.broker_id,
@@ -297,6 +368,7 @@ class Broker:
             self.cache,
             self.zk_controller,
             topic_wait_ms=config["request.timeout.ms"],
+            authorizer=self.authorizer,
         )
         self.controller = self.cluster
         self.cluster.on_configs = self._apply_configs
@@ -325,6 +397,8 @@ class Broker:
             transactions=self.transactions,
             txn=self.txn_verifier,
             metrics=self.metrics,
+            check_broker_props=self._check_broker_props,
+            authorizer=self.authorizer,
         )
         self.services = services
         self.replicas.metadata = self.cache
@@ -344,6 +418,7 @@ class Broker:
                 f"metrics.prometheus.port): {e}"
             ) from None
         self.metrics_endpoint = endpoint
+        endpoint.collectors.append(self.authentication_metrics)
         logger.info("Serving Prometheus metrics on http://%s:%d/metrics", endpoint.host, bound)
 
     async def _metrics_state(self) -> BrokerState:
@@ -499,7 +574,9 @@ class Broker:
         endpoints = {}
         for listener in self.config.listeners:
             name, host, port = parse_listener(listener)
-            bound = await self.socket_server.listen(name, host, port)
+            bound = await self.socket_server.listen(
+                name, host, port, self.listener_securities[name]
+            )
             self.bound_ports[name] = bound
             adv_host, adv_port = advertised.get(name, (host, bound))
             endpoints[name] = (adv_host or socket.getfqdn(), adv_port or bound)
@@ -617,6 +694,16 @@ class Broker:
         )
         if self.replicas.fetchers is not None:
             self.replicas.fetchers.resize(value("num.replica.fetchers"))
+        listener_security.apply(self.listener_securities, props)
+
+    def _check_broker_props(self, props: Mapping[str, str]) -> None:
+        """The broker's own check of a dynamic change (Kafka's reconfigurables' validation,
+        for those that need this broker): the new keystores and truststores of its TLS
+        listeners must load. TopicError(INVALID_CONFIG) with the reason otherwise."""
+        try:
+            listener_security.check(self.listener_securities, props)
+        except SslConfigError as e:
+            raise TopicError(ErrorCode.invalid_config, str(e)) from None
 
     def _forget(self, topic: TopicInfo) -> None:
         if self.metrics is not None:
@@ -704,6 +791,12 @@ class Broker:
             tg.start_soon(self._every, txn.remove_interval_ms, self.transactions.expire_ids)
             if self.cleaner.config.enable:
                 tg.start_soon(self.cleaner.run, now_ms)
+            if any(s.tls is not None for s in self.listener_securities.values()):
+                tg.start_soon(
+                    self._every,
+                    TLS_RELOAD_CHECK_MS,
+                    lambda _now: listener_security.reload_changed(self.listener_securities),
+                )
 
     async def _flusher(self, interval_ms: int) -> None:
         """Owed fsyncs (rolled segments, flush.ms, flush.messages) and file deletions: queued
@@ -752,6 +845,9 @@ class Broker:
         logger.info("[KafkaServer id=%d] shutting down", self.broker_id)
         if self.metrics_endpoint is not None:
             await self.metrics_endpoint.stop()
+        self._jwks_stop.set()
+        for jwks in self.jwks:
+            jwks.wake()
         if self.cluster is not None and self.config["controlled.shutdown.enable"]:
             # While still serving: the controller moves leaderships away through us.
             await self._controlled_shutdown()
@@ -779,6 +875,8 @@ class Broker:
                 await client.close()
         if self.zk is not None:
             await self.zk.close()  # the registration goes at once, not after the session
+        for thread in self._jwks_threads:
+            await anyio.to_thread.run_sync(thread.join)
         if self.logs.offline_dirs:
             logger.error(
                 "[KafkaServer id=%d] shut down with offline log directories %s: their logs "
@@ -788,6 +886,13 @@ class Broker:
             )
         else:
             logger.info("[KafkaServer id=%d] shut down completed", self.broker_id)
+
+
+def tls_handshake_timeout_ms(config: BrokerConfig) -> int:
+    """How long a TLS handshake may take: connections.max.idle.ms, as Kafka's idle expiry
+    closes a channel stuck in its handshake, at most TLS_HANDSHAKE_MAX_MS."""
+    idle_ms: int = config["connections.max.idle.ms"]
+    return TLS_HANDSHAKE_MAX_MS if idle_ms <= 0 else min(idle_ms, TLS_HANDSHAKE_MAX_MS)
 
 
 def _run_jobs(jobs: list[DiskJob]) -> None:

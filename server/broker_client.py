@@ -6,6 +6,13 @@ closes its connection (the bytes of its late response would otherwise still be o
 it), and after any disconnect or failed connect the next attempt waits an exponential
 back-off (``reconnect.backoff.ms`` 50 doubling up to ``reconnect.backoff.max.ms`` 1000,
 with 20% jitter), reset once a connection succeeds.
+
+Security, as Kafka's inter-broker clients: the inter-broker listener's security protocol and
+this broker's own settings of that listener (``inter_broker_client_settings``): its
+keystore and truststore for TLS, ``sasl.mechanism.inter.broker.protocol`` with the
+listener's JAAS ``username``/``password`` for SASL. A connection is ready once TLS and SASL
+are done (within connection.setup.timeout.ms); when the broker grants a session lifetime
+(KIP-368) it is re-authenticated in band before it expires, sends waiting meanwhile.
 """
 
 from __future__ import annotations
@@ -15,9 +22,16 @@ import logging
 import random
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from gregor.server.security.client_security import ClientSecurity
+from gregor.server.security.sasl.mechanism import mechanism_setting
+from gregor.server.security.sasl_client import (
+    SaslAuthenticationFailed,
+    exchange,
+    reauthentication_delay_s,
+)
 from gregor.wire.headers import skip_tagged_fields
 from gregor.wire.schema import decode, encode, response_type
 from gregor.wire.versions import API_VERSIONS
@@ -34,8 +48,29 @@ class BrokerUnavailable(ConnectionError):
     """The node is unknown, cannot be reached, or its connection was lost mid-request."""
 
 
+class AuthenticationFailed(BrokerUnavailable):
+    """The node refused this broker's SASL mechanism or credentials."""
+
+
 class RequestTimedOut(TimeoutError):
     """No response within request.timeout.ms; the connection has been closed."""
+
+
+def inter_broker_client_settings(listener: Mapping[str, str], protocol: str) -> dict[str, str]:
+    """Kafka client properties for connections to the other brokers, from the inter-broker
+    listener's resolved settings (``server/config.py``'s ``listener_settings``) and its
+    security ``protocol``: its ``ssl.*`` keys; for SASL the mechanism
+    ``sasl.mechanism.inter.broker.protocol`` (Kafka's default GSSAPI, which Gregor refuses)
+    and that mechanism's ``<mechanism>.sasl.jaas.config``, whose username/password log in."""
+    settings = {k: v for k, v in listener.items() if k.startswith("ssl.")}
+    settings["security.protocol"] = protocol
+    if protocol.startswith("SASL_"):
+        mechanism = listener.get("sasl.mechanism.inter.broker.protocol", "GSSAPI")
+        settings["sasl.mechanism"] = mechanism
+        jaas = mechanism_setting(listener, mechanism, "sasl.jaas.config")
+        if jaas is not None:
+            settings["sasl.jaas.config"] = jaas
+    return settings
 
 
 class _Connection:
@@ -48,6 +83,8 @@ class _Connection:
         self.next_correlation = 0
         self.open = True
         self.closed_at = 0.0
+        self.reauth_timer: asyncio.TimerHandle | None = None
+        self.reauthenticating: asyncio.Task[None] | None = None  # sends wait for it
         self.reader_task = asyncio.get_running_loop().create_task(self._read_responses(reader))
 
     async def _read_responses(self, reader: asyncio.StreamReader) -> None:
@@ -84,6 +121,10 @@ class _Connection:
             self.writer.transport.abort()
             if self.reader_task is not asyncio.current_task():
                 self.reader_task.cancel()
+            if self.reauth_timer is not None:
+                self.reauth_timer.cancel()
+            if self.reauthenticating not in (None, asyncio.current_task()):
+                self.reauthenticating.cancel()
         waiters, self.in_flight = self.in_flight, {}
         for waiter in waiters.values():
             if not waiter.done():
@@ -112,7 +153,11 @@ class InterBrokerClient:
         reconnect_backoff_ms: int = 50,
         reconnect_backoff_max_ms: int = 1000,
         connection_setup_timeout_ms: int = 10_000,
+        client_settings: Mapping[str, str] | None = None,
     ) -> None:
+        """``client_settings``: Kafka client properties of the connections' security
+        (``inter_broker_client_settings``); None: PLAINTEXT. A bad one raises ValueError."""
+        self._security = ClientSecurity.from_properties(client_settings)
         self._client_id = client_id.encode()
         self._endpoint_of = endpoint_of
         self._timeout = request_timeout_ms / 1000
@@ -134,10 +179,17 @@ class InterBrokerClient:
             name = type(request).__name__
             raise ValueError(f"{name} is v{request.__version__}, not v{api_version}")
         connection = await self._connection(node_id)
+        while connection.reauthenticating is not None:
+            await asyncio.wait((connection.reauthenticating,))  # never raises
+            connection = await self._connection(node_id)  # a failed one closed it
         # Encoded once connected: a controller retrying a request of 10,000 partitions to a
         # broker that is restarting would otherwise encode it again every back-off.
-        body = encode(request)
-        api_key = request.__api_key__
+        frame = await self._exchange(connection, request, encode(request))
+        return self._decode(request, frame)
+
+    async def _exchange(self, connection: _Connection, request: Any, body: bytes) -> bytes:
+        """Write ``request`` (its encoded ``body``) and return its response frame."""
+        api_key, api_version = request.__api_key__, request.__version__
         flexible = request.__flexible__
         correlation = connection.next_correlation
         connection.next_correlation = (correlation + 1) & 0x7FFFFFFF
@@ -155,15 +207,20 @@ class InterBrokerClient:
                 )
                 await connection.writer.drain()
             except (OSError, RuntimeError) as e:  # fails the waiter unless it already failed
-                connection.close(BrokerUnavailable(f"connection to node {node_id} lost: {e!r}"))
-            frame = await waiter
+                lost = f"connection to node {connection.node_id} lost: {e!r}"
+                connection.close(BrokerUnavailable(lost))
+            return await waiter
         finally:
             timer.cancel()
+
+    @staticmethod
+    def _decode(request: Any, frame: bytes) -> Any:
+        api_key, flexible = request.__api_key__, request.__flexible__
         pos = 4
         # ApiVersions answers with header v0 at every version, so any client can parse it.
         if flexible and api_key != API_VERSIONS:
             pos = skip_tagged_fields(frame, pos)
-        return decode(response_type(api_key, api_version), frame, pos)
+        return decode(response_type(api_key, request.__version__), frame, pos)
 
     async def close(self) -> None:
         """Close every connection; waiting and later sends raise BrokerUnavailable."""
@@ -173,6 +230,8 @@ class InterBrokerClient:
             if node.connection is not None:
                 node.connection.close(BrokerUnavailable("inter-broker client closed"))
                 tasks.append(node.connection.reader_task)
+                if node.connection.reauthenticating is not None:
+                    tasks.append(node.connection.reauthenticating)
         self._nodes.clear()
         await asyncio.gather(*tasks, return_exceptions=True)
 
@@ -219,19 +278,77 @@ class InterBrokerClient:
             host, port = endpoint
             node.attempts += 1
             try:
-                reader, writer = await asyncio.wait_for(
-                    asyncio.open_connection(host, port, limit=_READ_LIMIT), self._setup_timeout
+                connection = await asyncio.wait_for(
+                    self._open(node_id, host, port), self._setup_timeout
                 )
-            except (OSError, TimeoutError) as e:
+            except AuthenticationFailed as e:
+                if str(e) != node.last_error:  # once per failure, not per retry
+                    log.error("Connection to node %d (%s:%d) %s", node_id, host, port, e)
+                node.last_error = str(e)
+                self._back_off(node, time.monotonic())
+                raise
+            except (OSError, TimeoutError, BrokerUnavailable) as e:
                 node.last_error = f"cannot connect to node {node_id} at {host}:{port}: {e!r}"
                 self._back_off(node, time.monotonic())
                 raise BrokerUnavailable(node.last_error) from e
             if self._closed:
-                writer.transport.abort()
+                connection.close(BrokerUnavailable("inter-broker client closed"))
                 raise BrokerUnavailable("inter-broker client closed")
             node.failed_attempts = 0
-            node.connection = _Connection(node_id, reader, writer)
-            return node.connection
+            node.connection = connection
+            return connection
+
+    async def _open(self, node_id: int, host: str, port: int) -> _Connection:
+        """A connection to ``host:port``, TLS and SASL done."""
+        tls = self._security.tls
+        reader, writer = await asyncio.open_connection(
+            host, port, limit=_READ_LIMIT, ssl=tls, server_hostname=host if tls else None
+        )
+        connection = _Connection(node_id, reader, writer)
+        if self._security.sasl is not None:
+            try:
+                await self._authenticate(connection)
+            except BaseException as e:
+                connection.close(BrokerUnavailable(f"connection to node {node_id}: {e!r}"))
+                raise
+        return connection
+
+    async def _authenticate(self, connection: _Connection) -> None:
+        """The SASL exchange on ``connection``; re-authentication is scheduled when the node
+        grants a session lifetime. Raises AuthenticationFailed, BrokerUnavailable or
+        RequestTimedOut."""
+        assert self._security.sasl is not None
+        steps = exchange(self._security.sasl())
+        try:
+            request = next(steps)
+            while True:
+                frame = await self._exchange(connection, request, encode(request))
+                request = steps.send(self._decode(request, frame))
+        except StopIteration as done:
+            lifetime_ms: int = done.value
+        except SaslAuthenticationFailed as e:
+            raise AuthenticationFailed(f"failed authentication due to: {e}") from None
+        if lifetime_ms > 0:
+            connection.reauth_timer = asyncio.get_running_loop().call_later(
+                reauthentication_delay_s(lifetime_ms), self._start_reauthentication, connection
+            )
+
+    def _start_reauthentication(self, connection: _Connection) -> None:
+        connection.reauth_timer = None
+        if connection.open:
+            task = asyncio.get_running_loop().create_task(self._reauthenticate(connection))
+            connection.reauthenticating = task
+
+    async def _reauthenticate(self, connection: _Connection) -> None:
+        """KIP-368 in band; on failure the connection is closed (the next send connects and
+        authenticates anew)."""
+        try:
+            await self._authenticate(connection)
+        except Exception as e:  # a refusal, a lost connection, a garbled answer
+            log.warning("Re-authentication with node %d failed: %s", connection.node_id, e)
+            connection.close(BrokerUnavailable(f"re-authentication failed: {e}"))
+        finally:
+            connection.reauthenticating = None
 
     def _back_off(self, node: _Node, since: float) -> None:
         backoff = min(self._backoff * 2**node.failed_attempts, self._backoff_max)

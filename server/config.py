@@ -13,11 +13,26 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from gregor.configdef import INT_MAX, ConfigError, ConfigKey, Type, at_least, between, invalid
-from gregor.controller.configs import parse_ip_overrides, register_broker_keys
+from gregor.configdef import (
+    INT_MAX,
+    ConfigError,
+    ConfigKey,
+    Type,
+    at_least,
+    between,
+    invalid,
+    one_of,
+)
+from gregor.controller.acls.authorizer import check_authorizer_class, check_super_users
+from gregor.controller.configs import base_key, broker_key, parse_ip_overrides, register_broker_keys
 from gregor.log.config import LOG_BROKER_KEYS, LogConfig
 
 logger = logging.getLogger(__name__)
+
+# Kafka's SecurityProtocol names.
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+TLS_PROTOCOLS = frozenset({"SSL", "SASL_SSL"})
+SASL_PROTOCOLS = frozenset({"SASL_PLAINTEXT", "SASL_SSL"})
 
 KEYS: dict[str, ConfigKey] = {
     k.name: k
@@ -42,7 +57,35 @@ KEYS: dict[str, ConfigKey] = {
         # no default: the session timeout's
         ConfigKey("zookeeper.connection.timeout.ms", Type.INT, None, at_least(1)),
         ConfigKey("inter.broker.listener.name", Type.STRING, None),
-        ConfigKey("security.inter.broker.protocol", Type.STRING, "PLAINTEXT"),
+        ConfigKey(
+            "security.inter.broker.protocol",
+            Type.STRING,
+            "PLAINTEXT",
+            one_of(*SECURITY_PROTOCOLS),
+        ),
+        # TLS (server/listener_security.py): the other ssl.* keys, which Kafka reconfigures
+        # per listener, are in controller/configs.py's table.
+        ConfigKey("ssl.principal.mapping.rules", Type.STRING, "DEFAULT"),
+        ConfigKey("ssl.allow.dn.changes", Type.BOOLEAN, "false"),
+        ConfigKey("ssl.allow.san.changes", Type.BOOLEAN, "false"),
+        # SASL (server/listener_security.py, server/security/authenticator.py); the
+        # mechanisms' own keys are read by server/security/sasl/, the JAAS and
+        # sasl.enabled.mechanisms keys are in controller/configs.py's table.
+        ConfigKey("sasl.server.max.receive.size", Type.INT, "524288", at_least(0)),
+        ConfigKey("connections.max.reauth.ms", Type.LONG, "0"),
+        ConfigKey("connection.failed.authentication.delay.ms", Type.INT, "100", at_least(0)),
+        ConfigKey("sasl.server.callback.handler.class", Type.CLASS, None),
+        ConfigKey("sasl.oauthbearer.jwks.endpoint.url", Type.STRING, None),
+        ConfigKey("sasl.oauthbearer.jwks.endpoint.refresh.ms", Type.LONG, "3600000"),
+        ConfigKey("sasl.oauthbearer.expected.audience", Type.LIST, None),
+        ConfigKey("sasl.oauthbearer.expected.issuer", Type.STRING, None),
+        ConfigKey("sasl.oauthbearer.clock.skew.seconds", Type.INT, "30"),
+        ConfigKey("sasl.oauthbearer.scope.claim.name", Type.STRING, "scope"),
+        ConfigKey("sasl.oauthbearer.sub.claim.name", Type.STRING, "sub"),
+        # authorization (controller/acls/authorizer.py)
+        ConfigKey("authorizer.class.name", Type.STRING, "", check_authorizer_class),
+        ConfigKey("super.users", Type.STRING, None, check_super_users),
+        ConfigKey("allow.everyone.if.no.acl.found", Type.BOOLEAN, "false"),
         ConfigKey("replica.lag.time.max.ms", Type.LONG, "30000", at_least(0)),
         ConfigKey("replica.fetch.wait.max.ms", Type.INT, "500", at_least(0)),
         ConfigKey("replica.fetch.min.bytes", Type.INT, "1", at_least(0)),
@@ -156,13 +199,28 @@ IGNORED: dict[str, str] = {
     "checkpointed with the recovery points (log.flush.offset.checkpoint.interval.ms)",
     "log.cleaner.io.buffer.size": "the cleaner's worker maps segments into memory (mmap) "
     "instead of reading them through buffers",
+    "ssl.keymanager.algorithm": "Java's key manager factory; OpenSSL has none to choose",
+    "ssl.trustmanager.algorithm": "Java's trust manager factory; OpenSSL verifies "
+    "certificate chains itself",
+    "ssl.secure.random.implementation": "OpenSSL seeds itself from the operating system",
 }
 
-# Key prefixes and names that configure security Gregor does not have (TLS, SASL, ACLs):
+# Keys that configure security Gregor does not have (Kerberos) or plug-ins it cannot load:
 # setting any of them must not leave the operator believing it is in force.
-_SECURITY_PREFIXES = ("ssl.", "sasl.", "security.", "authorizer.", "principal.builder.")
-_SECURITY_KEYS = frozenset({"super.users", "allow.everyone.if.no.acl.found"})
-_HARMLESS = frozenset({("security.inter.broker.protocol", "PLAINTEXT")})
+_KERBEROS_PREFIX = "sasl.kerberos."
+_PLUG_INS = {
+    "principal.builder.class": "Gregor builds principals as Kafka's "
+    "DefaultKafkaPrincipalBuilder does; custom principal builders are not supported",
+    "ssl.engine.factory.class": "Gregor's TLS is Python's ssl (OpenSSL); custom SSL "
+    "engine factories are not supported",
+    "ssl.provider": "Gregor's TLS is Python's ssl (OpenSSL); Java security providers are "
+    "not supported",
+    "sasl.login.class": "Gregor logs in as Kafka's default login classes do; custom login "
+    "classes are not supported",
+}
+_DEFAULT_PRINCIPAL_BUILDER = (
+    "org.apache.kafka.common.security.authenticator.DefaultKafkaPrincipalBuilder"
+)
 
 # Keys that act only in cluster mode: set without zookeeper.connect, they are logged as
 # ignored (an embedded node has no followers, no controller to talk to, no ZooKeeper).
@@ -192,14 +250,41 @@ CLUSTER_ONLY = frozenset(
 )
 
 
+def _security_base_key(name: str) -> str:
+    """The key without its listener prefix, nor the mechanism prefix of
+    listener.name.<listener>.<mechanism>.sasl.* (and .connections.max.reauth.ms) keys."""
+    base = base_key(name)
+    if base != name:
+        after_mechanism = base.split(".", 1)[1] if "." in base else ""
+        if after_mechanism.startswith("sasl.") or after_mechanism == "connections.max.reauth.ms":
+            base = after_mechanism
+    return base
+
+
+def _refusal(name: str, value: str) -> str | None:
+    """Why the key cannot be honoured (None: it can). Listener-prefixed keys are judged by
+    their base key; listener.name.<listener>.<mechanism>.sasl.* keys are SASL keys."""
+    base = _security_base_key(name)
+    if base in _PLUG_INS and not (
+        base == "principal.builder.class" and value.strip() == _DEFAULT_PRINCIPAL_BUILDER
+    ):
+        return f"{name} is set, but {_PLUG_INS[base]}; remove the key"
+    if base.startswith(_KERBEROS_PREFIX) or (
+        base == "sasl.enabled.mechanisms" and "GSSAPI" in value.upper().replace(" ", "").split(",")
+    ):
+        return f"{name} is set, but Gregor does not support Kerberos (GSSAPI); remove it"
+    if base.startswith("security.") and base != "security.inter.broker.protocol":
+        return f"{name} is set, but Gregor does not support it; remove the key"
+    return None
+
+
 def _is_security_key(name: str) -> bool:
-    if name.startswith("listener.name."):
-        # listener.name.<listener>.<key>, or for SASL keys also
-        # listener.name.<listener>.<mechanism>.<key> (sasl.jaas.config, callback handlers)
-        rest = name.split(".", 3)[3] if name.count(".") >= 3 else ""
-        after_mechanism = rest.split(".", 1)[1] if "." in rest else ""
-        return _is_security_key(rest) or after_mechanism.startswith("sasl.")
-    return name.startswith(_SECURITY_PREFIXES) or name in _SECURITY_KEYS
+    """One of Kafka's ssl.* or sasl.* keys (or principal.builder.class, or a SASL connection
+    key), perhaps listener- and mechanism-prefixed."""
+    base = _security_base_key(name)
+    return base.startswith(("ssl.", "sasl.", "principal.builder.", "connection")) and (
+        base in KEYS or broker_key(base) is not None
+    )
 
 
 class BrokerConfig:
@@ -210,21 +295,29 @@ class BrokerConfig:
         self._values: dict[str, Any] = {
             name: key.parse(self.raw.get(name, key.default)) for name, key in KEYS.items()
         }
-        for name in self.raw:
-            if _is_security_key(name) and (name, self.raw[name].upper()) not in _HARMLESS:
-                raise ConfigError(
-                    f"{name} is set, but Gregor has no TLS, SASL or authorization: it would "
-                    "serve plaintext to anyone; remove the key"
+        for name, text in self.raw.items():
+            refusal = _refusal(name, text)
+            if refusal is not None:
+                raise ConfigError(refusal)
+            if _is_security_key(name):
+                key = KEYS.get(_security_base_key(name)) or broker_key(_security_base_key(name))
+                assert key is not None
+                key.parse(text, name)  # ConfigError naming the (listener-prefixed) key
+            if base_key(name) in IGNORED:
+                logger.warning(
+                    "Configuration %s is accepted but ignored: %s", name, IGNORED[base_key(name)]
                 )
-            if name in IGNORED:
-                logger.warning("Configuration %s is accepted but ignored: %s", name, IGNORED[name])
             elif name in CLUSTER_ONLY and not self.raw.get("zookeeper.connect"):
                 logger.warning(
                     "Configuration %s is ignored: it applies only in cluster mode "
                     "(zookeeper.connect is not set)",
                     name,
                 )
-            elif name not in KEYS and not _LISTENER_RATE.fullmatch(name):
+            elif (
+                name not in KEYS
+                and not _LISTENER_RATE.fullmatch(name)
+                and not _is_security_key(name)
+            ):
                 logger.warning(
                     "Unknown configuration %r was supplied but isn't a known config; it is ignored",
                     name,
@@ -242,18 +335,17 @@ class BrokerConfig:
         if not self.listeners:
             raise ConfigError("listeners must name at least one listener")
         protocols = self.security_protocols
-        for listener in self.listeners:
-            name = parse_listener(listener)[0]
+        names = [parse_listener(listener)[0] for listener in self.listeners]
+        if len(set(names)) != len(names):
+            raise ConfigError(
+                f"Each listener must have a different name, listeners: {','.join(self.listeners)}"
+            )
+        for name in names:
             protocol = protocols.get(name)
             if protocol is None:
                 raise ConfigError(
                     f"No security protocol defined for listener {name} "
                     "(listener.security.protocol.map)"
-                )
-            if protocol != "PLAINTEXT":
-                raise ConfigError(
-                    f"Listener {name} uses security protocol {protocol}, but Gregor serves "
-                    "PLAINTEXT only (no TLS or SASL yet)"
                 )
         for listener in self.advertised_listeners:
             parse_listener(listener, "advertised.listeners")
@@ -361,8 +453,17 @@ class BrokerConfig:
                     f"Invalid value {entry!r} for configuration listener.security.protocol.map:"
                     " expected LISTENER:PROTOCOL"
                 )
+            if protocol.strip().upper() not in SECURITY_PROTOCOLS:
+                raise ConfigError(
+                    f"Invalid security protocol `{protocol.strip()}` defined in "
+                    "listener.security.protocol.map"
+                )
             protocols[name.strip().upper()] = protocol.strip().upper()
         return protocols
+
+    @property
+    def listener_names(self) -> list[str]:
+        return [parse_listener(x)[0] for x in self.listeners]
 
     def _per_ip_overrides(self) -> dict[str, int]:
         """max.connections.per.ip.overrides (``host:count,...``) by IP address."""
@@ -381,6 +482,18 @@ def listener_connection_creation_rates(props: Mapping[str, str]) -> dict[str, in
         if match is not None:
             rates[match.group(1).upper()] = KEYS["max.connection.creation.rate"].parse(text, name)
     return rates
+
+
+def listener_settings(props: Mapping[str, str], listener: str) -> dict[str, str]:
+    """The settings one listener runs with, as the security pieces take them: every key of
+    ``props`` (a broker's effective properties), with the listener's own
+    ``listener.name.<listener>.<key>`` in place of ``<key>`` (Kafka's
+    valuesWithPrefixOverride), the other listeners' keys left out. A SASL mechanism's keys
+    keep their mechanism prefix (``<mechanism>.sasl.jaas.config``)."""
+    prefix = f"listener.name.{listener.lower()}."
+    settings = {k: v for k, v in props.items() if not k.startswith("listener.name.")}
+    settings.update((k[len(prefix) :], v) for k, v in props.items() if k.startswith(prefix))
+    return settings
 
 
 def resolve_ip_overrides(text: str) -> dict[str, int]:

@@ -20,6 +20,9 @@ applied after the response (KIP-219), not part of the total.
 from __future__ import annotations
 
 from array import array
+from collections.abc import Iterator
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from gregor.apis.timing import END, FOLLOWER_FETCH, RequestTiming
 from gregor.server._histograms import count
@@ -129,3 +132,49 @@ class BrokerMetrics:
 
     def request_types(self) -> list[RequestStats]:
         return list(self.requests.values())
+
+
+# Kafka's authentication counters (Selector's sensors and SocketServer's
+# expired-connections-killed-count, kafka.server:type=socket-server-metrics), per listener and
+# SASL mechanism.
+SUCCESSFUL_AUTHENTICATION = "successful-authentication-total"
+SUCCESSFUL_AUTHENTICATION_NO_REAUTH = "successful-authentication-no-reauth-total"
+FAILED_AUTHENTICATION = "failed-authentication-total"
+SUCCESSFUL_REAUTHENTICATION = "successful-reauthentication-total"
+FAILED_REAUTHENTICATION = "failed-reauthentication-total"
+EXPIRED_CONNECTIONS_KILLED = "expired-connections-killed-count"
+_AUTHENTICATION_DOCS = {
+    SUCCESSFUL_AUTHENTICATION: "Connections authenticated",
+    SUCCESSFUL_AUTHENTICATION_NO_REAUTH: "Connections authenticated by clients that cannot "
+    "re-authenticate (KIP-368)",
+    FAILED_AUTHENTICATION: "Authentications that failed",
+    SUCCESSFUL_REAUTHENTICATION: "Connections re-authenticated",
+    FAILED_REAUTHENTICATION: "Re-authentications that failed",
+    EXPIRED_CONNECTIONS_KILLED: "Connections closed because their SASL session expired",
+}
+
+
+class AuthenticationMetrics:
+    """The authentication counters, always recorded (an authentication costs far more than
+    a dict update) and reported when the Prometheus endpoint is on (a collector of it)."""
+
+    def __init__(self) -> None:
+        self.counts: dict[tuple[str, str, str], int] = {}  # (counter, listener, mechanism)
+
+    def record(self, counter: str, listener: str, mechanism: str) -> None:
+        key = (counter, listener, mechanism)
+        self.counts[key] = self.counts.get(key, 0) + 1
+
+    def collect(self) -> Iterator[Metric]:
+        for counter, doc in _AUTHENTICATION_DOCS.items():
+            name = "kafka_server_socket_server_metrics_" + counter.replace("-", "_")
+            labels = ["listener", "mechanism"]
+            family: Metric
+            if counter == EXPIRED_CONNECTIONS_KILLED:  # Kafka's name has no _total
+                family = GaugeMetricFamily(name, doc, labels=labels)
+            else:
+                family = CounterMetricFamily(name, doc, labels=labels)
+            for (kind, listener, mechanism), value in sorted(self.counts.items()):
+                if kind == counter:
+                    family.add_metric([listener, mechanism], value)
+            yield family

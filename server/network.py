@@ -22,6 +22,15 @@ committed as the bytes arrive, never for a size prefix's announcement alone.
 Connections are accepted within KIP-612's connection creation rates (ConnectionRates in
 server/quotas.py), and a request of a client whose quota group is throttled waits out the
 throttle on whatever connection it comes, so reconnecting does not shed a throttle.
+
+A TLS listener (server/listener_security.py) wraps each accepted socket in its context of
+the moment; the connection exists once the handshake is done, and its principal is the
+client certificate's. Sendfile cannot encrypt: on TLS, file regions are read in large
+chunks and written through the transport as it drains. On a SASL listener the connection's
+authenticator (server/security/authenticator.py) sees each frame first: before
+authentication it answers the exchange itself (no quota, no handler pool) and frames are
+bounded by ``sasl.server.max.receive.size``; after it, it only watches for the session's
+expiry and a re-authentication.
 """
 
 from __future__ import annotations
@@ -33,15 +42,20 @@ import errno
 import logging
 import os
 import socket
+import ssl
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from gregor.apis.timing import METRICS, RequestTiming
 from gregor.controller.quota_entities import normalize_ip
 from gregor.ratelimit import RateLimitedLog
 from gregor.server.quotas import UNLIMITED_RATE, ClientQuotas, ConnectionRates
+from gregor.server.security.authenticator import SaslAuthenticator
+
+if TYPE_CHECKING:
+    from gregor.server.listener_security import ListenerSecurity
 
 logger = logging.getLogger(__name__)
 limited_log = RateLimitedLog(logger)
@@ -62,6 +76,11 @@ _SMALL_RESERVE = 8 << 20
 _ACCEPT_BACKOFF_S = 0.5
 _ACCEPTS_PER_WAKEUP = 64
 _OUT_OF_RESOURCES = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
+# On TLS, file regions are read (pread, from the page cache) and encrypted this much at a
+# time; a response waits in memory only up to the transport's high-water mark plus one.
+_TLS_CHUNK = 256 * 1024
+# OpenSSL's reasons for a first record that is not TLS: a plaintext client on a TLS port.
+_NOT_TLS = frozenset({"WRONG_VERSION_NUMBER", "HTTP_REQUEST", "HTTPS_PROXY_REQUEST"})
 
 
 class FileRegion(Protocol):
@@ -120,6 +139,10 @@ class Limits:
     # listener.name.<listener>.max.connection.creation.rate, by upper-case listener name
     listener_connection_creation_rates: Mapping[str, int] = field(default_factory=dict)
     inter_broker_listener: str | None = None  # exempt from the broker-wide rate
+    # A TLS handshake (and a TLS close) not done in this long is abandoned: Kafka has no
+    # key for it; the broker sets it from connections.max.idle.ms (Kafka's idle expiry
+    # covers channels mid-handshake), at most the clients' own connection set-up timeout.
+    tls_handshake_timeout_s: float = 10.0
 
 
 class RequestChannel:
@@ -266,10 +289,21 @@ class Connection(asyncio.BufferedProtocol):
     request, say) is received in place, so its bytes are copied once, by the kernel.
     """
 
-    def __init__(self, server: SocketServer, listener: str, ip: str) -> None:
+    def __init__(
+        self, server: SocketServer, listener: str, ip: str, security: ListenerSecurity | None = None
+    ) -> None:
         self.server = server
         self.listener = listener
         self.ip = ip
+        self.security = security
+        self.security_protocol = "PLAINTEXT" if security is None else security.protocol
+        self._tls = security is not None and security.tls is not None
+        # Who the client is (Kafka's KafkaPrincipal), and the name quotas match it by.
+        self.principal = "User:ANONYMOUS"
+        self.user = "ANONYMOUS"
+        # The largest frame taken (smaller while a SASL exchange runs), and the exchange.
+        self.receive_limit = server.max_request_size
+        self.authenticator: SaslAuthenticator | None = None
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
         self._buffer = bytearray()  # received, not yet a whole frame
@@ -293,8 +327,8 @@ class Connection(asyncio.BufferedProtocol):
         self._throttled = False  # muted for a quota's throttle time
         self._throttle_until = 0.0  # loop time the mute ends
         self._throttle_timer: asyncio.TimerHandle | None = None
-        self.user = "ANONYMOUS"  # the principal's name (no SASL yet)
         self._sender: asyncio.Future[None] | None = None  # _finish, while it runs
+        self._unsent: collections.deque[Part] | None = None  # TLS: the rest of a response
         self._closed = False
         self.last_active = time.monotonic()
         # The request in flight: when it was handed to the handlers, and its timing if
@@ -309,6 +343,26 @@ class Connection(asyncio.BufferedProtocol):
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.server.connections.add(self)
+        if self.security is not None:
+            if self.security.sasl is not None:
+                self.authenticator = SaslAuthenticator(self.security.sasl, self)
+            try:
+                self.set_principal(self.security.principal(transport))
+            except ValueError as e:  # no ssl.principal.mapping.rules rule maps the DN
+                limited_log.log(
+                    "principal",
+                    logging.INFO,
+                    "Failed authentication with %s on listener %s: %s",
+                    self.peer,
+                    self.listener,
+                    e,
+                )
+                self.close()
+
+    def set_principal(self, principal: str) -> None:
+        """The connection is authenticated as ``principal`` ("User:<name>")."""
+        self.principal = principal
+        self.user = principal.partition(":")[2]
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
@@ -324,6 +378,7 @@ class Connection(asyncio.BufferedProtocol):
         self.waiting = self._granted = 0
         self._large = None
         self._write_held = 0
+        self._unsent = None
         if self._throttle_timer is not None:
             self._throttle_timer.cancel()
         self.server.pool.forget(self)
@@ -338,7 +393,10 @@ class Connection(asyncio.BufferedProtocol):
         self._write_held = 0
         self.last_active = time.monotonic()
         self._account()
-        self.next_request()
+        if self._unsent is not None:
+            self._send_rest_tls()
+        else:
+            self.next_request()
 
     def get_buffer(self, sizehint: int) -> memoryview:
         large = self._large
@@ -376,7 +434,7 @@ class Connection(asyncio.BufferedProtocol):
         """Nothing in flight and nothing to handle: only a partial frame, or whole ones
         the client does not read the answers to, or an answer it stopped reading (as in
         Kafka, all of these count as idle)."""
-        if self._sender is not None:
+        if self._sender is not None or self._unsent is not None:
             return True
         return not self._in_flight and (not self._frames or self._write_paused)
 
@@ -391,7 +449,7 @@ class Connection(asyncio.BufferedProtocol):
                 size = int.from_bytes(view[pos : pos + _SIZE], "big", signed=True)
                 start = pos + _SIZE
                 end = start + size
-                if size < 0 or size > self.server.max_request_size:
+                if size < 0 or size > self.receive_limit:
                     self._bad_size = size  # reported when the frames before it are done
                 elif size >= _LARGE_FRAME:
                     if self._granted == size:
@@ -442,19 +500,21 @@ class Connection(asyncio.BufferedProtocol):
         if self._closed:
             return
         if self._frames and not self._in_flight and not self._write_paused and not self._throttled:
-            channel = self.server.channel
-            if channel.full:
-                channel.wait_for_room(self)
-                self._account()
-                self._set_reading(False)
-                return
-            gate = self.server.quota_gate
-            if gate is not None:
-                delay = gate(self.user, self._frames[0])
-                if delay > 0:  # the client's quota group is throttled (from any connection)
-                    self.throttle(delay)
+            authenticator = self.authenticator
+            if authenticator is None or authenticator.complete:  # else: SASL, no quota yet
+                channel = self.server.channel
+                if channel.full:
+                    channel.wait_for_room(self)
                     self._account()
+                    self._set_reading(False)
                     return
+                gate = self.server.quota_gate
+                if gate is not None:
+                    delay = gate(self.user, self._frames[0])
+                    if delay > 0:  # the client's quota group is throttled (from any connection)
+                        self.throttle(delay)
+                        self._account()
+                        return
             frame = self._frames.popleft()
             self._held -= len(frame)
             large = len(frame) >= _LARGE_FRAME
@@ -464,19 +524,31 @@ class Connection(asyncio.BufferedProtocol):
             self._in_flight_large = large
             self._account()
             self.received_ns = time.perf_counter_ns()
-            self.server.dispatch(Request(self, frame))
+            if authenticator is None or not authenticator.receive(frame):
+                self.server.dispatch(Request(self, frame))
             if self._closed:
                 return
         elif self._bad_size is not None and not self._frames and not self._in_flight:
-            limited_log.log(
-                "bad-size",
-                logging.WARNING,
-                "Closing connection from %s: request size %d is outside 0..%d "
-                "(socket.request.max.bytes)",
-                self.peer,
-                self._bad_size,
-                self.server.max_request_size,
-            )
+            if self.authenticator is not None and not self.authenticator.complete:
+                limited_log.log(
+                    "sasl-bad-size",
+                    logging.WARNING,
+                    "Closing connection from %s: failing SASL authentication due to invalid "
+                    "receive size %d (sasl.server.max.receive.size is %d)",
+                    self.peer,
+                    self._bad_size,
+                    self.receive_limit,
+                )
+            else:
+                limited_log.log(
+                    "bad-size",
+                    logging.WARNING,
+                    "Closing connection from %s: request size %d is outside 0..%d "
+                    "(socket.request.max.bytes)",
+                    self.peer,
+                    self._bad_size,
+                    self.server.max_request_size,
+                )
             self.close()
             return
         self._account()
@@ -564,6 +636,10 @@ class Connection(asyncio.BufferedProtocol):
             return
         queue: collections.deque[Part] = collections.deque(parts)
         queue.appendleft(size.to_bytes(4, "big"))
+        if self._tls:
+            self._unsent = queue
+            self._send_rest_tls()
+            return
         try:
             finished = self._pump(queue)
         except OSError as e:
@@ -612,6 +688,47 @@ class Connection(asyncio.BufferedProtocol):
             transport.writelines(pending)
         return True
 
+    def _send_rest_tls(self) -> None:
+        """TLS: write the unsent parts while the transport takes them (until it pauses
+        writing; resume_writing calls again). File regions are read _TLS_CHUNK at a time
+        and written with the parts before them, so that small parts do not each become a
+        TLS record and a socket write."""
+        queue, transport = self._unsent, self.transport
+        assert queue is not None and transport is not None
+        pending: list[bytes] = []
+        held = 0
+        try:
+            # Only a write pauses writing, and the last part is always written: nothing
+            # is left pending when the loop ends.
+            while queue and not self._write_paused:
+                part = queue.popleft()
+                if isinstance(part, bytes):
+                    data = part
+                else:
+                    data = os.pread(_open_fd(part), min(part.size, _TLS_CHUNK), part.position)
+                    if not data:
+                        raise OSError("the file region ends early (log truncated?)")
+                    if len(data) < part.size:
+                        region = part.region if isinstance(part, _Remainder) else part
+                        queue.appendleft(
+                            _Remainder(region, part.position + len(data), part.size - len(data))
+                        )
+                pending.append(data)
+                held += len(data)
+                if held >= _TLS_CHUNK or not queue:
+                    transport.write(pending[0] if len(pending) == 1 else b"".join(pending))
+                    pending, held = [], 0
+        except OSError as e:
+            self._unsent = None
+            self._send_failed(e)
+            return
+        if queue:
+            return
+        self._unsent = None
+        if self._write_paused:  # the response's tail waits in the transport
+            self._write_held = transport.get_write_buffer_size()
+        self.done()
+
     async def _finish(self, queue: collections.deque[Part]) -> None:
         """Wait for the socket, sending the head region through the event loop, until done.
 
@@ -654,9 +771,24 @@ class Connection(asyncio.BufferedProtocol):
         self._end_request()
         self.next_request()
 
+    def close_later(self, delay_ms: int, last: bytes) -> None:
+        """A failed authentication (connection.failed.authentication.delay.ms): nothing more
+        is handled; after the delay ``last`` (a framed response, if any) is written and the
+        connection closed."""
+
+        def finish() -> None:
+            if self._closed or self.transport is None:
+                return
+            if last:
+                self.transport.write(last)
+            self.close()
+
+        asyncio.get_running_loop().call_later(delay_ms / 1000, finish)
+
     def close(self) -> None:
         """Close, ending the request in flight (closing is its answer, or its answer failed)."""
         self._closed = True
+        self._unsent = None
         self._end_request()
         if self.transport is not None:
             self.transport.close()
@@ -698,6 +830,7 @@ class SocketServer:
             limits.max_connection_creation_rate, limits.listener_connection_creation_rates
         )
         self._listener_names: set[str] = set()
+        self._security: dict[str, ListenerSecurity] = {}
         self._throttled_sockets: set[socket.socket] = set()  # closed after an IP's delay
         self.channel = RequestChannel(limits.queued_max_requests)
         self.pool = MemoryPool(limits.queued_max_request_bytes)
@@ -714,10 +847,15 @@ class SocketServer:
         self.small_chunk = self.read_chunk[:_LARGE_FRAME]
 
     # -- accepting --------------------------------------------------------------------
-    async def listen(self, name: str, host: str, port: int) -> int:
-        """Start a listener; return the bound port (useful when ``port`` is 0)."""
+    async def listen(
+        self, name: str, host: str, port: int, security: ListenerSecurity | None = None
+    ) -> int:
+        """Start a listener (TLS if ``security`` has a context); return the bound port
+        (useful when ``port`` is 0)."""
         loop = asyncio.get_running_loop()
         self._listener_names.add(name)
+        if security is not None:
+            self._security[name] = security
         for sock in _listening_sockets(host, port, self.limits.receive_buffer_bytes):
             self._listening.append(sock)
             loop.add_reader(sock.fileno(), self._accept, sock, name)
@@ -861,13 +999,64 @@ class SocketServer:
         self.spawn(self._connect(conn, ip, listener))
 
     async def _connect(self, conn: socket.socket, ip: str, listener: str) -> None:
+        security = self._security.get(listener)
+        if security is not None and security.tls is not None:
+            await self._connect_tls(conn, ip, listener, security)
+            return
         try:
             await asyncio.get_running_loop().connect_accepted_socket(
-                lambda: Connection(self, listener, ip), conn
+                lambda: Connection(self, listener, ip, security), conn
             )
         except OSError as e:
             logger.info("Dropping connection from %s: %s", ip, e)
             conn.close()
+            self._release(ip)
+
+    async def _connect_tls(
+        self, conn: socket.socket, ip: str, listener: str, security: ListenerSecurity
+    ) -> None:
+        """The TLS handshake, bounded in time; on failure asyncio closes the socket and the
+        reason is logged, rate-limited per kind (Kafka logs a failed authentication)."""
+        assert security.tls is not None
+        timeout = self.limits.tls_handshake_timeout_s
+        try:
+            await asyncio.get_running_loop().connect_accepted_socket(
+                lambda: Connection(self, listener, ip, security),
+                conn,
+                ssl=security.tls.context,
+                ssl_handshake_timeout=timeout,
+                ssl_shutdown_timeout=timeout,
+            )
+        except ssl.SSLError as e:
+            if e.reason in _NOT_TLS:
+                limited_log.log(
+                    "tls-plaintext",
+                    logging.WARNING,
+                    "Closing connection from %s on TLS listener %s: it does not speak TLS "
+                    "(a plaintext client?): %s",
+                    ip,
+                    listener,
+                    e.reason,
+                )
+            else:
+                limited_log.log(
+                    "tls-handshake-failed",
+                    logging.INFO,
+                    "Failed authentication with %s on listener %s (SSL handshake failed): %s",
+                    ip,
+                    listener,
+                    e.reason or e,
+                )
+            self._release(ip)
+        except OSError as e:  # the handshake timed out, or the client left
+            limited_log.log(
+                "tls-handshake-aborted",
+                logging.INFO,
+                "Closing connection from %s on TLS listener %s during the handshake: %s",
+                ip,
+                listener,
+                e,
+            )
             self._release(ip)
 
     def connection_closed(self, connection: Connection) -> None:

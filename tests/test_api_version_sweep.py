@@ -12,9 +12,10 @@ InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit
 DeleteRecords, DescribeConfigs, AlterConfigs, IncrementalAlterConfigs, ListConfigResources,
 DescribeLogDirs, AlterReplicaLogDirs, ElectLeaders, AlterPartitionReassignments,
 ListPartitionReassignments, DescribeGroups, ListGroups, DeleteGroups, OffsetDelete,
-DescribeClientQuotas, AlterClientQuotas, DescribeCluster, DescribeProducers,
-DescribeTransactions, ListTransactions and DescribeTopicPartitions: every client API Gregor
-advertises.
+DescribeClientQuotas, AlterClientQuotas, DescribeUserScramCredentials,
+AlterUserScramCredentials, DescribeAcls, CreateAcls, DeleteAcls,
+DescribeCluster, DescribeProducers, DescribeTransactions, ListTransactions and
+DescribeTopicPartitions: every client API Gregor advertises.
 
 The ranges come from ``gregor.wire.versions`` (``advertised()`` where it exists, else
 ``SUPPORTED``), and ``test_api_versions_answer_is_the_table`` checks that the broker's
@@ -73,6 +74,7 @@ COMMITTED_OFFSET = 2
 TRANSACTION_TIMEOUT = datetime.timedelta(seconds=60)
 TIMEOUT = datetime.timedelta(seconds=30)
 NONE = ErrorCode.none
+SECURITY_DISABLED = ErrorCode.security_disabled
 
 
 def advertised_table() -> dict[int, tuple[int, int]]:
@@ -977,6 +979,71 @@ def alter_client_quotas(case: Case) -> None:
     assert [e.error_code for e in r.entries] == [NONE], r
 
 
+def describe_acls(case: Case) -> None:
+    """The sweep's broker has no authorizer: Kafka's answer is SECURITY_DISABLED."""
+    r = case.call(resource_type_filter=1, pattern_type_filter=1, operation=1, permission_type=1)
+    assert (r.error_code, r.error_message) == (SECURITY_DISABLED, "No Authorizer is configured.")
+
+
+def create_acls(case: Case) -> None:
+    creation = fill(
+        case.n("AclCreation"),
+        resource_type=2,
+        resource_name="t",
+        resource_pattern_type=3,
+        principal="User:a",
+        host="*",
+        operation=3,
+        permission_type=3,
+    )
+    r = case.call(creations=(creation,))
+    assert [c.error_code for c in r.results] == [SECURITY_DISABLED], r
+
+
+def delete_acls(case: Case) -> None:
+    flt = fill(
+        case.n("DeleteAclsFilter"),
+        resource_type_filter=1,
+        pattern_type_filter=1,
+        operation=1,
+        permission_type=1,
+    )
+    r = case.call(filters=(flt,))
+    assert [f.error_code for f in r.filter_results] == [SECURITY_DISABLED], r
+
+
+def sasl_handshake(case: Case) -> None:
+    """On the sweep's PLAINTEXT listener no SASL exchange is due: ILLEGAL_SASL_STATE."""
+    r = case.call(mechanism="PLAIN")
+    assert (r.error_code, tuple(r.mechanisms)) == (ErrorCode.illegal_sasl_state, ()), r
+
+
+def sasl_authenticate(case: Case) -> None:
+    r = case.call(auth_bytes=b"\0user\0password")
+    assert r.error_code == ErrorCode.illegal_sasl_state, r
+
+
+def alter_user_scram_credentials(case: Case) -> None:
+    user = case.fresh("scram")
+    upsertion = fill(
+        case.n("ScramCredentialUpsertion"),
+        name=user,
+        mechanism=1,
+        iterations=4096,
+        salt=b"salt",
+        salted_password=b"p" * 32,
+    )
+    r = case.call(deletions=(), upsertions=(upsertion,))
+    assert [(u.user, u.error_code) for u in r.results] == [(user, NONE)], r
+
+
+def describe_user_scram_credentials(case: Case) -> None:
+    r = case.call(users=(fill(case.n("UserName"), name="nobody"),))
+    assert [(u.user, u.error_code) for u in r.results] == [
+        ("nobody", ErrorCode.resource_not_found)
+    ], r
+
+
 def describe_cluster(case: Case) -> None:
     r = case.call(
         include_cluster_authorized_operations=False, endpoint_type=1, include_fenced_brokers=False
@@ -1070,6 +1137,13 @@ CHECKS: dict[int, Callable[[Case], None]] = {
     v.OFFSET_DELETE: offset_delete,
     v.DESCRIBE_CLIENT_QUOTAS: describe_client_quotas,
     v.ALTER_CLIENT_QUOTAS: alter_client_quotas,
+    v.DESCRIBE_USER_SCRAM_CREDENTIALS: describe_user_scram_credentials,
+    v.ALTER_USER_SCRAM_CREDENTIALS: alter_user_scram_credentials,
+    v.SASL_HANDSHAKE: sasl_handshake,
+    v.SASL_AUTHENTICATE: sasl_authenticate,
+    v.DESCRIBE_ACLS: describe_acls,
+    v.CREATE_ACLS: create_acls,
+    v.DELETE_ACLS: delete_acls,
     v.DESCRIBE_CLUSTER: describe_cluster,
     v.DESCRIBE_PRODUCERS: describe_producers,
     v.DESCRIBE_TRANSACTIONS: describe_transactions,

@@ -59,17 +59,10 @@ GROUP_PROTOCOLS = "#20 Kafka 4's group protocols"
 KRAFT = "none: KRaft only (Gregor's cluster mode is ZooKeeper's)"
 # The 4.1 APIs Gregor does not serve, and what will bring them.
 NOT_SERVED: dict[int, str] = {
-    17: f"{SECURITY} (SaslHandshake)",
-    36: f"{SECURITY} (SaslAuthenticate)",
-    29: f"{SECURITY} (DescribeAcls)",
-    30: f"{SECURITY} (CreateAcls)",
-    31: f"{SECURITY} (DeleteAcls)",
     38: f"{SECURITY} (CreateDelegationToken)",
     39: f"{SECURITY} (RenewDelegationToken)",
     40: f"{SECURITY} (ExpireDelegationToken)",
     41: f"{SECURITY} (DescribeDelegationToken)",
-    50: f"{SECURITY} (DescribeUserScramCredentials)",
-    51: f"{SECURITY} (AlterUserScramCredentials)",
     68: f"{GROUP_PROTOCOLS} (ConsumerGroupHeartbeat, KIP-848)",
     69: f"{GROUP_PROTOCOLS} (ConsumerGroupDescribe, KIP-848)",
     76: f"{GROUP_PROTOCOLS} (ShareGroupHeartbeat, KIP-932)",

@@ -22,6 +22,7 @@ SUBCOMMANDS = {
     "groups": (*B, "--list"),
     "configs": (*B, "--describe", "--entity-type", "topics"),
     "quotas": (*B, "--describe"),
+    "acls": (*B, "--list"),
     "produce": (*B, "--topic", "t"),
     "consume": (*B, "--topic", "t"),
     "perf produce": (

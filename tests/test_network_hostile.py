@@ -472,27 +472,28 @@ def serve(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess[str]:
     ("overrides", "message"),
     [
         (
-            ("listeners=SSL://127.0.0.1:0",),
-            "Listener SSL uses security protocol SSL",
+            ("listeners=SASL_SSL://127.0.0.1:0",),
+            "a TLS listener needs a keystore",
         ),
         (
             (
                 "listeners=SECURE://127.0.0.1:0",
                 "listener.security.protocol.map=SECURE:SASL_SSL",
             ),
-            "Listener SECURE uses security protocol SASL_SSL",
+            "a TLS listener needs a keystore (ssl.keystore.location, or ssl.keystore."
+            "certificate.chain and ssl.keystore.key with ssl.keystore.type=PEM) (listener SECURE)",
         ),
         (("listeners=INTERNAL://127.0.0.1:0",), "No security protocol defined for listener"),
-        (("ssl.keystore.location=/tmp/ks.jks",), "ssl.keystore.location is set"),
-        (("sasl.enabled.mechanisms=PLAIN",), "sasl.enabled.mechanisms is set"),
-        (("authorizer.class.name=x.Authorizer",), "authorizer.class.name is set"),
-        (("listener.name.plaintext.ssl.keystore.location=/k",), "is set, but Gregor has no TLS"),
+        (("ssl.client.auth=always",), "Invalid value always for configuration ssl.client.auth"),
+        (("sasl.enabled.mechanisms=GSSAPI",), "does not support Kerberos (GSSAPI)"),
+        (("authorizer.class.name=x.Authorizer",), "configuration authorizer.class.name"),
+        (("principal.builder.class=x.Builder",), "principal.builder.class is set"),
         (
             (
-                "listener.name.plaintext.plain.sasl.jaas.config=org.apache.kafka.common.security"
-                '.plain.PlainLoginModule required username="a" password="b";',
+                "listeners=SECURE://127.0.0.1:0",
+                "listener.security.protocol.map=SECURE:SASL_PLAINTEXT",
             ),
-            "listener.name.plaintext.plain.sasl.jaas.config is set, but Gregor has no TLS",
+            "sasl.enabled.mechanisms includes GSSAPI (Kafka's default when unset)",
         ),
         (("zookeeper.connect=,",), "Invalid value ',' for configuration zookeeper.connect"),
     ],

@@ -49,6 +49,7 @@ class Channel:
 
     peer = "in-process"
     listener = "PLAINTEXT"
+    principal = "User:ANONYMOUS"
 
     def __init__(self, answer: asyncio.Future[bytes]) -> None:
         self._answer = answer

@@ -4,7 +4,7 @@ Bounded by what our handlers implement, not by what kio can parse. The client AP
 one Kafka release, 4.1: every API Gregor serves at exactly 4.1's range (so a client that
 infers the broker's release from the ranges, as kafka-python does, gets one coherent
 answer), plus the ZooKeeper-era inter-broker APIs of cluster mode. APIs Gregor does not
-serve at all (ACLs, SASL, delegation tokens, SCRAM, features, KRaft, the KIP-848/932/1071
+serve at all (delegation tokens, features, KRaft, the KIP-848/932/1071
 group protocols, telemetry) are left out of ApiVersions, as tests/test_api_versions_release.py
 lists.
 """
@@ -28,6 +28,7 @@ LEAVE_GROUP = 13
 SYNC_GROUP = 14
 DESCRIBE_GROUPS = 15
 LIST_GROUPS = 16
+SASL_HANDSHAKE = 17
 API_VERSIONS = 18
 CREATE_TOPICS = 19
 DELETE_TOPICS = 20
@@ -39,10 +40,14 @@ ADD_OFFSETS_TO_TXN = 25
 END_TXN = 26
 WRITE_TXN_MARKERS = 27
 TXN_OFFSET_COMMIT = 28
+DESCRIBE_ACLS = 29
+CREATE_ACLS = 30
+DELETE_ACLS = 31
 DESCRIBE_CONFIGS = 32
 ALTER_CONFIGS = 33
 ALTER_REPLICA_LOG_DIRS = 34
 DESCRIBE_LOG_DIRS = 35
+SASL_AUTHENTICATE = 36
 CREATE_PARTITIONS = 37
 DELETE_GROUPS = 42
 ELECT_LEADERS = 43
@@ -52,6 +57,8 @@ LIST_PARTITION_REASSIGNMENTS = 46
 OFFSET_DELETE = 47
 DESCRIBE_CLIENT_QUOTAS = 48
 ALTER_CLIENT_QUOTAS = 49
+DESCRIBE_USER_SCRAM_CREDENTIALS = 50
+ALTER_USER_SCRAM_CREDENTIALS = 51
 ALTER_PARTITION = 56
 DESCRIBE_CLUSTER = 60
 DESCRIBE_PRODUCERS = 61
@@ -107,8 +114,17 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     LIST_GROUPS: (0, 5),
     DELETE_GROUPS: (0, 2),
     OFFSET_DELETE: (0, 0),
+    # SASL (server/security/authenticator.py; apis/sasl.py where no exchange is due).
+    SASL_HANDSHAKE: (0, 1),
+    SASL_AUTHENTICATE: (0, 2),
     DESCRIBE_CLIENT_QUOTAS: (0, 1),
     ALTER_CLIENT_QUOTAS: (0, 1),
+    DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
+    ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
+    # ACLs (Kafka 4 removed v0 of each).
+    DESCRIBE_ACLS: (1, 3),
+    CREATE_ACLS: (1, 3),
+    DELETE_ACLS: (1, 3),
     # Inter-broker, ZooKeeper mode (wire/interbroker.py): only Gregor brokers send them,
     # at one version each; AlterPartition v2 names topics by id, as the controller needs.
     LEADER_AND_ISR: (7, 7),

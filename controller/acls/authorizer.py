@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Collection, Iterable, Mapping
 
+from gregor.configdef import invalid
 from gregor.controller.acls.model import (
     WILDCARD,
     WILDCARD_PRINCIPAL,
@@ -30,6 +31,13 @@ from gregor.controller.acls.model import (
     ResourcePattern,
     ResourceType,
     parse_principal,
+)
+
+# authorizer.class.name values that select this authorizer: Kafka's ZooKeeper-mode and KRaft
+# authorizers, whose semantics it has.
+AUTHORIZER_CLASSES = (
+    "kafka.security.authorizer.AclAuthorizer",
+    "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
 )
 
 # One pattern's ACLs by principal: (host, operation, permission) for each.
@@ -265,3 +273,31 @@ def _by_pattern(bindings: Iterable[AclBinding]) -> dict[ResourcePattern, set[Acc
     for binding in bindings:
         grouped[binding.pattern].add(binding.entry)
     return grouped
+
+
+def check_authorizer_class(name: str, value: str) -> None:
+    """The config validator of ``authorizer.class.name`` (empty: no authorizer)."""
+    if value and value not in AUTHORIZER_CLASSES:
+        raise invalid(
+            name,
+            value,
+            f"Gregor's authorizer is {' or '.join(AUTHORIZER_CLASSES)}; other authorizers "
+            "are not supported",
+        )
+
+
+def check_super_users(name: str, value: str) -> None:
+    """The config validator of ``super.users``: each principal as Kafka parses it."""
+    try:
+        AclAuthorizer.from_settings({"super.users": value})
+    except ValueError as e:
+        raise invalid(name, value, str(e)) from None
+
+
+def configured_authorizer(settings: Mapping[str, str]) -> AclAuthorizer | None:
+    """The authorizer the broker's ``authorizer.class.name`` selects, or None."""
+    name = settings.get("authorizer.class.name", "").strip()
+    if not name:
+        return None
+    check_authorizer_class("authorizer.class.name", name)
+    return AclAuthorizer.from_settings(settings)

@@ -94,9 +94,26 @@ def _parse_files(text: str) -> list[Path]:
     return [Path(p) for p in text.split(",") if p.strip()]
 
 
+def _client_properties(text: str) -> dict[str, str]:
+    """A Kafka client properties file, read when the option is parsed."""
+    from gregor.server.config import read_properties  # only the tools need it
+
+    try:
+        return read_properties(Path(text))
+    except (OSError, UnicodeDecodeError) as e:
+        raise argparse.ArgumentTypeError(f"cannot read {text}: {e}") from None
+
+
 def _bootstrap(parser: argparse.ArgumentParser) -> None:
+    """The options every tool talking to brokers takes."""
     parser.add_argument(
         "--bootstrap-server", required=True, metavar="HOST:PORT[,HOST:PORT]", help="brokers"
+    )
+    parser.add_argument(
+        "--command-config",
+        type=_client_properties,
+        metavar="FILE",
+        help="Kafka client properties: security.protocol, ssl.*, sasl.*",
     )
 
 
@@ -294,9 +311,11 @@ def _configs(commands: _Commands) -> None:
         commands,
         "configs",
         "gregor.server.cli.configs",
-        help="describe and alter topic, broker and group configs (like kafka-configs.sh)",
+        help="describe and alter topic, broker, group and user configs (like kafka-configs.sh)",
         description="Talks to any Kafka-compatible broker over the wire; --alter uses "
-        "IncrementalAlterConfigs. Client quotas are `gregor quotas`.",
+        "IncrementalAlterConfigs. Users: quotas and SCRAM credentials "
+        "(--add-config 'SCRAM-SHA-512=[iterations=8192,password=...]'), as kafka-configs.sh "
+        "manages them. Client quotas are `gregor quotas`.",
     )
     _bootstrap(configs)
     _actions(
@@ -306,13 +325,16 @@ def _configs(commands: _Commands) -> None:
             ("--alter", "set (--add-config) and remove (--delete-config) configs"),
         ],
     )
-    configs.add_argument("--entity-type", required=True, choices=["topics", "brokers", "groups"])
+    configs.add_argument(
+        "--entity-type", required=True, choices=["topics", "brokers", "groups", "users"]
+    )
     entity = configs.add_mutually_exclusive_group()
-    entity.add_argument("--entity-name", help="the topic, broker id or group")
+    entity.add_argument("--entity-name", help="the topic, broker id, group or user")
     entity.add_argument(
         "--entity-default",
         action="store_true",
-        help="brokers: the cluster-wide default every broker falls back to",
+        help="brokers: the cluster-wide default every broker falls back to; users: the "
+        "default user's quotas",
     )
     configs.add_argument(
         "--all", action="store_true", help="describe: every config, not just the dynamic ones"
@@ -377,6 +399,57 @@ def _quotas(commands: _Commands) -> None:
         help="quotas to remove",
     )
     _json(quotas)
+
+
+def _acls(commands: _Commands) -> None:
+    acls = _command(
+        commands,
+        "acls",
+        "gregor.server.cli.acls",
+        help="add, remove and list ACLs (kafka-acls.sh)",
+        description="ACLs on topics, groups, the cluster and transactional ids, as "
+        "kafka-acls.sh: --allow-principal/--deny-principal with --operation (default All) "
+        "and hosts (default *), or the --producer/--consumer conveniences.",
+    )
+    _bootstrap(acls)
+    _actions(
+        acls,
+        [
+            ("--add", "add the ACLs"),
+            ("--remove", "remove the ACLs (all of the resources' without principals)"),
+            ("--list", "list the ACLs of the resources, or every ACL"),
+        ],
+    )
+    for name, text in (
+        ("--topic", "a topic (or prefix)"),
+        ("--group", "a consumer group (or prefix)"),
+        ("--transactional-id", "a transactional id (or prefix)"),
+        ("--allow-principal", "a principal to allow, e.g. User:alice"),
+        ("--deny-principal", "a principal to deny"),
+        ("--allow-host", "a host the allowed principals may connect from (default *)"),
+        ("--deny-host", "a host the denied principals are denied from (default *)"),
+        ("--operation", "Read, Write, Create, Describe, Alter, All, ... (default All)"),
+        ("--principal", "--list: only this principal's ACLs"),
+    ):
+        acls.add_argument(name, action="append", default=[], help=text)
+    acls.add_argument("--cluster", action="store_true", help="the cluster resource")
+    acls.add_argument(
+        "--resource-pattern-type",
+        default="literal",
+        type=str.lower,
+        choices=["literal", "prefixed", "any", "match"],
+        help="the resources' pattern type, or for --list/--remove a filter (default literal)",
+    )
+    acls.add_argument(
+        "--producer", action="store_true", help="Write, Describe, Create on the topics"
+    )
+    acls.add_argument(
+        "--consumer", action="store_true", help="Read, Describe on the topics, Read on the groups"
+    )
+    acls.add_argument(
+        "--idempotent", action="store_true", help="with --producer: IdempotentWrite on the cluster"
+    )
+    acls.add_argument("--force", action="store_true", help="remove without asking")
 
 
 _CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]  # wire.compression.CODEC_NAMES
@@ -600,7 +673,7 @@ def parser() -> argparse.ArgumentParser:
     root = argparse.ArgumentParser(prog="gregor", description="A Kafka-compatible broker.")
     root.add_argument("--version", action=_Version, help="print the version and exit")
     commands = root.add_subparsers(dest="command", required=True, parser_class=_Subcommand)
-    for add in (_serve, _dump_log, _topics, _groups, _configs, _quotas, _produce, _consume):
+    for add in (_serve, _dump_log, _topics, _groups, _configs, _quotas, _acls, _produce, _consume):
         add(commands)
     _perf(commands)
     return root

@@ -1,6 +1,7 @@
 """``gregor configs``: describe and alter topic, broker and group configs on any
 Kafka-compatible broker over the wire, in the habits of ``kafka-configs.sh``
-(DescribeConfigs; IncrementalAlterConfigs for ``--alter``)."""
+(DescribeConfigs; IncrementalAlterConfigs for ``--alter``); users' quotas and SCRAM
+credentials are ``user_configs.py``'s."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from gregor.server.cli import user_configs
 from gregor.server.cli.client.connection import Client, ClientError, schema
 from gregor.server.cli.groups import list_groups
 from gregor.server.cli.output import print_json
@@ -169,13 +171,15 @@ def _entry_line(entry: ConfigEntry) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """The action the parsed ``gregor configs`` arguments name; 1 on an error."""
+    if args.entity_type == "users":
+        return user_configs.run(args)
     resource_type = RESOURCE_TYPES[args.entity_type]
     if args.entity_default and resource_type != BROKER:
         print("Error: --entity-default is for --entity-type brokers", file=sys.stderr)
         return 1
     name = "" if args.entity_default else args.entity_name
     try:
-        with Client(args.bootstrap_server, "gregor-configs") as client:
+        with Client(args.bootstrap_server, "gregor-configs", config=args.command_config) as client:
             if args.describe:
                 _describe(client, resource_type, name, args)
                 return 0

@@ -289,7 +289,7 @@ def run(args: argparse.Namespace) -> int:
     out: IO[bytes] = sys.stdout.buffer
     count = 0
     try:
-        with Client(args.bootstrap_server, args.client_id) as client:
+        with Client(args.bootstrap_server, args.client_id, config=args.command_config) as client:
             consumer = TopicConsumer(client, args)
             try:
                 for partition, record, timestamp_type in _records(consumer, args, stop, out.flush):

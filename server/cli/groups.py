@@ -307,7 +307,7 @@ def delete_groups(client: Client, groups: list[str]) -> dict[str, str | None]:
 def run(args: argparse.Namespace) -> int:
     """The action the parsed ``gregor groups`` arguments name; 1 on an error."""
     try:
-        with Client(args.bootstrap_server, "gregor-groups") as client:
+        with Client(args.bootstrap_server, "gregor-groups", config=args.command_config) as client:
             if args.list:
                 return _list(client, args)
             groups = _named_groups(client, args)

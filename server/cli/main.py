@@ -2,9 +2,9 @@
 
 ``gregor serve`` runs a broker (``serve.py``). The tools talk to any Kafka-compatible broker
 over the wire (``--bootstrap-server``): ``topics``, ``groups``, ``configs``, ``quotas``,
-``produce``, ``consume`` and ``perf``; ``dump-log`` reads segment files directly. Their
-options are in ``server/cli/args.py``; each subcommand's module is imported only when it
-runs, after the guard below.
+``acls``, ``produce``, ``consume`` and ``perf``; ``dump-log`` reads segment files directly.
+Their options are in ``server/cli/args.py``; each subcommand's module is imported only when
+it runs, after the guard below.
 """
 
 from __future__ import annotations

@@ -295,7 +295,9 @@ def run(args: argparse.Namespace) -> int:
     if args.mode == "produce":  # the producer options' defaults
         client_configs.apply(args, client_configs.PRODUCER, [], "--producer-property")
     try:
-        with Client(args.bootstrap_server, f"gregor-perf-{args.mode}") as client:
+        with Client(
+            args.bootstrap_server, f"gregor-perf-{args.mode}", config=args.command_config
+        ) as client:
             test = (
                 ProducerTest(client, args) if args.mode == "produce" else ConsumerTest(client, args)
             )

@@ -203,7 +203,7 @@ def run(args: argparse.Namespace) -> int:
             args, client_configs.PRODUCER, args.producer_property, "--producer-property"
         )
         reader = line_reader(args)
-        with Client(args.bootstrap_server, args.client_id) as client:
+        with Client(args.bootstrap_server, args.client_id, config=args.command_config) as client:
             view = ClusterView(client, [args.topic], auto_create=True)
             producer = BatchingProducer(view, args.topic, args)
             for item in input_lines(input_chunks(stream, producer.linger_s)):

@@ -111,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
     """The action the parsed ``gregor quotas`` arguments name; 1 on an error."""
     entity = entity_of(args)
     try:
-        with Client(args.bootstrap_server, "gregor-quotas") as client:
+        with Client(args.bootstrap_server, "gregor-quotas", config=args.command_config) as client:
             if args.describe:
                 _describe(client, entity, args.json)
                 return 0

@@ -185,7 +185,7 @@ def run(args: Any) -> int:
     out = sys.stdout
     try:
         _check_options(args)
-        with Client(args.bootstrap_server, "gregor-topics") as client:
+        with Client(args.bootstrap_server, "gregor-topics", config=args.command_config) as client:
             if args.create:
                 created = create_topic(
                     client,

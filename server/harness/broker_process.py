@@ -11,6 +11,11 @@ needs nothing from the broker that Kafka's broker does not do, it is written onc
 broker has joined its cluster and serves, and ``gregor serve`` always logs at INFO to the
 output the launcher keeps. Readiness is then a Metadata answer listing a broker.
 
+A secured broker (``listeners`` overridden with ``SSL://`` or ``SASL_*`` listeners) is
+probed on the listener ``probe_listener`` names (the first one logged by default) with the
+Kafka client properties ``client_config`` (``security.protocol``, ``ssl.*``, ``sasl.*``),
+which ``create_topic`` uses too.
+
 A peer broker (the Tansu broker the compatibility tests and benchmarks compare with) is
 the same launcher with another command; it is told a port picked free, as it would
 advertise port 0 (``process.py`` says how a taken port is retried).
@@ -28,12 +33,18 @@ from pathlib import Path
 
 from gregor._paths import set_child_pythonpath
 from gregor.server.cli import topics
-from gregor.server.cli.client.connection import Client, ClientError
+from gregor.server.cli.client.connection import (
+    AuthenticationFailed,
+    Client,
+    ClientConfigError,
+    ClientError,
+)
 from gregor.server.harness.process import ServerProcess
 
 START_TIMEOUT_S = 30.0
 _POLL_S = 0.01
-_LISTENING = re.compile(r"\] started \(.*; listening on \w+://[^\s,]*:(\d+)")
+_LISTENING = re.compile(r"\] started \(.*; listening on (.*)$", re.MULTILINE)
+_ENDPOINT = re.compile(r"(\w+)://[^\s,]*:(\d+)")
 _SERVING_METRICS = re.compile(r"Serving Prometheus metrics on http://\S*:(\d+)/metrics")
 
 
@@ -75,9 +86,14 @@ class BrokerProcess(ServerProcess):
         *,
         peer: PeerBroker | None = None,
         own_session: bool = False,
+        client_config: dict[str, str] | None = None,
+        probe_listener: str | None = None,
     ) -> None:
         """``overrides``: server.properties settings; ``peer``: run that broker instead
-        (overrides do not apply); ``own_session``: see ``ServerProcess``."""
+        (overrides do not apply); ``own_session``: see ``ServerProcess``;
+        ``client_config``: Kafka client properties the harness's own client connects with;
+        ``probe_listener``: the listener whose port ``bootstrap`` names (default: the
+        first the broker logs)."""
         super().__init__(own_session=own_session)
         self.directory = self.cwd = Path(directory)
         self.data_dir = self.directory / "data"
@@ -87,6 +103,8 @@ class BrokerProcess(ServerProcess):
         self.peer = peer
         self.name = "gregor broker" if peer is None else peer.name
         self.reports_port = peer is None
+        self.client_config = dict(client_config or {})
+        self.probe_listener = probe_listener
 
     @property
     def bootstrap(self) -> str:
@@ -133,9 +151,22 @@ class BrokerProcess(ServerProcess):
             found = _LISTENING.search(self.start_output())
             if found is None:
                 return False
-            self._port = int(found.group(1))
-        with Client(self.bootstrap, "gregor-harness", timeout_s=2.0) as client:
-            return bool(client.metadata([]).brokers)
+            ports = {name: int(port) for name, port in _ENDPOINT.findall(found.group(1))}
+            name = (self.probe_listener or next(iter(ports), "")).upper()
+            if name not in ports:
+                raise BrokerProcessError(
+                    self._describe(f"no listener {name} (listening on {found.group(1)})")
+                )
+            self._port = ports[name]
+        try:
+            client = self._client(timeout_s=2.0)
+            with client:
+                return bool(client.metadata([]).brokers)
+        except (AuthenticationFailed, ClientConfigError) as e:  # waiting will not help
+            raise BrokerProcessError(self._describe(str(e))) from e
+
+    def _client(self, timeout_s: float = 30.0) -> Client:
+        return Client(self.bootstrap, "gregor-harness", timeout_s, self.client_config)
 
     def crash(self) -> None:
         """kill -9: nothing flushed or closed; the broker stays down until ``start()``."""
@@ -151,7 +182,7 @@ class BrokerProcess(ServerProcess):
         self, name: str, partitions: int = 1, config: dict[str, str] | None = None
     ) -> None:
         """Create a topic and return once Metadata shows a leader for every partition."""
-        with Client(self.bootstrap, "gregor-harness") as client:
+        with self._client() as client:
             try:
                 topics.create_topic(client, name, partitions, config=config)
             except ClientError as e:

@@ -7,6 +7,11 @@ go to the node Metadata names, a group's requests to the coordinator FindCoordin
 the others to the bootstrap broker. As the Admin client does, a controller or coordinator
 that moved, is not elected yet or cannot be reached (it crashed) is found again and the
 request retried until the client's timeout.
+
+Security is Kafka's client properties (``--command-config``; ``ClientSecurity``): each
+connection is wrapped in TLS and authenticated with SASL before its first request, and
+re-authenticated in band (KIP-368) when its session is about to expire and no request is
+in flight.
 """
 
 from __future__ import annotations
@@ -17,10 +22,16 @@ import struct
 import sys
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from types import TracebackType
 from typing import Any, Self
 
+from gregor.server.security.client_security import ClientSecurity
+from gregor.server.security.sasl_client import (
+    SaslAuthenticationFailed,
+    exchange,
+    reauthentication_delay_s,
+)
 from gregor.wire.headers import skip_tagged_fields
 from gregor.wire.schema import decode, encode, request_type, response_type
 from gregor.wire.versions import API_VERSIONS, FIND_COORDINATOR
@@ -35,12 +46,23 @@ COORDINATOR_MOVED = frozenset(
 )
 
 
+PLAINTEXT = ClientSecurity()
+
+
 class ClientError(Exception):
     """A broker could not be reached, or it answered with an error code."""
 
 
 class Unreachable(ClientError):
     """A connection to a broker could not be made, or failed during a request."""
+
+
+class ClientConfigError(ClientError):
+    """Client properties that make no connection (a bad security.protocol, ssl.* or sasl.*)."""
+
+
+class AuthenticationFailed(ClientError):
+    """The broker refused the client's SASL mechanism or credentials."""
 
 
 def schema(api_key: int, version: int, name: str | None = None) -> type:
@@ -75,12 +97,24 @@ class Connection:
     """One socket to one broker; requests are sent and answered one at a time."""
 
     def __init__(
-        self, host: str, port: int, client_id: str, timeout_s: float, node_id: int = -1
+        self,
+        host: str,
+        port: int,
+        client_id: str,
+        timeout_s: float,
+        node_id: int = -1,
+        security: ClientSecurity = PLAINTEXT,
     ) -> None:
         try:
-            self._sock = socket.create_connection((host, port), timeout=timeout_s)
+            sock = socket.create_connection((host, port), timeout=timeout_s)
         except OSError as e:
             raise Unreachable(f"cannot connect to {host}:{port}: {e}") from e
+        try:
+            tls = security.tls
+            self._sock = sock if tls is None else tls.wrap_socket(sock, server_hostname=host)
+        except OSError as e:  # ssl.SSLError included: a refused certificate, a plaintext port
+            sock.close()
+            raise Unreachable(f"TLS handshake with {host}:{port} failed: {e}") from e
         self.broken = False  # a request failed on it: it is closed and not used again
         self.address = f"{host}:{port}"
         self.node_id = node_id  # -1 for a bootstrap server
@@ -88,6 +122,31 @@ class Connection:
         self._correlation = 0
         # Requests sent and not yet answered, oldest first: brokers answer in order.
         self._pending: deque[tuple[int, Any]] = deque()
+        self._sasl = security.sasl
+        self._reauthenticate_at: float | None = None  # monotonic; None: no session limit
+        if self._sasl is not None:
+            try:
+                self._authenticate()
+            except ClientError:
+                self.close()
+                raise
+
+    def _authenticate(self) -> None:
+        """The SASL exchange; a refusal breaks the connection (it is not used again)."""
+        assert self._sasl is not None
+        self._reauthenticate_at = None
+        steps = exchange(self._sasl())
+        try:
+            request = next(steps)
+            while True:
+                request = steps.send(self.call(request))
+        except StopIteration as done:
+            lifetime_ms: int = done.value
+        except SaslAuthenticationFailed as e:
+            self.broken = True
+            raise AuthenticationFailed(f"authentication with {self.address} failed: {e}") from None
+        if lifetime_ms > 0:
+            self._reauthenticate_at = time.monotonic() + reauthentication_delay_s(lifetime_ms)
 
     def call(self, request: Any) -> Any:
         """Send ``request`` (a kio entity) and return its decoded response."""
@@ -97,6 +156,9 @@ class Connection:
     def send(self, request: Any, *, expect_response: bool = True) -> None:
         """Send ``request`` without waiting; ``receive`` returns the answers in order. A
         Produce with acks=0 gets no answer (``expect_response=False``)."""
+        due = self._reauthenticate_at
+        if due is not None and not self._pending and time.monotonic() >= due:
+            self._authenticate()
         api_key, version = request.__api_key__, request.__version__
         self._correlation += 1
         head = _HEAD.pack(api_key, version, self._correlation, len(self._client_id))
@@ -154,9 +216,19 @@ class Client:
     """Connections to the brokers of one cluster, found from its bootstrap servers."""
 
     def __init__(
-        self, bootstrap: str, client_id: str = "gregor-cli", timeout_s: float = 30.0
+        self,
+        bootstrap: str,
+        client_id: str = "gregor-cli",
+        timeout_s: float = 30.0,
+        config: Mapping[str, str] | None = None,
     ) -> None:
+        """``config``: Kafka client properties; the security ones (``security.protocol``,
+        ``ssl.*``, ``sasl.*``) apply, the others are ignored."""
         self._servers = parse_bootstrap(bootstrap)
+        try:
+            self._security = ClientSecurity.from_properties(config)
+        except ValueError as e:
+            raise ClientConfigError(str(e)) from None
         self._client_id = client_id
         self.timeout_s = timeout_s
         self._nodes: dict[int, Connection] = {}
@@ -169,9 +241,11 @@ class Client:
             errors = []
             for host, port in self._servers:
                 try:
-                    self._bootstrap = Connection(host, port, self._client_id, self.timeout_s)
+                    self._bootstrap = Connection(
+                        host, port, self._client_id, self.timeout_s, security=self._security
+                    )
                     break
-                except ClientError as e:
+                except Unreachable as e:
                     errors.append(str(e))
             else:
                 raise ClientError("; ".join(errors))
@@ -278,7 +352,9 @@ class Client:
 
     def _connect(self, node_id: int, host: str, port: int) -> Connection:
         if node_id not in self._nodes:
-            self._nodes[node_id] = Connection(host, port, self._client_id, self.timeout_s, node_id)
+            self._nodes[node_id] = Connection(
+                host, port, self._client_id, self.timeout_s, node_id, self._security
+            )
         return self._nodes[node_id]
 
     def all_brokers(self) -> list[Connection]:

@@ -61,8 +61,13 @@ class _State(enum.Enum):
 
 
 def server_nonce() -> str:
-    """A fresh nonce: 24 random bytes, URL-safe base64 (printable, no comma)."""
-    return secrets.token_urlsafe(24)
+    """A fresh nonce as Kafka makes it: 130 random bits in base 36."""
+    value = secrets.randbits(130)
+    digits = []
+    while value:
+        value, digit = divmod(value, 36)
+        digits.append("0123456789abcdefghijklmnopqrstuvwxyz"[digit])
+    return "".join(reversed(digits)) or "0"
 
 
 def _username(saslname: str) -> str:

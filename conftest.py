@@ -3,10 +3,11 @@ broker processes shared between test modules.
 
 Markers (registered in pyproject.toml; ``./scripts/test --quick`` selects by them): a test
 that uses a ``cluster`` or ``zookeeper`` fixture, or the compatibility tests' "cluster"
-mode, is ``cluster``; a test of the ``compat`` matrix for the Java client (Spark and
-Connect included) is ``jvm``; whole modules are ``slow`` or ``serial`` by
-``MARKS``. ``smoke`` marks what the quick lane keeps of those: the first test against
-one broker of each (client, feature) cell of the compatibility matrix, and ``SMOKE``.
+mode (a fixture parametrized "cluster"), is ``cluster``; a test of the ``compat`` matrix
+for the Java client (Spark and Connect included) is ``jvm``; whole modules (or tests) are
+``slow`` or ``serial`` by ``MARKS``. ``smoke`` marks what the quick lane keeps of those:
+the first test against one broker of each (client, feature) cell of the compatibility
+matrix, and ``SMOKE``.
 
 Shared processes: ``process_pool`` (one per session, so one per xdist worker) holds one
 broker, cluster or compatibility-mode cluster per set of overrides, started when a module
@@ -31,6 +32,7 @@ CLUSTER_FIXTURES = {"cluster", "zookeeper"}
 # them would skew. slow: their tests take seconds to minutes each. cluster, jvm: what their
 # fixtures do not show (a cluster or a Java process started in the test).
 MEGA = "tests/test_admin_mega_requests.py"
+CLIENTS = "tests/test_security_clients.py"
 MARKS = {
     MEGA: ("slow",),
     f"{MEGA}::test_big_create_and_grow_keep_other_clients_prompt": ("serial",),
@@ -47,6 +49,13 @@ MARKS = {
     "tests/test_network_hostile.py": ("slow",),
     "tests/test_packaging.py": ("slow",),
     "tests/test_storage_scale.py": ("slow",),
+    # They wait out fixed times: the broker's 5 s keystore check, SASL sessions' ends.
+    "tests/test_tls_listeners.py::test_a_changed_keystore_file_is_reloaded": ("slow",),
+    "tests/test_sasl_listeners.py::test_an_expired_session_is_closed_at_its_next_request": (
+        "slow",
+    ),
+    f"{CLIENTS}::test_tools_connection_reauthenticates_before_its_session_expires": ("slow",),
+    f"{CLIENTS}::test_inter_broker_client_authenticates_and_reauthenticates": ("slow",),
     "tests/test_cli_cluster.py": ("cluster",),
     "tests/test_cluster_script.py": ("cluster",),
     "compat_tests/test_crash_recovery.py": ("slow",),
@@ -56,6 +65,8 @@ MARKS = {
     "compat_tests/test_groups_kcat.py": ("slow",),
     "compat_tests/test_pinned_versions.py": ("slow",),
     "compat_tests/test_power_loss.py": ("slow",),
+    "compat_tests/test_sasl.py": ("slow",),
+    "compat_tests/test_tls.py": ("slow",),
     "compat_tests/test_transactions_aiokafka.py": ("slow",),
     "compat_tests/test_transactions_compaction.py": ("slow",),
     "compat_tests/test_transactions_confluent.py": ("slow",),
@@ -72,9 +83,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         test = item.nodeid.split("[")[0]
         for name in MARKS.get(test.split("::")[0], ()) + MARKS.get(test, ()):
             item.add_marker(name)
-        params = getattr(item, "callspec", None)
-        mode = params.params.get("broker") if params is not None else None
-        if mode == "cluster" or CLUSTER_FIXTURES & set(getattr(item, "fixturenames", ())):
+        if _cluster_mode(item) or CLUSTER_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.cluster)
         if any(mark.args[:1] == ("java",) for mark in item.iter_markers("compat")):
             item.add_marker(pytest.mark.jvm)
@@ -90,12 +99,17 @@ def _smoke(items: list[pytest.Item]) -> Iterator[pytest.Item]:
     of the compatibility matrix: one round trip per client and feature."""
     seen: set[tuple[str, str]] = set()
     for item in items:
-        params = getattr(item, "callspec", None)
-        mode = params.params.get("broker", "single") if params is not None else "single"
         pairs = {mark.args[:2] for mark in item.iter_markers("compat")} - seen
-        if item.nodeid in SMOKE or (pairs and mode == "single"):
+        if item.nodeid in SMOKE or (pairs and not _cluster_mode(item)):
             seen |= pairs
             yield item
+
+
+def _cluster_mode(item: pytest.Item) -> bool:
+    """Parametrized "cluster": the compatibility tests' ``broker``, or a module's own fixture
+    of the same modes (compat_tests/test_tls.py's ``secured``)."""
+    params = getattr(item, "callspec", None)
+    return params is not None and "cluster" in params.params.values()
 
 
 def _is_long(item: pytest.Item) -> bool:

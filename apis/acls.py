@@ -14,24 +14,25 @@ deletion filter, no match for such a DescribeAcls filter.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
 from gregor.apis.acl import authorize
 from gregor.apis.context import NO_THROTTLE, RequestContext, Services, build, later, nested
+from gregor.controller.acls.api_fields import (
+    binding_from_fields,
+    entry_fields,
+    filter_from_fields,
+    pattern_fields,
+)
 from gregor.controller.acls.model import (
     CLUSTER_NAME,
     AccessControlEntry,
-    AccessControlEntryFilter,
     AclBinding,
-    AclBindingFilter,
     AclOperation,
-    AclPermissionType,
-    PatternType,
     ResourcePattern,
-    ResourcePatternFilter,
     ResourceType,
     validate_binding,
     validate_filter,
@@ -41,6 +42,7 @@ from gregor.wire.schema import response_type
 from gregor.wire.versions import CREATE_ACLS, DELETE_ACLS, DESCRIBE_ACLS
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 SECURITY_DISABLED = KafkaError(ErrorCode.security_disabled, "No Authorizer is configured.")
 # Errors.CLUSTER_AUTHORIZATION_FAILED's own message.
@@ -58,33 +60,30 @@ def _refusal(services: Services, ctx: RequestContext, operation: AclOperation) -
     return None
 
 
-def _binding_filter(item: Any) -> AclBindingFilter:
-    """A DescribeAcls request's or a DeleteAcls filter's fields, as a filter."""
-    return AclBindingFilter(
-        ResourcePatternFilter(
-            ResourceType(item.resource_type_filter),
-            item.resource_name_filter,
-            PatternType(item.pattern_type_filter),
-        ),
-        AccessControlEntryFilter(
-            item.principal_filter,
-            item.host_filter,
-            AclOperation(item.operation),
-            AclPermissionType(item.permission_type),
-        ),
-    )
+def _error(validate: Callable[[T], None], item: T) -> KafkaError | None:
+    try:
+        validate(item)
+    except KafkaError as e:
+        return e
+    return None
 
 
-def _check(items: list[T], validate: Callable[[T], None]) -> list[KafkaError | None]:
-    """Each item's validation error, or None."""
-    errors: list[KafkaError | None] = []
-    for item in items:
-        try:
-            validate(item)
-            errors.append(None)
-        except KafkaError as e:
-            errors.append(e)
-    return errors
+def _through_controller(
+    items: list[T],
+    validate: Callable[[T], None],
+    apply: Callable[[list[T]], Awaitable[list[R]]],
+    answer: Callable[[list[KafkaError | R]], Any],
+) -> Any:
+    """The controller applies the valid items; each item is answered alone: its own
+    validation error, or what the controller made of it."""
+    errors = [_error(validate, item) for item in items]
+    valid = [item for item, e in zip(items, errors, strict=True) if e is None]
+
+    async def run() -> Any:
+        done = iter(await apply(valid) if valid else [])
+        return answer([next(done) if e is None else e for e in errors])
+
+    return later(run())
 
 
 # -- DescribeAcls -------------------------------------------------------------------------
@@ -101,26 +100,15 @@ def handle_describe(services: Services, ctx: RequestContext, request: Any) -> An
         )
     assert services.authorizer is not None
     by_pattern: defaultdict[ResourcePattern, list[AccessControlEntry]] = defaultdict(list)
-    for binding in services.authorizer.bindings(_binding_filter(request)):
+    for binding in services.authorizer.bindings(filter_from_fields(request)):
         by_pattern[binding.pattern].append(binding.entry)
     resource = nested(cls, "DescribeAclsResource")
     description = nested(cls, "AclDescription")
     resources = [
         build(
             resource,
-            resource_type=pattern.resource_type,
-            resource_name=pattern.name,
-            pattern_type=pattern.pattern_type,
-            acls=tuple(
-                build(
-                    description,
-                    principal=e.principal,
-                    host=e.host,
-                    operation=e.operation,
-                    permission_type=e.permission,
-                )
-                for e in entries
-            ),
+            **pattern_fields(pattern),
+            acls=tuple(build(description, **entry_fields(e)) for e in entries),
         )
         for pattern, entries in by_pattern.items()
     ]
@@ -152,31 +140,8 @@ def handle_create(services: Services, ctx: RequestContext, request: Any) -> Any:
     refusal = _refusal(services, ctx, AclOperation.ALTER)
     if refusal is not None:
         return answer([refusal for _ in request.creations])
-    bindings = [_binding(c) for c in request.creations]
-    errors = _check(bindings, validate_binding)
-    valid = [b for b, e in zip(bindings, errors, strict=True) if e is None]
-
-    async def create() -> Any:
-        stored = iter(await services.controller.create_acls(valid) if valid else [])
-        return answer([next(stored) if e is None else e for e in errors])
-
-    return later(create())
-
-
-def _binding(creation: Any) -> AclBinding:
-    return AclBinding(
-        ResourcePattern(
-            ResourceType(creation.resource_type),
-            creation.resource_name,
-            PatternType(creation.resource_pattern_type),
-        ),
-        AccessControlEntry(
-            creation.principal,
-            creation.host,
-            AclOperation(creation.operation),
-            AclPermissionType(creation.permission_type),
-        ),
-    )
+    bindings = [binding_from_fields(c, c, c.resource_pattern_type) for c in request.creations]
+    return _through_controller(bindings, validate_binding, services.controller.create_acls, answer)
 
 
 # -- DeleteAcls ---------------------------------------------------------------------------
@@ -186,18 +151,12 @@ def handle_delete(services: Services, ctx: RequestContext, request: Any) -> Any:
     matching = nested(cls, "DeleteAclsMatchingAcl")
 
     def matched(binding: AclBinding, error: KafkaError | None) -> Any:
-        pattern, entry = binding.pattern, binding.entry
         return build(
             matching,
             error_code=ErrorCode.none if error is None else error.code,
             error_message=None if error is None else error.message,
-            resource_type=pattern.resource_type,
-            resource_name=pattern.name,
-            pattern_type=pattern.pattern_type,
-            principal=entry.principal,
-            host=entry.host,
-            operation=entry.operation,
-            permission_type=entry.permission,
+            **pattern_fields(binding.pattern),
+            **entry_fields(binding.entry),
         )
 
     def answer(results: list[KafkaError | list[tuple[AclBinding, KafkaError | None]]]) -> Any:
@@ -217,12 +176,5 @@ def handle_delete(services: Services, ctx: RequestContext, request: Any) -> Any:
     refusal = _refusal(services, ctx, AclOperation.ALTER)
     if refusal is not None:
         return answer([refusal for _ in request.filters])
-    filters = [_binding_filter(f) for f in request.filters]
-    invalid = _check(filters, validate_filter)
-    valid = [f for f, e in zip(filters, invalid, strict=True) if e is None]
-
-    async def delete() -> Any:
-        deleted = iter(await services.controller.delete_acls(valid) if valid else [])
-        return answer([next(deleted) if e is None else e for e in invalid])
-
-    return later(delete())
+    filters = [filter_from_fields(f) for f in request.filters]
+    return _through_controller(filters, validate_filter, services.controller.delete_acls, answer)

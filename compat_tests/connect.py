@@ -62,6 +62,15 @@ def file_sink(path: Path, topic: str) -> dict[str, str]:
     return {"connector.class": FILE_SINK, "file": str(path), "topics": topic, "tasks.max": "1"}
 
 
+def client_properties(properties: dict[str, str]) -> dict[str, str]:
+    """Worker settings for clients that all connect with ``properties`` (security.protocol,
+    sasl.*, ssl.*): the worker's own (group membership, internal topics) take them as they
+    are, its connectors' producers, consumers and admins only under the ``producer.``,
+    ``consumer.`` and ``admin.`` prefixes."""
+    prefixes = ("", "producer.", "consumer.", "admin.")
+    return {f"{prefix}{k}": v for prefix in prefixes for k, v in properties.items()}
+
+
 class ConnectWorker(ServerProcess):
     """One distributed worker with its own port (kept across restarts) and log file."""
 

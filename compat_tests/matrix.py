@@ -89,6 +89,7 @@ FEATURES = {
     "transactions": "transactions",
     "admin": "admin APIs",
     "quotas": "quotas",
+    "security": "security (TLS, SASL, ACLs)",
     "connect": "Kafka Connect",
     "spark": "Spark source/sink",
     "pinned": "pinned protocol versions",

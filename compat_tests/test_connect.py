@@ -24,13 +24,22 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from confluent_kafka.admin import AclOperation, ResourcePatternType, ResourceType
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.admin import ConfigResource, ConfigResourceType
 
 from compat_tests.broker import BrokerProcess
-from compat_tests.connect import ConnectWorker, file_sink, file_source, running_on
+from compat_tests.connect import (
+    ConnectWorker,
+    client_properties,
+    file_sink,
+    file_source,
+    running_on,
+)
 from compat_tests.group_checks import SESSION_OVERRIDES, create_topic, wait_until
 from compat_tests.matrix import compat
+from compat_tests.process_pool import ProcessPool
+from compat_tests.sasl_ssl_broker import SaslSslBroker, secured_broker
 
 pytestmark = compat("java", "connect")
 
@@ -63,6 +72,11 @@ def group() -> str:
 def topic(broker: BrokerProcess, new_topic: Callable[[str], str]) -> str:
     """One partition, so the sink writes the lines in the order the source read them."""
     return create_topic(broker, new_topic("lines"), 1)
+
+
+@pytest.fixture(scope="module")
+def secured(process_pool: ProcessPool, tmp_path_factory: pytest.TempPathFactory) -> SaslSslBroker:
+    return secured_broker(process_pool, tmp_path_factory)
 
 
 def worker(
@@ -285,3 +299,34 @@ def test_exactly_once_source_through_kill_9(
             "the source to commit the end of the file",
         )
         assert topic_values(broker, topic, "read_committed") == expected
+
+
+@compat("java", "security")
+def test_file_copied_over_sasl_ssl_with_acls(
+    secured: SaslSslBroker, tmp_path: Path, group: str
+) -> None:
+    """Every client of the worker (its own, the source's producer, the sink's consumer,
+    the admins) authenticates with SCRAM-SHA-512 over TLS as a user allowed only its
+    topics (the internal ones and the data topic, all named after the group), its group
+    and the sink's group: the file arrives byte for byte."""
+    user = group
+    properties = secured.user(user, f"{user}-secret")
+    topic = f"{group}-lines"
+    secured.broker.create_topic(topic)
+    secured.allow(
+        user,
+        ResourceType.TOPIC,
+        group,
+        [AclOperation.READ, AclOperation.WRITE, AclOperation.CREATE],
+        ResourcePatternType.PREFIXED,
+    )
+    secured.allow(user, ResourceType.GROUP, group, [AclOperation.READ])
+    secured.allow(user, ResourceType.GROUP, f"connect-{group}-sink", [AclOperation.READ])
+    source, sink = tmp_path / "source.txt", tmp_path / "sink.txt"
+    source.write_text(numbered_lines(0, 1000), encoding="utf-8")
+    overrides = {**WORKER_OVERRIDES, **client_properties(properties)}
+    with ConnectWorker(tmp_path, secured.bootstrap, group, 1, overrides) as w:
+        names = pipeline(w, group, source, sink, topic)
+        wait_copied(source, sink)
+        assert read(sink) == read(source)
+        assert [running_on(w.status(name)) for name in names] == [[w.worker_id]] * 2

@@ -7,29 +7,25 @@ the module (PLAINTEXT too, where topics and credentials are made)."""
 from __future__ import annotations
 
 import asyncio
-import base64
-import json
 import subprocess
 import time
 import uuid
-from typing import Any
 
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from aiokafka.abc import AbstractTokenProvider
-from aiokafka.helpers import create_ssl_context
-from confluent_kafka import Consumer, Producer
+from aiokafka import AIOKafkaProducer
+from confluent_kafka import Producer
 from confluent_kafka.admin import (
     AdminClient,
     ScramCredentialInfo,
     ScramMechanism,
     UserScramCredentialUpsertion,
 )
-from kafka import KafkaConsumer, KafkaProducer
-from kafka.net.sasl.oauth import AbstractTokenProvider as KafkaPythonTokenProvider
+from kafka import KafkaProducer
 
 from compat_tests import java_client as java
+from compat_tests import security_clients as styles
 from compat_tests.broker import BrokerProcess
+from compat_tests.matrix import compat
 from compat_tests.process_pool import ProcessPool
 from compat_tests.records import Rec
 from gregor.server.harness.certs import CertificateAuthority, broker_ssl_properties
@@ -41,7 +37,7 @@ USER, PASSWORD = "client", "client-secret"
 PLAIN_JAAS = (
     f'org.apache.kafka.common.security.plain.PlainLoginModule required user_{USER}="{PASSWORD}";'
 )
-OAUTH_JAAS = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;"
+OAUTH_JAAS = f"{styles.OAUTH_LOGIN_MODULE} required;"
 LISTENERS = ["SASL_PLAINTEXT", "SASL_SSL"]
 MECHANISMS = ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"]
 VALUES = [f"sasl-{i}".encode() for i in range(COUNT)]
@@ -93,15 +89,9 @@ def topic(secured: Secured) -> str:
     return name
 
 
-def unsecured_token(principal: str) -> str:
-    """Kafka's unsecured JWT (alg none), as OAuthBearerUnsecuredLoginCallbackHandler makes."""
-
-    def part(value: dict[str, Any]) -> str:
-        return base64.urlsafe_b64encode(json.dumps(value).encode()).rstrip(b"=").decode()
-
-    now = int(time.time()) - 1  # whole seconds, never ahead of the broker's clock
-    claims = {"sub": principal, "iat": now, "exp": now + 3600}
-    return f"{part({'alg': 'none'})}.{part(claims)}."
+def login(secured: Secured, listener: str, mechanism: str) -> styles.Login:
+    truststore = secured.ca.truststore if listener == "SASL_SSL" else None
+    return styles.Login(listener, truststore, None, mechanism, USER, PASSWORD)
 
 
 combos = pytest.mark.parametrize(
@@ -112,53 +102,30 @@ combos = pytest.mark.parametrize(
 # -- librdkafka: confluent-kafka and kcat ------------------------------------------------
 
 
-def librdkafka(secured: Secured, listener: str, mechanism: str) -> dict[str, str]:
-    conf = {
-        "bootstrap.servers": secured.bootstrap(listener),
-        "security.protocol": listener,
-        "sasl.mechanism": mechanism,
-    }
-    if mechanism == "OAUTHBEARER":
-        conf["enable.sasl.oauthbearer.unsecure.jwt"] = "true"
-        conf["sasl.oauthbearer.config"] = f"principal={USER}"
-    else:
-        conf["sasl.username"], conf["sasl.password"] = USER, PASSWORD
-    if listener == "SASL_SSL":
-        conf["ssl.ca.location"] = str(secured.ca.truststore.pem)
-    return conf
-
-
-def consume_confluent(conf: dict[str, str], topic: str, **extra: str) -> list[bytes]:
-    consumer = Consumer({**conf, "group.id": topic, "auto.offset.reset": "earliest", **extra})
-    consumer.subscribe([topic])
-    got: list[bytes] = []
-    deadline = time.monotonic() + TIMEOUT_S
-    try:
-        while len(got) < COUNT and time.monotonic() < deadline:
-            message = consumer.poll(0.5)
-            if message is not None and message.error() is None:
-                got.append(message.value())
-    finally:
-        consumer.close()
-    return got
-
-
+@compat("confluent", "security")
 @combos
 def test_confluent(secured: Secured, topic: str, listener: str, mechanism: str) -> None:
-    conf = librdkafka(secured, listener, mechanism)
+    conf = {
+        "bootstrap.servers": secured.bootstrap(listener),
+        **styles.librdkafka(login(secured, listener, mechanism)),
+    }
     producer = Producer({**conf, "transactional.id": topic})
     producer.init_transactions(TIMEOUT_S)
     producer.begin_transaction()
     for value in VALUES:
         producer.produce(topic, value)
     producer.commit_transaction(TIMEOUT_S)
-    assert consume_confluent(conf, topic, **{"isolation.level": "read_committed"}) == VALUES
+    got = styles.confluent_consume(conf, topic, COUNT, **{"isolation.level": "read_committed"})
+    assert got == VALUES
 
 
+@compat("kcat", "security")
 @combos
 def test_kcat(secured: Secured, topic: str, listener: str, mechanism: str) -> None:
     options = [
-        a for k, v in librdkafka(secured, listener, mechanism).items() for a in ("-X", f"{k}={v}")
+        "-b",
+        secured.bootstrap(listener),
+        *styles.kcat_options(login(secured, listener, mechanism)),
     ]
     produced = subprocess.run(
         ["kcat", *options, "-t", topic, "-P"],
@@ -186,37 +153,12 @@ def test_kcat(secured: Secured, topic: str, listener: str, mechanism: str) -> No
 # -- Java ------------------------------------------------------------------------------
 
 
-def java_configs(secured: Secured, listener: str, mechanism: str) -> dict[str, str]:
-    if mechanism == "OAUTHBEARER":
-        jaas = (
-            "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required "
-            f'unsecuredLoginStringClaim_sub="{USER}";'
-        )
-    else:
-        module = "plain.PlainLoginModule" if mechanism == "PLAIN" else "scram.ScramLoginModule"
-        jaas = (
-            f"org.apache.kafka.common.security.{module} required "
-            f'username="{USER}" password="{PASSWORD}";'
-        )
-    configs = {"security.protocol": listener, "sasl.mechanism": mechanism, "sasl.jaas.config": jaas}
-    if listener == "SASL_SSL":
-        configs |= {
-            "ssl.truststore.type": "PEM",
-            "ssl.truststore.location": str(secured.ca.truststore.pem),
-        }
-    return configs
-
-
-# kafka-clients' OAUTHBEARER login needs jackson-databind, which the driver's classpath
-# (scripts/setup-test-deps) lacks: Java runs the other mechanisms.
-@pytest.mark.parametrize(
-    ("listener", "mechanism"),
-    [(listener, m) for listener in LISTENERS for m in MECHANISMS if m != "OAUTHBEARER"],
-)
+@compat("java", "security")
+@combos
 def test_java(secured: Secured, topic: str, listener: str, mechanism: str) -> None:
     """Produce; then a consume-transform-produce loop (a group consumer, a transaction with
     sendOffsetsToTransaction) copies the records to another topic, read back committed."""
-    configs = java_configs(secured, listener, mechanism)
+    configs = styles.java(login(secured, listener, mechanism))
     bootstrap = secured.bootstrap(listener)
     copied = f"{topic}-copy"
     secured.broker.create_topic(copied)
@@ -249,29 +191,13 @@ def test_java(secured: Secured, topic: str, listener: str, mechanism: str) -> No
 # -- kafka-python and aiokafka ----------------------------------------------------------
 
 
-class _KafkaPythonToken(KafkaPythonTokenProvider):
-    def token(self) -> str:
-        return unsecured_token(USER)
-
-
-def kafka_python(secured: Secured, listener: str, mechanism: str) -> dict[str, Any]:
-    options: dict[str, Any] = {
-        "bootstrap_servers": secured.bootstrap(listener),
-        "security_protocol": listener,
-        "sasl_mechanism": mechanism,
-    }
-    if mechanism == "OAUTHBEARER":
-        options["sasl_oauth_token_provider"] = _KafkaPythonToken()
-    else:
-        options["sasl_plain_username"], options["sasl_plain_password"] = USER, PASSWORD
-    if listener == "SASL_SSL":
-        options["ssl_cafile"] = str(secured.ca.truststore.pem)
-    return options
-
-
+@compat("kafka-python", "security")
 @combos
 def test_kafka_python(secured: Secured, topic: str, listener: str, mechanism: str) -> None:
-    options = kafka_python(secured, listener, mechanism)
+    options = {
+        "bootstrap_servers": secured.bootstrap(listener),
+        **styles.kafka_python(login(secured, listener, mechanism)),
+    }
     producer = KafkaProducer(transactional_id=topic, **options)
     producer.init_transactions()
     producer.begin_transaction()
@@ -279,47 +205,20 @@ def test_kafka_python(secured: Secured, topic: str, listener: str, mechanism: st
         producer.send(topic, value)
     producer.commit_transaction()
     producer.close()
-    consumer = KafkaConsumer(
-        topic,
-        group_id=topic,
-        auto_offset_reset="earliest",
-        isolation_level="read_committed",
-        consumer_timeout_ms=int(TIMEOUT_S * 1000),
-        **options,
+    got = styles.kafka_python_consume(
+        options, topic, COUNT, group_id=topic, isolation_level="read_committed"
     )
-    got = []
-    for message in consumer:
-        got.append(message.value)
-        if len(got) == COUNT:
-            break
-    consumer.close()
     assert got == VALUES
 
 
-class _AioToken(AbstractTokenProvider):
-    async def token(self) -> str:
-        return unsecured_token(USER)
-
-
-def aiokafka(secured: Secured, listener: str, mechanism: str) -> dict[str, Any]:
-    options: dict[str, Any] = {
-        "bootstrap_servers": secured.bootstrap(listener),
-        "security_protocol": listener,
-        "sasl_mechanism": mechanism,
-    }
-    if mechanism == "OAUTHBEARER":
-        options["sasl_oauth_token_provider"] = _AioToken()
-    else:
-        options["sasl_plain_username"], options["sasl_plain_password"] = USER, PASSWORD
-    if listener == "SASL_SSL":
-        options["ssl_context"] = create_ssl_context(cafile=str(secured.ca.truststore.pem))
-    return options
-
-
+@compat("aiokafka", "security")
 @combos
 def test_aiokafka(secured: Secured, topic: str, listener: str, mechanism: str) -> None:
     async def round_trip() -> list[bytes]:
-        options = aiokafka(secured, listener, mechanism)
+        options = {
+            "bootstrap_servers": secured.bootstrap(listener),
+            **styles.aiokafka(login(secured, listener, mechanism)),
+        }
         producer = AIOKafkaProducer(transactional_id=topic, **options)
         await producer.start()
         try:
@@ -328,24 +227,8 @@ def test_aiokafka(secured: Secured, topic: str, listener: str, mechanism: str) -
                     await producer.send_and_wait(topic, value)
         finally:
             await producer.stop()
-        consumer = AIOKafkaConsumer(
-            topic,
-            group_id=topic,
-            auto_offset_reset="earliest",
-            isolation_level="read_committed",
-            **options,
+        return await styles.aiokafka_consume(
+            options, topic, COUNT, group_id=topic, isolation_level="read_committed"
         )
-        await consumer.start()
-        got: list[bytes] = []
-        try:
-            async with asyncio.timeout(TIMEOUT_S):
-                async for message in consumer:
-                    assert message.value is not None
-                    got.append(message.value)
-                    if len(got) == COUNT:
-                        break
-        finally:
-            await consumer.stop()
-        return got
 
     assert asyncio.run(round_trip()) == VALUES

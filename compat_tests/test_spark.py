@@ -4,7 +4,8 @@ against a real Gregor process, and the reference pipeline (scripts/spark_pipelin
 One SparkSession (one JVM) serves the module. The tests run against one broker, not twice
 like the rest of compat_tests: each Spark check costs seconds of JVM work on a 2-core
 machine, and the cluster's part for Spark is the loss of a partition leader, tested on its
-own 3-broker cluster below.
+own 3-broker cluster below. One test runs against a broker secured as in production
+(``compat_tests/sasl_ssl_broker.py``: SASL_SSL, SCRAM-SHA-512, ACLs).
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AclOperation, AdminClient, NewTopic, ResourceType
+from py4j.protocol import Py4JJavaError
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
@@ -39,6 +41,7 @@ from compat_tests.records import (
     offset_for_time,
     sample_records,
 )
+from compat_tests.sasl_ssl_broker import SaslSslBroker, secured_broker
 from compat_tests.spark_checks import (
     BatchCollector,
     PacedProducer,
@@ -72,6 +75,11 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
 @pytest.fixture(scope="module")
 def broker(process_pool: ProcessPool) -> BrokerProcess:
     return process_pool.broker(TXN_OVERRIDES)
+
+
+@pytest.fixture(scope="module")
+def secured(process_pool: ProcessPool, tmp_path_factory: pytest.TempPathFactory) -> SaslSslBroker:
+    return secured_broker(process_pool, tmp_path_factory)
 
 
 @pytest.fixture
@@ -471,6 +479,60 @@ def test_streaming_query_through_partition_leader_loss(spark: SparkSession, tmp_
             assert Counter(collected.values) == Counter(producer.delivered)
         finally:
             query.stop()
+
+
+# -- SASL_SSL and ACLs --------------------------------------------------------------------
+
+
+@compat("java", "security")
+def test_sasl_ssl_with_acls(spark: SparkSession, secured: SaslSslBroker, tmp_path: Path) -> None:
+    """Spark's sink and source, batch and streaming, with every client they make (producers,
+    consumers, admins) authenticating with SCRAM-SHA-512 over TLS through ``kafka.*``
+    options, as a user allowed READ and WRITE on two topics and only READ on a third, where
+    Spark's write fails. No group ACL: Spark assigns partitions itself and keeps its
+    offsets in the checkpoint."""
+    user = f"spark-{uuid.uuid4().hex[:8]}"
+    options = {f"kafka.{k}": v for k, v in secured.user(user, f"{user}-secret").items()}
+    source, copy = f"{user}-in", f"{user}-out"
+    for topic in (source, copy):
+        secured.broker.create_topic(topic, 2)
+        secured.allow(user, ResourceType.TOPIC, topic, [AclOperation.READ, AclOperation.WRITE])
+    read_only = f"{user}-read-only"
+    secured.broker.create_topic(read_only, 2)
+    secured.allow(user, ResourceType.TOPIC, read_only, [AclOperation.READ])
+    sent = sample_records(2, 50)
+
+    def write(topic: str) -> None:
+        (
+            sink_frame(spark, sent)
+            .write.format("kafka")
+            .option("kafka.bootstrap.servers", secured.bootstrap)
+            .options(**options)
+            .option("topic", topic)
+            .save()
+        )
+
+    with pytest.raises(Py4JJavaError, match="TopicAuthorizationException"):
+        write(read_only)
+    write(source)
+    unstamped = [replace(r, timestamp=0) for r in sent]
+    got = read_batch(spark, secured.bootstrap, source, **options)
+    assert_round_trip(unstamped, [replace(r, timestamp=0) for r in got])
+
+    query = (
+        stream(spark, secured.bootstrap, source, includeHeaders="true", **options)
+        .select("key", "value", "headers", "partition")
+        .writeStream.format("kafka")
+        .option("kafka.bootstrap.servers", secured.bootstrap)
+        .options(**options)
+        .option("topic", copy)
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(TIMEOUT_S)
+    copied = read_batch(spark, secured.bootstrap, copy, **options)
+    assert_round_trip(unstamped, [replace(r, timestamp=0) for r in copied])
 
 
 # -- the reference pipeline ---------------------------------------------------------------

@@ -15,23 +15,19 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from aiokafka.helpers import create_ssl_context
-from confluent_kafka import Consumer, Producer
-from kafka import KafkaConsumer, KafkaProducer
+from aiokafka import AIOKafkaProducer
+from confluent_kafka import Producer
+from kafka import KafkaProducer
 
 from compat_tests import java_client as java
+from compat_tests import security_clients as styles
 from compat_tests.broker import BrokerProcess
 from compat_tests.cluster import ClusterBroker
 from compat_tests.conftest import CLUSTER_BROKERS, MODES
+from compat_tests.matrix import compat
 from compat_tests.process_pool import ProcessPool
 from compat_tests.records import Rec
-from gregor.server.harness.certs import (
-    CertificateAuthority,
-    Identity,
-    broker_ssl_properties,
-    client_ssl_properties,
-)
+from gregor.server.harness.certs import CertificateAuthority, Identity, broker_ssl_properties
 
 COUNT = 20
 TIMEOUT_S = 60.0
@@ -93,17 +89,17 @@ LISTENERS = ["SSL", "MTLS"]
 VALUES = [f"record-{i}".encode() * (i + 1) for i in range(COUNT)]
 
 
-def _identity(secured: Secured, listener: str) -> Identity | None:
-    return secured.client if listener == "MTLS" else None
+def _login(secured: Secured, listener: str) -> styles.Login:
+    """SSL: the server checked against the test CA; MTLS: the client's certificate too."""
+    identity = secured.client if listener == "MTLS" else None
+    return styles.Login("SSL", secured.ca.truststore, identity)
 
 
+@compat("java", "security")
 @pytest.mark.parametrize("listener", LISTENERS)
 def test_java(secured: Secured, topic: str, listener: str) -> None:
     """kafka-clients: PKCS12 truststore and keystore, as Java clients are set up."""
-    configs = {
-        "security.protocol": "SSL",
-        **client_ssl_properties(secured.ca.truststore, _identity(secured, listener)),
-    }
+    configs = styles.java(_login(secured, listener))
     bootstrap = secured.bootstrap(listener)
     now = int(time.time() * 1000)
     stdin = java.produce_input([Rec(0, None, v, (), now) for v in VALUES])
@@ -112,45 +108,25 @@ def test_java(secured: Secured, topic: str, listener: str) -> None:
     assert [r.value for r in java.parse_consumed(lines)] == VALUES
 
 
-def _librdkafka(secured: Secured, listener: str) -> dict[str, str]:
-    """librdkafka's style (confluent-kafka, kcat): PEM files by location."""
-    conf = {"security.protocol": "SSL", "ssl.ca.location": str(secured.ca.truststore.pem)}
-    identity = _identity(secured, listener)
-    if identity is not None:
-        conf["ssl.certificate.location"] = str(identity.cert)
-        conf["ssl.key.location"] = str(identity.key)
-        assert identity.key_password is not None
-        conf["ssl.key.password"] = identity.key_password
-    return conf
-
-
+@compat("confluent", "security")
 @pytest.mark.parametrize("listener", LISTENERS)
 def test_confluent(secured: Secured, topic: str, listener: str) -> None:
+    """librdkafka's style: PEM files by location."""
     conf: dict[str, Any] = {
         "bootstrap.servers": secured.bootstrap(listener),
-        **_librdkafka(secured, listener),
+        **styles.librdkafka(_login(secured, listener)),
     }
     producer = Producer({**conf, "acks": "all"})
     for value in VALUES:
         producer.produce(topic, value)
     assert producer.flush(TIMEOUT_S) == 0
-    consumer = Consumer({**conf, "group.id": topic, "auto.offset.reset": "earliest"})
-    consumer.subscribe([topic])
-    got: list[bytes] = []
-    deadline = time.monotonic() + TIMEOUT_S
-    try:
-        while len(got) < COUNT and time.monotonic() < deadline:
-            message = consumer.poll(0.5)
-            if message is not None and message.error() is None:
-                got.append(message.value())
-    finally:
-        consumer.close()
-    assert got == VALUES
+    assert styles.confluent_consume(conf, topic, COUNT) == VALUES
 
 
+@compat("kcat", "security")
 @pytest.mark.parametrize("listener", LISTENERS)
 def test_kcat(secured: Secured, topic: str, listener: str) -> None:
-    options = [a for k, v in _librdkafka(secured, listener).items() for a in ("-X", f"{k}={v}")]
+    options = styles.kcat_options(_login(secured, listener))
     base = ["kcat", "-b", secured.bootstrap(listener), *options, "-t", topic]
     produced = subprocess.run(
         [*base, "-P"], input=b"".join(v + b"\n" for v in VALUES), capture_output=True
@@ -165,56 +141,29 @@ def test_kcat(secured: Secured, topic: str, listener: str) -> None:
     assert consumed.stdout.splitlines() == VALUES
 
 
-def _python_ssl(secured: Secured, listener: str) -> dict[str, Any]:
-    """kafka-python's style: ssl_cafile, ssl_certfile, ssl_keyfile, ssl_password."""
-    options: dict[str, Any] = {
-        "security_protocol": "SSL",
-        "ssl_cafile": str(secured.ca.truststore.pem),
-    }
-    identity = _identity(secured, listener)
-    if identity is not None:
-        options |= {
-            "ssl_certfile": str(identity.cert),
-            "ssl_keyfile": str(identity.key),
-            "ssl_password": identity.key_password,
-        }
-    return options
-
-
+@compat("kafka-python", "security")
 @pytest.mark.parametrize("listener", LISTENERS)
 def test_kafka_python(secured: Secured, topic: str, listener: str) -> None:
-    options = {"bootstrap_servers": secured.bootstrap(listener), **_python_ssl(secured, listener)}
+    """kafka-python's style: ssl_cafile, ssl_certfile, ssl_keyfile, ssl_password."""
+    options = {
+        "bootstrap_servers": secured.bootstrap(listener),
+        **styles.kafka_python(_login(secured, listener)),
+    }
     producer = KafkaProducer(acks="all", **options)
     for value in VALUES:
         producer.send(topic, value)
     producer.flush(TIMEOUT_S)
     producer.close()
-    consumer = KafkaConsumer(
-        topic, auto_offset_reset="earliest", consumer_timeout_ms=int(TIMEOUT_S * 1000), **options
-    )
-    got = []
-    for message in consumer:
-        got.append(message.value)
-        if len(got) == COUNT:
-            break
-    consumer.close()
-    assert got == VALUES
+    assert styles.kafka_python_consume(options, topic, COUNT) == VALUES
 
 
+@compat("aiokafka", "security")
 @pytest.mark.parametrize("listener", LISTENERS)
 def test_aiokafka(secured: Secured, topic: str, listener: str) -> None:
     """aiokafka's style: an SSLContext made by its create_ssl_context helper."""
-    identity = _identity(secured, listener)
-    context = create_ssl_context(
-        cafile=str(secured.ca.truststore.pem),
-        certfile=None if identity is None else str(identity.cert),
-        keyfile=None if identity is None else str(identity.key),
-        password=None if identity is None else identity.key_password,
-    )
     options: dict[str, Any] = {
         "bootstrap_servers": secured.bootstrap(listener),
-        "security_protocol": "SSL",
-        "ssl_context": context,
+        **styles.aiokafka(_login(secured, listener)),
     }
 
     async def round_trip() -> list[bytes]:
@@ -226,17 +175,6 @@ def test_aiokafka(secured: Secured, topic: str, listener: str) -> None:
             await producer.flush()
         finally:
             await producer.stop()
-        consumer = AIOKafkaConsumer(topic, auto_offset_reset="earliest", **options)
-        await consumer.start()
-        got: list[bytes] = []
-        try:
-            async with asyncio.timeout(TIMEOUT_S):
-                async for message in consumer:
-                    got.append(message.value)
-                    if len(got) == COUNT:
-                        break
-        finally:
-            await consumer.stop()
-        return got
+        return await styles.aiokafka_consume(options, topic, COUNT)
 
     assert asyncio.run(round_trip()) == VALUES

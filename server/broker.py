@@ -59,7 +59,7 @@ from gregor.server.config import (
     read_properties,
     resolve_ip_overrides,
 )
-from gregor.server.metrics import AuthenticationMetrics, BrokerMetrics
+from gregor.server.metrics import AuthenticationMetrics, AuthorizerMetrics, BrokerMetrics
 from gregor.server.metrics_exporter import MetricsEndpoint
 from gregor.server.metrics_state import BrokerState, read_state
 from gregor.server.network import Connection, Limits, SocketServer
@@ -67,6 +67,7 @@ from gregor.server.quotas import ClientQuotas
 from gregor.server.security.client_security import ClientSecurity
 from gregor.server.security.sasl import Jwks, jwks_sources
 from gregor.server.security.tls import SslConfigError
+from gregor.server.security.zk_client_security import zk_client_security
 from gregor.wire.interbroker import ControlledShutdownRequest
 from gregor.wire.schema import request_type
 from gregor.wire.versions import ALTER_PARTITION
@@ -334,6 +335,7 @@ class Broker:
             config["zookeeper.connect"],
             config["zookeeper.session.timeout.ms"],
             config.zookeeper_connection_timeout_ms,
+            zk_client_security(config),
         )
         await self.zk.start()
         kafka_zk = KafkaZk(self.zk)
@@ -419,6 +421,8 @@ class Broker:
             ) from None
         self.metrics_endpoint = endpoint
         endpoint.collectors.append(self.authentication_metrics)
+        if self.authorizer is not None:
+            endpoint.collectors.append(AuthorizerMetrics(self.authorizer))
         logger.info("Serving Prometheus metrics on http://%s:%d/metrics", endpoint.host, bound)
 
     async def _metrics_state(self) -> BrokerState:

@@ -56,6 +56,22 @@ KEYS: dict[str, ConfigKey] = {
         ConfigKey("zookeeper.session.timeout.ms", Type.INT, "18000", at_least(1)),
         # no default: the session timeout's
         ConfigKey("zookeeper.connection.timeout.ms", Type.INT, None, at_least(1)),
+        # ZooKeeper security (server/security/zk_client_security.py, docs/cluster.md)
+        ConfigKey("zookeeper.set.acl", Type.BOOLEAN, "false"),
+        ConfigKey("zookeeper.ssl.client.enable", Type.BOOLEAN, "false"),
+        ConfigKey("zookeeper.clientCnxnSocket", Type.STRING, None),
+        ConfigKey("zookeeper.ssl.keystore.location", Type.STRING, None),
+        ConfigKey("zookeeper.ssl.keystore.password", Type.PASSWORD, None),
+        ConfigKey("zookeeper.ssl.keystore.type", Type.STRING, None),
+        ConfigKey("zookeeper.ssl.truststore.location", Type.STRING, None),
+        ConfigKey("zookeeper.ssl.truststore.password", Type.PASSWORD, None),
+        ConfigKey("zookeeper.ssl.truststore.type", Type.STRING, None),
+        ConfigKey("zookeeper.ssl.protocol", Type.STRING, "TLSv1.2"),
+        ConfigKey("zookeeper.ssl.enabled.protocols", Type.LIST, None),
+        ConfigKey("zookeeper.ssl.cipher.suites", Type.LIST, None),
+        ConfigKey("zookeeper.ssl.endpoint.identification.algorithm", Type.STRING, "HTTPS"),
+        ConfigKey("zookeeper.ssl.crl.enable", Type.BOOLEAN, "false"),
+        ConfigKey("zookeeper.ssl.ocsp.enable", Type.BOOLEAN, "false"),
         ConfigKey("inter.broker.listener.name", Type.STRING, None),
         ConfigKey(
             "security.inter.broker.protocol",
@@ -203,6 +219,8 @@ IGNORED: dict[str, str] = {
     "ssl.trustmanager.algorithm": "Java's trust manager factory; OpenSSL verifies "
     "certificate chains itself",
     "ssl.secure.random.implementation": "OpenSSL seeds itself from the operating system",
+    "zookeeper.clientCnxnSocket": "kazoo has one connection class, which does TLS when "
+    "zookeeper.ssl.client.enable is true",
 }
 
 # Keys that configure security Gregor does not have (Kerberos) or plug-ins it cannot load:
@@ -228,6 +246,21 @@ CLUSTER_ONLY = frozenset(
     {
         "zookeeper.session.timeout.ms",
         "zookeeper.connection.timeout.ms",
+        "zookeeper.set.acl",
+        "zookeeper.ssl.client.enable",
+        "zookeeper.clientCnxnSocket",
+        "zookeeper.ssl.keystore.location",
+        "zookeeper.ssl.keystore.password",
+        "zookeeper.ssl.keystore.type",
+        "zookeeper.ssl.truststore.location",
+        "zookeeper.ssl.truststore.password",
+        "zookeeper.ssl.truststore.type",
+        "zookeeper.ssl.protocol",
+        "zookeeper.ssl.enabled.protocols",
+        "zookeeper.ssl.cipher.suites",
+        "zookeeper.ssl.endpoint.identification.algorithm",
+        "zookeeper.ssl.crl.enable",
+        "zookeeper.ssl.ocsp.enable",
         "inter.broker.listener.name",
         "replica.lag.time.max.ms",
         "replica.fetch.wait.max.ms",
@@ -525,21 +558,72 @@ def parse_listener(listener: str, key: str = "listeners") -> tuple[str, str, int
 
 
 def read_properties(path: Path) -> dict[str, str]:
-    """Parse a Java-style ``.properties`` file (``key=value`` or ``key: value``, # comments)."""
+    """Parse a ``.properties`` file as ``java.util.Properties.load`` does: ``#``/``!``
+    comment lines; a key ends at the first unescaped ``=``, ``:`` or whitespace, the
+    separator and the whitespace around it are dropped, the rest of the line (trailing
+    whitespace included) is the value; a line ending in an odd number of backslashes
+    continues on the next, whose leading whitespace is dropped; ``\\t \\n \\r \\f
+    \\uXXXX`` are escapes and a backslash before any other character stands for that
+    character. The file is read as UTF-8 (``load(Reader)``); ``\\uXXXX`` escapes keep
+    files written by Java's ``store`` ASCII. Raises ValueError on a malformed ``\\u``."""
     props: dict[str, str] = {}
-    pending = ""
-    for line in path.read_text().splitlines():
-        line = pending + line.strip()
-        pending = ""
-        if not line or line[0] in "#!":
+    logical = ""
+    continuing = False
+    for natural in _NATURAL_LINE_END.split(path.read_text()):
+        line = natural.lstrip(_PROPERTIES_SPACE)
+        if not continuing and (not line or line[0] in "#!"):
             continue
-        if line.endswith("\\"):
-            pending = line[:-1]
+        trailing = len(line) - len(line.rstrip("\\"))
+        continuing = trailing % 2 == 1
+        logical += line[:-1] if continuing else line
+        if continuing:
             continue
-        for i, ch in enumerate(line):
-            if ch in "=:":
-                props[line[:i].strip()] = line[i + 1 :].strip()
-                break
-        else:
-            props[line] = ""
+        key, value = _split_property(logical)
+        props[_unescape_property(key)] = _unescape_property(value)
+        logical = ""
+    if continuing and logical:  # the file ended inside a continuation
+        key, value = _split_property(logical)
+        props[_unescape_property(key)] = _unescape_property(value)
     return props
+
+
+_NATURAL_LINE_END = re.compile(r"\r\n|\r|\n")
+_PROPERTIES_SPACE = " \t\f"
+_PROPERTIES_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+
+
+def _split_property(line: str) -> tuple[str, str]:
+    """A logical line's raw key and raw value (escapes still in them)."""
+    i = 0
+    while i < len(line) and line[i] not in "=:" + _PROPERTIES_SPACE:
+        i += 2 if line[i] == "\\" else 1
+    key, rest = line[:i], line[i:].lstrip(_PROPERTIES_SPACE)
+    if rest[:1] in ("=", ":"):
+        rest = rest[1:].lstrip(_PROPERTIES_SPACE)
+    return key, rest
+
+
+def _unescape_property(text: str) -> str:
+    if "\\" not in text:
+        return text
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        i += 1
+        if ch != "\\" or i == len(text):
+            if ch != "\\":  # a lone backslash at the very end is dropped, as Java does
+                out.append(ch)
+            continue
+        ch = text[i]
+        i += 1
+        if ch == "u":
+            digits = text[i : i + 4]
+            if len(digits) != 4 or not all(c in "0123456789abcdefABCDEF" for c in digits):
+                raise ValueError(f"Malformed \\uxxxx encoding: \\u{digits}")
+            out.append(chr(int(digits, 16)))
+            i += 4
+        else:
+            out.append(_PROPERTIES_ESCAPES.get(ch, ch))
+    # \uXXXX pairs of surrogates (how store() writes characters beyond the BMP) joined.
+    return "".join(out).encode("utf-16", "surrogatepass").decode("utf-16", "surrogatepass")

@@ -58,6 +58,12 @@ class ListenerSecurity:
     mapper: SslPrincipalMapper | None = None
     ssl_settings: dict[str, str] | None = None  # the ssl.* keys ``tls`` was built from
     sasl: SaslListener | None = None
+    metrics: AuthenticationMetrics | None = None  # where TLS handshake times go
+
+    def handshake_done(self, elapsed_ns: int) -> None:
+        """A TLS handshake on this listener succeeded after ``elapsed_ns``."""
+        if self.metrics is not None:
+            self.metrics.tls_handshake(self.name, elapsed_ns)
 
     def principal(self, transport: asyncio.BaseTransport) -> str:
         """The principal of a connection on this listener, once its TLS handshake is done:
@@ -93,6 +99,7 @@ def listener_securities(
             except ValueError as e:  # SslConfigError, or the mapping rules' error
                 raise ConfigError(f"{e} (listener {name})") from None
             security.ssl_settings = _ssl_keys(settings)
+            security.metrics = metrics
         if protocol in SASL_PROTOCOLS:
             security.sasl = _sasl_listener(name, settings, credentials, now_ms, metrics)
         securities[name] = security

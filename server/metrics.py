@@ -21,13 +21,23 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.utils import floatToGoString
 
 from gregor.apis.timing import END, FOLLOWER_FETCH, RequestTiming
 from gregor.server._histograms import count
 from gregor.wire import versions
 from gregor.wire.schema import request_type
+
+if TYPE_CHECKING:
+    from gregor.controller.acls.authorizer import AclAuthorizer
 
 # Histogram buckets: powers of two of milliseconds, from 1/8 ms (a metadata answer) to
 # 32768 ms (past request.timeout.ms's default: an acks=all produce that timed out). A
@@ -154,16 +164,47 @@ _AUTHENTICATION_DOCS = {
 }
 
 
+# Kafka has no metric of the TLS handshake's time: Gregor's, beside Kafka's socket-server
+# metrics, in milliseconds and the request histograms' buckets.
+TLS_HANDSHAKE_TIME = "gregor_socket_server_metrics_tls_handshake_time_ms"
+_LE = (*map(floatToGoString, BUCKETS_MS), "+Inf")
+
+
 class AuthenticationMetrics:
-    """The authentication counters, always recorded (an authentication costs far more than
-    a dict update) and reported when the Prometheus endpoint is on (a collector of it)."""
+    """The authentication counters and the TLS handshake times, always recorded (a
+    handshake or an authentication costs far more than a dict update) and reported when
+    the Prometheus endpoint is on (a collector of it)."""
 
     def __init__(self) -> None:
         self.counts: dict[tuple[str, str, str], int] = {}  # (counter, listener, mechanism)
+        # Per listener: a count per bucket (+Inf last, not cumulative), then the sum (ns).
+        self.handshakes: dict[str, array[int]] = {}
 
     def record(self, counter: str, listener: str, mechanism: str) -> None:
         key = (counter, listener, mechanism)
         self.counts[key] = self.counts.get(key, 0) + 1
+
+    def tls_handshake(self, listener: str, elapsed_ns: int) -> None:
+        """A TLS handshake on ``listener`` succeeded after ``elapsed_ns``."""
+        slots = self.handshakes.get(listener)
+        if slots is None:
+            slots = self.handshakes[listener] = array("q", bytes(8 * SLOTS))
+        slots[min((elapsed_ns // _UNIT_NS).bit_length(), _INF)] += 1
+        slots[-1] += elapsed_ns
+
+    def _handshake_family(self) -> HistogramMetricFamily:
+        family = HistogramMetricFamily(
+            TLS_HANDSHAKE_TIME,
+            "Milliseconds from a TLS connection's acceptance to its handshake done",
+            labels=["listener"],
+        )
+        for listener, slots in sorted(self.handshakes.items()):
+            cumulative, buckets = 0, []
+            for le, n in zip(_LE, slots[: _INF + 1], strict=True):
+                cumulative += n
+                buckets.append((le, cumulative))
+            family.add_metric([listener], buckets, slots[-1] / 1e6)
+        return family
 
     def collect(self) -> Iterator[Metric]:
         for counter, doc in _AUTHENTICATION_DOCS.items():
@@ -178,3 +219,32 @@ class AuthenticationMetrics:
                 if kind == counter:
                     family.add_metric([listener, mechanism], value)
             yield family
+        yield self._handshake_family()
+
+
+# Kafka's authorizer metrics (kafka.server:type=authorizer-metrics, StandardAuthorizer's
+# AuthorizerMetrics): its per-minute rates are counters here, as Kafka's PerSec meters are
+# (rate(...[1m]) * 60 is Kafka's figure).
+_AUTHORIZER = "kafka_server_authorizer_metrics_"
+
+
+class AuthorizerMetrics:
+    """What the authorizer answered (its own counters, kept by ``authorize``) and how many
+    ACLs it holds; a collector of the Prometheus endpoint on a broker with an authorizer."""
+
+    def __init__(self, authorizer: AclAuthorizer) -> None:
+        self.authorizer = authorizer
+
+    def collect(self) -> Iterator[Metric]:
+        allowed, denied = self.authorizer.allowed, self.authorizer.denied
+        for name, doc, value in (
+            ("request", "Authorizations (authorization-request-rate-per-minute)", allowed + denied),
+            ("allowed", "Authorizations allowed (authorization-allowed-rate-per-minute)", allowed),
+            ("denied", "Authorizations denied (authorization-denied-rate-per-minute)", denied),
+        ):
+            yield CounterMetricFamily(f"{_AUTHORIZER}authorization_{name}", doc, value=value)
+        yield GaugeMetricFamily(
+            f"{_AUTHORIZER}acls_total_count",
+            "ACLs held (acls-total-count)",
+            self.authorizer.count(),
+        )

@@ -24,9 +24,11 @@ server/quotas.py), and a request of a client whose quota group is throttled wait
 throttle on whatever connection it comes, so reconnecting does not shed a throttle.
 
 A TLS listener (server/listener_security.py) wraps each accepted socket in its context of
-the moment; the connection exists once the handshake is done, and its principal is the
-client certificate's. Sendfile cannot encrypt: on TLS, file regions are read in large
-chunks and written through the transport as it drains. On a SASL listener the connection's
+the moment, in Gregor's own TLS transport (server/tls_transport.py: reads into the buffer
+all connections share, decrypted straight into the connection's); the connection exists
+once the handshake is done, and its principal is the client certificate's. Sendfile
+cannot encrypt: on TLS, file regions are read in large chunks and written through the
+transport as it drains. On a SASL listener the connection's
 authenticator (server/security/authenticator.py) sees each frame first: before
 authentication it answers the exchange itself (no quota, no handler pool) and frames are
 bounded by ``sasl.server.max.receive.size``; after it, it only watches for the session's
@@ -53,6 +55,7 @@ from gregor.controller.quota_entities import normalize_ip
 from gregor.ratelimit import RateLimitedLog
 from gregor.server.quotas import UNLIMITED_RATE, ClientQuotas, ConnectionRates
 from gregor.server.security.authenticator import SaslAuthenticator
+from gregor.server.tls_transport import TlsTransport
 
 if TYPE_CHECKING:
     from gregor.server.listener_security import ListenerSecurity
@@ -631,7 +634,9 @@ class Connection(asyncio.BufferedProtocol):
         cache to the socket with sendfile. Whatever cannot be sent without waiting is
         finished by a task, so the handler never blocks on a slow client.
         """
-        if self._closed or self.transport is None:
+        # A transport closing on a failed send has not told connection_lost yet: writing
+        # to it would only make asyncio warn ("socket.send() raised exception").
+        if self._closed or self.transport is None or self.transport.is_closing():
             self._end_request()
             return
         queue: collections.deque[Part] = collections.deque(parts)
@@ -1015,18 +1020,26 @@ class SocketServer:
     async def _connect_tls(
         self, conn: socket.socket, ip: str, listener: str, security: ListenerSecurity
     ) -> None:
-        """The TLS handshake, bounded in time; on failure asyncio closes the socket and the
-        reason is logged, rate-limited per kind (Kafka logs a failed authentication)."""
+        """The TLS handshake, bounded in time (its duration recorded); on failure the
+        transport closes the socket and the reason is logged, rate-limited per kind (Kafka
+        logs a failed authentication)."""
         assert security.tls is not None
         timeout = self.limits.tls_handshake_timeout_s
+        started = time.perf_counter_ns()
+        context = security.tls.context
         try:
-            await asyncio.get_running_loop().connect_accepted_socket(
-                lambda: Connection(self, listener, ip, security),
+            _, tls = await asyncio.get_running_loop().connect_accepted_socket(
+                lambda: TlsTransport(
+                    context,
+                    lambda: Connection(self, listener, ip, security),
+                    self.read_chunk,
+                    timeout,
+                    timeout,
+                ),
                 conn,
-                ssl=security.tls.context,
-                ssl_handshake_timeout=timeout,
-                ssl_shutdown_timeout=timeout,
             )
+            await tls.handshake
+            security.handshake_done(time.perf_counter_ns() - started)
         except ssl.SSLError as e:
             if e.reason in _NOT_TLS:
                 limited_log.log(
@@ -1048,6 +1061,7 @@ class SocketServer:
                     e.reason or e,
                 )
             self._release(ip)
+            e.__traceback__ = None  # see below
         except OSError as e:  # the handshake timed out, or the client left
             limited_log.log(
                 "tls-handshake-aborted",
@@ -1058,6 +1072,10 @@ class SocketServer:
                 e,
             )
             self._release(ip)
+            # The traceback holds this frame, whose ``tls`` holds the future holding ``e``:
+            # a cycle only a full collection (rare: serve.py's gc thresholds) would free,
+            # some 40 KB a failed handshake.
+            e.__traceback__ = None
 
     def connection_closed(self, connection: Connection) -> None:
         self.connections.discard(connection)

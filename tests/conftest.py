@@ -7,8 +7,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from kazoo.client import KazooClient
 
 from compat_tests.broker import BrokerProcess
+from gregor.server.harness.cluster import Cluster
 from tests.kafka_wire import WireClient
 
 
@@ -24,6 +26,16 @@ def client(broker: BrokerProcess) -> Iterator[WireClient]:
     """A raw-socket connection to the module's broker."""
     c = WireClient(broker.port)
     yield c
+    c.close()
+
+
+@pytest.fixture
+def zk(cluster: Cluster) -> Iterator[KazooClient]:
+    """A ZooKeeper client of the module's cluster."""
+    c = KazooClient(hosts=cluster.zookeeper.connect)
+    c.start(10)
+    yield c
+    c.stop()
     c.close()
 
 

@@ -112,7 +112,8 @@ def produce(client: WireClient, topic: str = TOPIC) -> int:
     return int(t.partition_responses[0].error_code)
 
 
-def latest_offset(c: Clients) -> int:
+def list_offsets(client: WireClient) -> Any:
+    """ListOffsets v7 of TOPIC's partition 0, the latest offset: the partition's answer."""
     cls = request_type(v.LIST_OFFSETS, 7)
     part = nested(cls, "ListOffsetsPartition")(partition_index=0, timestamp=-1)
     request = build(
@@ -121,21 +122,17 @@ def latest_offset(c: Clients) -> int:
         isolation_level=0,
         topics=(nested(cls, "ListOffsetsTopic")(name=TOPIC, partitions=(part,)),),
     )
-    [t] = c.admin.call(v.LIST_OFFSETS, 7, request).topics
-    assert t.partitions[0].error_code == ErrorCode.none
-    return int(t.partitions[0].offset)
+    return client.call(v.LIST_OFFSETS, 7, request).topics[0].partitions[0]
+
+
+def latest_offset(c: Clients) -> int:
+    partition = list_offsets(c.admin)
+    assert partition.error_code == ErrorCode.none
+    return int(partition.offset)
 
 
 def list_offsets_error(client: WireClient) -> int:
-    cls = request_type(v.LIST_OFFSETS, 7)
-    part = nested(cls, "ListOffsetsPartition")(partition_index=0, timestamp=-1)
-    request = build(
-        cls,
-        replica_id=-1,
-        isolation_level=0,
-        topics=(nested(cls, "ListOffsetsTopic")(name=TOPIC, partitions=(part,)),),
-    )
-    return int(client.call(v.LIST_OFFSETS, 7, request).topics[0].partitions[0].error_code)
+    return int(list_offsets(client).error_code)
 
 
 def fetch(client: WireClient, replica_id: int = -1) -> list[int]:

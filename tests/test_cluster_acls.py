@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import TypeVar
 
 import pytest
@@ -35,15 +35,6 @@ PROPAGATION_S = 1.0
 @pytest.fixture(scope="module")
 def cluster(process_pool: ProcessPool) -> Cluster:
     return process_pool.cluster(OVERRIDES, brokers=3)
-
-
-@pytest.fixture
-def zk(cluster: Cluster) -> Iterator[KazooClient]:
-    client = KazooClient(hosts=cluster.zookeeper.connect)
-    client.start(10)
-    yield client
-    client.stop()
-    client.close()
 
 
 def on(cluster: Cluster, broker_id: int, call: Callable[[WireClient], T]) -> T:

@@ -3,6 +3,11 @@ write continuously to a replicated topic (RF=3, min.insync.replicas=2) while bro
 killed with -9 and restarted. Afterwards every acknowledged record is in the log exactly
 once, in its producer's order within each partition, and every replica of every
 partition is byte-identical on disk.
+
+Once more on a secured cluster (SASL_SSL between brokers and to clients, the authorizer
+on): the controller's kill first, whose failover sends every inter-broker request (the new
+controller's LeaderAndIsr and UpdateMetadata, followers' fetches, AlterPartition) over
+the secured listener. The other scenario adds nothing inter-broker, so it runs plain only.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from compat_tests import java_client
 from gregor.server.harness.cluster import Cluster
+from gregor.server.harness.secured import ClientConfig
 from tests.test_cluster import new_topic, wait_for_identical_replicas
 
 PARTITIONS = 3
@@ -28,8 +34,8 @@ FAILOVER_S = 30.0
 
 # A new cluster for each test: a chaos run leaves brokers in any state.
 @pytest.fixture
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    with Cluster(tmp_path_factory.mktemp("chaos")) as c:
+def cluster(tmp_path_factory: pytest.TempPathFactory, secure: bool) -> Iterator[Cluster]:
+    with Cluster(tmp_path_factory.mktemp("chaos"), secure=secure) as c:
         c.wait_for_brokers([1, 2, 3])
         yield c
 
@@ -37,8 +43,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 class JavaProducer:
     """GregorClient's produce command fed records through stdin as the test goes."""
 
-    def __init__(self, bootstrap: str, topic: str) -> None:
+    def __init__(self, client: ClientConfig, topic: str) -> None:
         self.sent: list[tuple[int, bytes]] = []  # (partition, value) in send order
+        properties = client.properties()
+        del properties["bootstrap.servers"]
+        configs = [arg for k, v in properties.items() for arg in ("--config", f"{k}={v}")]
         self._proc = subprocess.Popen(
             [
                 "java",
@@ -48,7 +57,7 @@ class JavaProducer:
                 "GregorClient",
                 "produce",
                 "--bootstrap",
-                bootstrap,
+                client.bootstrap,
                 "--topic",
                 topic,
                 "--config",
@@ -57,6 +66,7 @@ class JavaProducer:
                 "enable.idempotence=true",
                 "--config",
                 "linger.ms=5",
+                *configs,
             ],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -92,11 +102,11 @@ def keep_producing(
     return run
 
 
-def read_all(bootstrap: str, topic: str) -> dict[int, list[bytes]]:
+def read_all(client: ClientConfig, topic: str) -> dict[int, list[bytes]]:
     """Every record of every partition, from the start up to the high watermark."""
     consumer = Consumer(
         {
-            "bootstrap.servers": bootstrap,
+            **client.confluent(),
             "group.id": new_topic("reader"),
             "enable.auto.commit": False,
         }
@@ -139,21 +149,29 @@ def leader_of(cluster: Cluster, topic: str, partition: int) -> int:
     return cluster.wait_for_leader(topic, partition, timeout=FAILOVER_S).leader
 
 
-@pytest.mark.parametrize("first", ["leader", "controller"])
+@pytest.mark.parametrize(
+    ("first", "secure"),
+    [
+        pytest.param("leader", False, id="leader"),
+        pytest.param("controller", False, id="controller"),
+        pytest.param("controller", True, id="controller-sasl_ssl"),
+    ],
+)
 def test_producers_lose_nothing_through_kills_and_restarts(cluster: Cluster, first: str) -> None:
     topic = new_topic("chaos")
-    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    client = cluster.client_config()
+    admin = AdminClient(client.confluent())
     admin.create_topics(
         [NewTopic(topic, PARTITIONS, 3, config={"min.insync.replicas": "2"})], operation_timeout=30
     )[topic].result(timeout=60)
     cluster.wait_for_topic(topic, PARTITIONS, isr=3)
 
-    java = JavaProducer(cluster.bootstrap, topic)
+    java = JavaProducer(client, topic)
     rd_acked: list[tuple[int, bytes]] = []
     rd_errors: list[KafkaError] = []
     producer = Producer(
         {
-            "bootstrap.servers": cluster.bootstrap,
+            **client.confluent(),
             "acks": "all",
             "enable.idempotence": True,
             "linger.ms": 5,
@@ -210,7 +228,7 @@ def test_producers_lose_nothing_through_kills_and_restarts(cluster: Cluster, fir
     java_acked = java.finish()
     assert java_acked and rd_acked, (len(java_acked), len(rd_acked))
 
-    log = read_all(cluster.bootstrap, topic)
+    log = read_all(client, topic)
     check_exactly_once_in_order(
         {p: [v for v in vs if v.startswith(b"j")] for p, vs in log.items()}, java_acked, "java"
     )

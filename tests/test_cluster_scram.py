@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -35,15 +35,6 @@ NODE = "/config/users/alice%40example.com"  # Kafka's Sanitizer: URL-encoding
 @pytest.fixture(scope="module")
 def cluster(process_pool: ProcessPool) -> Cluster:
     return process_pool.cluster()
-
-
-@pytest.fixture
-def zk(cluster: Cluster) -> Iterator[KazooClient]:
-    client = KazooClient(hosts=cluster.zookeeper.connect)
-    client.start(10)
-    yield client
-    client.stop()
-    client.close()
 
 
 def within_a_second(condition: Callable[[], bool]) -> None:

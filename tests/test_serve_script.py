@@ -84,3 +84,12 @@ def test_a_missing_properties_file_is_one_line(tmp_path: Path) -> None:
     assert run.returncode == 1
     lines = (run.stdout + run.stderr).strip().splitlines()
     assert len(lines) == 1 and "Fatal error during startup: cannot read" in lines[0], lines
+
+
+def test_a_malformed_properties_file_is_one_line(tmp_path: Path) -> None:
+    properties = tmp_path / "server.properties"
+    properties.write_text("log.dirs=\\u12\n")  # Java's Properties.load refuses it too
+    run = subprocess.run([str(SERVE), str(properties)], capture_output=True, text=True)
+    assert run.returncode == 1
+    lines = (run.stdout + run.stderr).strip().splitlines()
+    assert len(lines) == 1 and "Malformed \\uxxxx encoding" in lines[0], lines

@@ -19,6 +19,10 @@
 //                 callback, {"event": "first", "partition", "offset"} for the first
 //                 record seen per partition, {"event": "closed", "consumed"} at the end.
 //                 stdin: any line or EOF closes the consumer cleanly.
+//   group-commit  --group G --count N [--timeout-ms M] [--config k=v]...   subscribes in
+//                 group G, polls until N records, commits them, closes; stdout: {"consumed"}
+//   group-offsets --group G [--config k=v]...   the group's committed offsets (the Admin's
+//                 listConsumerGroupOffsets); stdout: {"partition", "offset"} each
 //   create-partitions --count N       grows the topic to N partitions
 //   describe-log-dirs                  stdout: {"broker", "log_dir", "error", "total_bytes",
 //                 "usable_bytes", "replicas": [{"topic", "partition", "size", "offset_lag",
@@ -233,6 +237,8 @@ public final class GregorClient {
                 case "consume" -> c.consume();
                 case "list-offsets" -> c.listOffsets();
                 case "group-consume" -> c.groupConsume();
+                case "group-commit" -> c.groupCommit();
+                case "group-offsets" -> c.groupOffsets();
                 case "create-partitions" -> c.createPartitions();
                 case "describe-log-dirs" -> c.describeLogDirs();
                 case "elect-leaders" -> c.electLeaders();
@@ -379,7 +385,10 @@ public final class GregorClient {
     }
 
     private KafkaConsumer<byte[], byte[]> consumer() {
-        Properties p = props();
+        return consumer(props());
+    }
+
+    private KafkaConsumer<byte[], byte[]> consumer(Properties p) {
         p.put("key.deserializer", ByteArrayDeserializer.class.getName());
         p.put("value.deserializer", ByteArrayDeserializer.class.getName());
         p.putIfAbsent("enable.auto.commit", "false");
@@ -526,6 +535,36 @@ public final class GregorClient {
             consumer.close();
         }
         System.out.println("{\"event\": \"closed\", \"consumed\": " + consumed + "}");
+        return 0;
+    }
+
+    private int groupCommit() {
+        Properties p = props();
+        p.put("group.id", opt("group", null));
+        p.putIfAbsent("auto.offset.reset", "earliest");
+        long want = Long.parseLong(opt("count", null));
+        long deadline = System.currentTimeMillis() + Long.parseLong(opt("timeout-ms", "30000"));
+        long consumed = 0;
+        try (KafkaConsumer<byte[], byte[]> consumer = consumer(p)) {
+            consumer.subscribe(List.of(opt("topic", null)));
+            while (consumed < want && System.currentTimeMillis() < deadline) {
+                consumed += consumer.poll(Duration.ofMillis(200)).count();
+            }
+            consumer.commitSync();
+        }
+        System.out.println("{\"consumed\": " + consumed + "}");
+        return 0;
+    }
+
+    private int groupOffsets() throws Exception {
+        try (Admin admin = Admin.create(props())) {
+            var offsets = admin.listConsumerGroupOffsets(opt("group", null))
+                    .partitionsToOffsetAndMetadata().get();
+            for (var e : offsets.entrySet()) {
+                System.out.println("{\"partition\": " + e.getKey().partition()
+                        + ", \"offset\": " + e.getValue().offset() + "}");
+            }
+        }
         return 0;
     }
 

@@ -134,6 +134,9 @@ class AclAuthorizer:
         self.super_users = frozenset(super_users)
         self.allow_everyone_if_no_acl_found = allow_everyone_if_no_acl_found
         self._index = _Index()
+        # What authorize() answered: Kafka's authorizer-metrics (server/metrics.py).
+        self.allowed = 0
+        self.denied = 0
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, str]) -> AclAuthorizer:
@@ -152,11 +155,16 @@ class AclAuthorizer:
         name: str,
     ) -> bool:
         if principal in self.super_users:
-            return True
-        groups = self._index.groups(resource_type, name)
-        if not groups:
-            return self.allow_everyone_if_no_acl_found
-        return _decide(groups, principal, host, operation)
+            allowed = True
+        elif groups := self._index.groups(resource_type, name):
+            allowed = _decide(groups, principal, host, operation)
+        else:
+            allowed = self.allow_everyone_if_no_acl_found
+        if allowed:
+            self.allowed += 1
+        else:
+            self.denied += 1
+        return allowed
 
     def authorized_operations(
         self, principal: str, host: str, resource_type: ResourceType, name: str, supported: int

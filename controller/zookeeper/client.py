@@ -6,6 +6,10 @@ state changes are delivered the same way, as plain callbacks run on the loop.
 
 ``get_many``/``get_children_many`` use ZooKeeper's read-only multi (3.6 and later).
 
+Every znode created here (``create``, ``ensure_path`` and its parents, a transaction's
+creates, the chroot) gets the ACL ``security.py`` gives its path; the session authenticates
+(SASL, TLS) as ``ZkClientSecurity`` says, before its first request is served.
+
 Like Kafka's ZooKeeperClient, a request waits while the connection is down and is sent
 again after a ConnectionLoss; it fails only when the session expires (SessionExpiredError)
 or the client is closed. Writes retried that way may find their own earlier effect
@@ -24,6 +28,7 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.exceptions import (
     EXCEPTIONS,
+    AuthFailedError,
     BadVersionError,
     ConnectionClosedError,
     ConnectionLoss,
@@ -48,6 +53,9 @@ from kazoo.protocol.serialization import (
 )
 from kazoo.protocol.states import EventType, WatchedEvent, ZnodeStat
 from kazoo.retry import KazooRetry
+from kazoo.security import ACL
+
+from gregor.controller.zookeeper.security import ZkClientSecurity, default_acls
 
 __all__ = [
     "AsyncZk",
@@ -64,6 +72,8 @@ __all__ = [
     "TransactionFailed",
     "Watch",
     "WatchedEvent",
+    "ZkAuthFailed",
+    "ZkClientSecurity",
     "ZkConnectTimeout",
     "ZnodeStat",
     "ZookeeperError",
@@ -102,6 +112,10 @@ class ZkConnectTimeout(TimeoutError):
     """No ZooKeeper session within zookeeper.connection.timeout.ms."""
 
 
+class ZkAuthFailed(ConnectionError):
+    """ZooKeeper refused the session's SASL credentials; kazoo does not retry them."""
+
+
 class TransactionFailed(ZookeeperError):
     """A multi was refused as a whole; ``errors`` holds kazoo's typed error for every op."""
 
@@ -133,7 +147,7 @@ class Transaction:
         return len(self._ops)
 
     def create(self, path: str, value: bytes = b"", *, ephemeral: bool = False) -> None:
-        self._add("create", path, value, (path, value, None, ephemeral))
+        self._add("create", path, value, (path, value, self._zk.acl_for(path), ephemeral))
 
     def set_data(self, path: str, value: bytes, version: int = -1) -> None:
         self._add("set_data", path, value, (path, value, version))
@@ -177,7 +191,8 @@ class AsyncZk:
     """One ZooKeeper session (renewed by kazoo after expiry) used from one asyncio loop.
 
     ``connect`` is ``zookeeper.connect``: ``host:port[,host:port...][/chroot]``; a chroot
-    that does not exist yet is created, as Kafka does.
+    that does not exist yet is created, as Kafka does. ``security``: how the session
+    authenticates and the ACLs of what it creates (default: neither).
     """
 
     def __init__(
@@ -185,17 +200,20 @@ class AsyncZk:
         connect: str,
         session_timeout_ms: int = 18000,
         connection_timeout_ms: int | None = None,
+        security: ZkClientSecurity | None = None,
     ) -> None:
         hosts, slash, chroot = connect.partition("/")
         self.hosts = hosts
         self.chroot = (slash + chroot).rstrip("/")
         self.session_timeout_ms = session_timeout_ms
         self.connection_timeout_ms = connection_timeout_ms or session_timeout_ms
+        self.security = security or ZkClientSecurity()
         self._client = KazooClient(
             hosts=connect,
             timeout=session_timeout_ms / 1000,
             # kazoo's default back-off grows to an hour; reconnect within a second instead.
             connection_retry=KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_delay=1.0),
+            **self.security.kazoo_options(),
         )
         self._loop: asyncio.AbstractEventLoop | None = None
         self._listeners: list[StateListener] = []
@@ -229,17 +247,23 @@ class AsyncZk:
         self._listeners.remove(listener)
 
     async def start(self) -> None:
-        """Connect, waiting at most zookeeper.connection.timeout.ms for a session."""
+        """Connect, waiting at most zookeeper.connection.timeout.ms for a session; with
+        SASL, ZkAuthFailed if the server refuses the credentials."""
         self._loop = asyncio.get_running_loop()
         timeout_s = self.connection_timeout_ms / 1000
         try:
             if self.chroot:
                 await self._loop.run_in_executor(None, self._create_chroot, timeout_s)
             await self._loop.run_in_executor(None, self._client.start, timeout_s)
+            # kazoo reports CONNECTED before its SASL exchange, which runs ahead of the
+            # first request: one round trip tells whether the server took the credentials.
+            await self.exists("/")
         except KazooTimeoutError:
             raise ZkConnectTimeout(
                 f"no ZooKeeper session with {self.hosts} within {self.connection_timeout_ms} ms"
             ) from None
+        except AuthFailedError:
+            raise self._auth_failed() from None
         # kazoo's CONNECTED, queued to the loop before start() returned, has set the state.
 
     async def close(self) -> None:
@@ -255,13 +279,36 @@ class AsyncZk:
         self._client.close()
 
     def _create_chroot(self, timeout_s: float) -> None:
-        root = KazooClient(hosts=self.hosts, timeout=self.session_timeout_ms / 1000)
+        """The chroot and its missing parents, each with its ACL, from the server's root."""
+        root = KazooClient(
+            hosts=self.hosts,
+            timeout=self.session_timeout_ms / 1000,
+            **self.security.kazoo_options(),
+        )
         root.start(timeout_s)
         try:
-            root.ensure_path(self.chroot)
+            parts = self.chroot.strip("/").split("/")
+            for path in ("/" + "/".join(parts[: i + 1]) for i in range(len(parts))):
+                if root.exists(path) is None:
+                    try:
+                        root.create(path, acl=self.acl_for(path))
+                    except NodeExistsError:
+                        pass
+        except AuthFailedError:
+            raise self._auth_failed() from None
         finally:
             root.stop()
             root.close()
+
+    def _auth_failed(self) -> ZkAuthFailed:
+        return ZkAuthFailed(
+            f"ZooKeeper at {self.hosts} refused the SASL authentication of user "
+            f"{self.security.sasl_username!r} (the JAAS Client section's credentials)"
+        )
+
+    def acl_for(self, path: str) -> list[ACL]:
+        """The ACL a znode created at ``path`` gets (Kafka's, per zookeeper.set.acl)."""
+        return default_acls(self.security.set_acl, path)
 
     # --- calls -------------------------------------------------------------------------
 
@@ -283,17 +330,22 @@ class AsyncZk:
         sequence: bool = False,
         makepath: bool = False,
     ) -> tuple[str, ZnodeStat]:
-        """Create a znode; its path (with a sequence suffix if asked) and stat."""
-        return await self._call(
-            lambda: self._client.create_async(
-                path,
-                value,
-                ephemeral=ephemeral,
-                sequence=sequence,
-                makepath=makepath,
-                include_data=True,
+        """Create a znode; its path (with a sequence suffix if asked) and stat. With
+        ``makepath``, missing parents are created first, each with its own ACL."""
+        acl = self.acl_for(path)
+
+        def start() -> Any:
+            return self._client.create_async(
+                path, value, acl=acl, ephemeral=ephemeral, sequence=sequence, include_data=True
             )
-        )
+
+        try:
+            return await self._call(start)
+        except NoNodeError:
+            if not makepath:
+                raise
+        await self.ensure_path(path.rsplit("/", 1)[0])
+        return await self._call(start)
 
     async def set(self, path: str, value: bytes, version: int = -1) -> ZnodeStat:
         return await self._call(lambda: self._client.set_async(path, value, version))
@@ -302,8 +354,14 @@ class AsyncZk:
         await self._call(lambda: self._client.delete_async(path, version))
 
     async def ensure_path(self, path: str) -> None:
-        """Create ``path`` and its missing parents, empty and persistent."""
-        await self._call(lambda: self._client.ensure_path_async(path))
+        """Create ``path`` and its missing parents, empty and persistent (each with its
+        ACL: kazoo's ensure_path would give the parents the child's)."""
+        if not path or path == "/" or await self.exists(path) is not None:
+            return
+        try:
+            await self.create(path, makepath=True)
+        except NodeExistsError:
+            pass  # created meanwhile
 
     def transaction(self) -> Transaction:
         return Transaction(self)

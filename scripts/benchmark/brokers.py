@@ -8,6 +8,7 @@ port it bound, Tansu as its peer variant.
 
 from __future__ import annotations
 
+import re
 import shutil
 import time
 from collections.abc import Callable
@@ -63,9 +64,12 @@ class Broker:
         workdir: Path,
         scrape_every_s: float | None = None,
         overrides: dict[str, str] | None = None,
+        admin_config: dict[str, str] | None = None,
     ) -> None:
         """``scrape_every_s``: Gregor serves /metrics, scraped that often while it runs;
-        ``overrides``: more of Gregor's configuration."""
+        ``overrides``: more of Gregor's configuration; ``admin_config``: the client
+        properties (security.protocol, sasl.*) the admin client connects to the first
+        listener with."""
         self.kind = kind
         self.workdir = workdir
         peer = None if kind.command is None else PeerBroker(kind.label, kind.command)
@@ -73,8 +77,11 @@ class Broker:
         self._scrape_every_s = scrape_every_s if peer is None else None
         if self._scrape_every_s is not None:
             config["metrics.prometheus.port"] = "0"
+        self._admin_config = admin_config or {}
         # Own session: Ctrl-C reaches this script only, which stops the broker.
-        self._process = BrokerProcess(workdir, config, 60.0, peer=peer, own_session=True)
+        self._process = BrokerProcess(
+            workdir, config, 60.0, peer=peer, own_session=True, client_config=self._admin_config
+        )
         self._admin: AdminClient | None = None
         self._scraper: Scraper | None = None
         self.scrape_report = ""  # how the scrapes went, once stopped
@@ -95,6 +102,23 @@ class Broker:
     def endpoint(self) -> Endpoint:
         return Endpoint(self.bootstrap, self.alive)
 
+    @property
+    def admin(self) -> AdminClient:
+        assert self._admin is not None, "the broker is not running"
+        return self._admin
+
+    def listener_endpoint(self, listener: str) -> Endpoint:
+        """Where the listener named ``listener`` (as in ``listeners``) is, from the line the
+        broker logged once started."""
+        found = re.findall(rf"\b{listener}://127\.0\.0\.1:(\d+)", self._process.start_output())
+        if not found:
+            raise BrokerError(f"{self.kind.label} has no listener {listener}")
+        return Endpoint(f"127.0.0.1:{found[-1]}", self.alive)
+
+    @property
+    def metrics_port(self) -> int:
+        return self._process.metrics_port
+
     def alive(self) -> bool:
         return self._process.running
 
@@ -110,7 +134,9 @@ class Broker:
                 self._process.start()
             except BrokerProcessError as e:  # it died, or was killed for not answering
                 raise BrokerError(f"{self.kind.label} exited with {self.returncode}: {e}") from e
-            self._admin = AdminClient({"bootstrap.servers": self.bootstrap, **QUIET})
+            self._admin = AdminClient(
+                {"bootstrap.servers": self.bootstrap, **self._admin_config, **QUIET}
+            )
             if self._scrape_every_s is not None:
                 self._scraper = Scraper(self._process.metrics_port, self._scrape_every_s)
                 self._scraper.start()

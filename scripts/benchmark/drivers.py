@@ -116,22 +116,28 @@ def _tail(stderr: bytes, lines: int = 15) -> str:
 
 
 class JavaClient:
-    """The Java client with a fixed set of producer settings (empty = the client's defaults)."""
+    """The Java client with a fixed set of producer settings (empty = the client's defaults)
+    and ``security``: properties both the producer and the consumer take (security.protocol,
+    ssl.*, sasl.*)."""
 
-    def __init__(self, driver: JavaDriver, producer: dict[str, str]) -> None:
+    def __init__(
+        self, driver: JavaDriver, producer: dict[str, str], security: dict[str, str] | None = None
+    ) -> None:
         self.driver = driver
         self.producer = producer
+        self.security = security or {}
 
     def produce(
         self, endpoint: Endpoint, topic: str, size: int, records: int, seconds: float
     ) -> Phase:
         options: dict[str, object] = {"topic": topic, "size": size, "records": records}
         options["seconds"] = seconds
-        options |= {f"p.{key}": value for key, value in self.producer.items()}
+        options |= {f"p.{key}": value for key, value in {**self.security, **self.producer}.items()}
         return _phase(self.driver.run("produce", endpoint, options, timeout=seconds + 180))
 
     def consume(self, endpoint: Endpoint, topic: str, records: int, seconds: float) -> Phase:
-        options = {"topic": topic, "records": records, "seconds": seconds}
+        options: dict[str, object] = {"topic": topic, "records": records, "seconds": seconds}
+        options |= {f"c.{key}": value for key, value in self.security.items()}
         return _phase(self.driver.run("consume", endpoint, options, timeout=seconds + 120))
 
 
@@ -140,7 +146,11 @@ def _phase(result: dict[str, Any]) -> Phase:
 
 
 class ConfluentClient:
-    """confluent-kafka (librdkafka) with its default settings, driven from this process."""
+    """confluent-kafka (librdkafka) with its default settings, driven from this process;
+    ``security``: librdkafka properties both ends take (security.protocol, ssl.*, sasl.*)."""
+
+    def __init__(self, security: dict[str, str] | None = None) -> None:
+        self.security = security or {}
 
     def produce(
         self, endpoint: Endpoint, topic: str, size: int, records: int, seconds: float
@@ -172,6 +182,7 @@ class ConfluentClient:
                 "bootstrap.servers": endpoint.bootstrap,
                 "delivery.report.only.error": True,  # no Python callback per record
                 "on_delivery": on_delivery,
+                **self.security,
                 **QUIET,
             }
         )
@@ -212,6 +223,7 @@ class ConfluentClient:
                 # a run's figure depend on whether the fetcher happened to hit it (200 or
                 # 900 MiB/s for the same broker). 10 ms keeps the flow control.
                 "fetch.queue.backoff.ms": 10,
+                **self.security,
                 **QUIET,
             }
         )

@@ -34,7 +34,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="scripts/bench",
         description="Gregor and Tansu side by side on this machine, with the same clients. "
-        "`scripts/bench cluster --help`: the 3-broker cluster benchmarks.",
+        "`scripts/bench cluster --help`: the 3-broker cluster benchmarks; "
+        "`scripts/bench security --help`: TLS, SASL and ACLs.",
     )
     parser.add_argument(
         "--size",
@@ -144,6 +145,10 @@ def main(argv: list[str] | None = None) -> int:
         from .metrics_cost import main as metrics_cost
 
         return metrics_cost(argv[1:])
+    if argv[:1] == ["security"]:
+        from .security import main as security
+
+        return security(argv[1:])
     if argv[:1] == ["cluster-scale"]:
         from .cluster_scale import main as cluster_scale
 

@@ -47,7 +47,7 @@ NO_POLLING = {"gregor.idle.poll.us": "0"}
 KIB = 1024
 
 
-def _produce_frame(topic: str, record: int, records: int) -> bytes:
+def produce_frame(topic: str, record: int, records: int) -> bytes:
     cls = request_type(PRODUCE, 9)
     now = int(time.time() * 1000)
     batch = build_batch([(None, b"v" * record, [], now)] * records)
@@ -62,7 +62,7 @@ def _produce_frame(topic: str, record: int, records: int) -> bytes:
     return request_frame(PRODUCE, 9, 1, request, client_id="metrics-cost")
 
 
-def _fetch_frame(topic: str, max_bytes: int) -> bytes:
+def fetch_frame(topic: str, max_bytes: int) -> bytes:
     """A consumer's fetch of the partition's first ``max_bytes``, not waiting."""
     cls = request_type(FETCH, 12)
     module = sys.modules[cls.__module__]
@@ -83,11 +83,11 @@ def _fetch_frame(topic: str, max_bytes: int) -> bytes:
     return request_frame(FETCH, 12, 1, request, client_id="metrics-cost")
 
 
-class _Connection:
+class RawConnection:
     """A raw connection sending one prebuilt frame and reading its answer, again and again."""
 
-    def __init__(self, broker: Broker) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", broker.port))
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port))
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.buffer = bytearray(4 << 20)
 
@@ -105,7 +105,7 @@ class _Connection:
             got += chunk
 
 
-def _phase(pair: list[tuple[Broker, _Connection]], frame: bytes, requests: int) -> list[float]:
+def alternate(pair: list[tuple[Broker, RawConnection]], frame: bytes, requests: int) -> list[float]:
     """Each broker's CPU microseconds per request, the brokers taking turns request by
     request."""
     before = [cpu_seconds(broker.pid) for broker, _ in pair]
@@ -125,11 +125,11 @@ def main(argv: list[str]) -> int:
     )
     args = parser.parse_args(argv)
     workloads: list[tuple[str, Callable[[], bytes]]] = [
-        ("produce 1 x 100 B", lambda: _produce_frame(TOPIC_SMALL, 100, 1)),
-        ("produce 16 x 1 KiB", lambda: _produce_frame(TOPIC_BATCH, KIB, 16)),
-        ("fetch 100 B", lambda: _fetch_frame(TOPIC_SMALL, 1)),
-        ("fetch 16 KiB", lambda: _fetch_frame(TOPIC_BATCH, 16 * KIB)),
-        ("fetch 1 MiB", lambda: _fetch_frame(TOPIC_BATCH, 1 << 20)),
+        ("produce 1 x 100 B", lambda: produce_frame(TOPIC_SMALL, 100, 1)),
+        ("produce 16 x 1 KiB", lambda: produce_frame(TOPIC_BATCH, KIB, 16)),
+        ("fetch 100 B", lambda: fetch_frame(TOPIC_SMALL, 1)),
+        ("fetch 16 KiB", lambda: fetch_frame(TOPIC_BATCH, 16 * KIB)),
+        ("fetch 1 MiB", lambda: fetch_frame(TOPIC_BATCH, 1 << 20)),
     ]
     frames = {name: make() for name, make in workloads}
     costs: dict[str, dict[str, list[float]]] = {n: {"on": [], "off": []} for n in frames}
@@ -140,13 +140,14 @@ def main(argv: list[str]) -> int:
             for broker in (on, off):
                 broker.create_topic(TOPIC_SMALL, 1)
                 broker.create_topic(TOPIC_BATCH, 1)
-            connections = {b: _Connection(b) for b in (on, off)}
+            connections = {b: RawConnection(b.port) for b in (on, off)}
             for round_ in range(args.rounds):
                 # Alternate which broker goes first within each pair of requests.
                 order = [on, off] if round_ % 2 == 0 else [off, on]
                 pair = [(b, connections[b]) for b in order]
                 for name, frame in frames.items():
-                    per_request = dict(zip(order, _phase(pair, frame, args.requests), strict=True))
+                    cpu = alternate(pair, frame, args.requests)
+                    per_request = dict(zip(order, cpu, strict=True))
                     costs[name]["on"].append(per_request[on])
                     costs[name]["off"].append(per_request[off])
                 print(f"round {round_ + 1} of {args.rounds} done", file=sys.stderr, flush=True)

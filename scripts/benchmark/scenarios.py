@@ -8,7 +8,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .brokers import Broker
-from .drivers import MIB, Client, ConfluentClient, DriverError, JavaClient, JavaDriver
+from .drivers import (
+    MIB,
+    Client,
+    ConfluentClient,
+    DriverError,
+    Endpoint,
+    JavaClient,
+    JavaDriver,
+)
 from .groups import (
     GROUP_MEMBERS,
     GROUP_PARTITIONS,
@@ -90,14 +98,19 @@ def _per_gib(cpu: float, nbytes: int) -> float:
 
 
 def _throughput(ctx: Context, client: Client, size: int) -> Measurements:
-    """Produce a fixed volume, then consume it all from the beginning, timing each phase."""
-    topic = ctx.new_topic()
-    pid, endpoint = ctx.broker.pid, ctx.broker.endpoint
-    records = ctx.sizes.throughput_bytes // size
+    return throughput(ctx.broker.pid, ctx.broker.endpoint, ctx.new_topic(), client, size, ctx.sizes)
+
+
+def throughput(
+    pid: int, endpoint: Endpoint, topic: str, client: Client, size: int, sizes: Sizes
+) -> Measurements:
+    """Produce a fixed volume to ``topic``, then consume it all from the beginning, timing
+    each phase and the CPU time of the broker process ``pid``."""
+    records = sizes.throughput_bytes // size
     cpu0 = cpu_seconds(pid)
-    produced = client.produce(endpoint, topic, size, records, ctx.sizes.phase_seconds)
+    produced = client.produce(endpoint, topic, size, records, sizes.phase_seconds)
     cpu1 = cpu_seconds(pid)
-    consumed = client.consume(endpoint, topic, produced.records, ctx.sizes.phase_seconds)
+    consumed = client.consume(endpoint, topic, produced.records, sizes.phase_seconds)
     cpu2 = cpu_seconds(pid)
     if consumed.records != produced.records:
         raise ScenarioError(f"consumed {consumed.records} of {produced.records} records")

@@ -7,6 +7,7 @@ import datetime
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from gregor.apis.context import build, nested
@@ -23,6 +24,7 @@ from gregor.wire.versions import (
 )
 from tests.kafka_wire import WireClient
 
+Connect = Callable[[], WireClient]  # a new connection, ready for requests (authenticated)
 TOPIC = "canary"
 GROUP = "canary-group"  # committed to every COMMIT_EVERY rounds
 GROUP_BEFORE = "canary-group-before"  # committed once, before the fuzz
@@ -150,18 +152,24 @@ def committed_offset(client: WireClient, group_id: str) -> int:
     return response.groups[0].topics[0].partitions[0].committed_offset
 
 
+def plaintext(port: int) -> Connect:
+    """Connections to a PLAINTEXT listener."""
+    return partial(WireClient, port, timeout=TIMEOUT.total_seconds())
+
+
 class Canary:
     """Rounds of Metadata, a one-record Produce and a Fetch of it, plus a commit every
-    COMMIT_EVERY rounds; a call that fails reconnects and is timed like any other."""
+    COMMIT_EVERY rounds; a call that fails reconnects (with ``connect``, its time counted
+    in the call's) and is timed like any other."""
 
-    def __init__(self, port: int) -> None:
-        self.port = port
+    def __init__(self, connect: Connect) -> None:
+        self.connect = connect
         self.state = CanaryState()
         self.client: WireClient | None = None
 
     def _client(self) -> WireClient:
         if self.client is None:
-            self.client = WireClient(self.port, timeout=TIMEOUT.total_seconds())
+            self.client = self.connect()
         return self.client
 
     def _timed(self, what: str, call: Any, *args: Any) -> Any:
@@ -220,10 +228,10 @@ class Canary:
             time.sleep(PAUSE_S)
 
 
-def verify(port: int, state: CanaryState) -> list[str]:
+def verify(connect: Connect, state: CanaryState) -> list[str]:
     """What differs between the broker's data and what the canary was acknowledged."""
     problems = []
-    client = WireClient(port, timeout=TIMEOUT.total_seconds())
+    client = connect()
     try:
         stored: list[tuple[int, bytes]] = []
         offset, high_watermark = 0, 1

@@ -95,6 +95,8 @@ def render(result: RunResult, frames_wanted: int) -> tuple[str, bool]:
         "",
     ]
     lines += [f"  {family:<20} {count:>12,} frames" for family, count in result.frames.items()]
+    if result.notes:
+        lines += ["", *(f"  {note}: {count:,}" for note, count in sorted(result.notes.items()))]
     latencies = result.canary.latencies_ms
     lines += [
         "",

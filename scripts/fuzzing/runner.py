@@ -1,5 +1,7 @@
 """One fuzz run: a broker process, fuzzing worker processes, the canary, and a watcher
-that restarts the broker if it dies and samples its peak RSS."""
+that restarts the broker if it dies and samples its peak RSS. A secured run
+(``Plan.secured``) starts the broker of ``secured.py``, runs the families of
+``secured_attacks.py`` against its listeners and has the canary authenticate on SASL_SSL."""
 
 from __future__ import annotations
 
@@ -10,14 +12,17 @@ import socket
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from benchmark.procstats import cpu_seconds, memory_kib
 
 from compat_tests.broker import BrokerProcess
-from fuzzing import admin_mega, metrics_http
-from fuzzing.canary import TOPIC, Canary, CanaryState, create_topic, verify
+from fuzzing import admin_mega, metrics_http, secured
+from fuzzing.canary import TOPIC, Canary, CanaryState, Connect, create_topic, plaintext, verify
 from fuzzing.frames import BOMB_TOPICS, FAMILIES, FUZZ_TOPICS, bomb_batches
+from fuzzing.secured import Targets
+from fuzzing.secured_attacks import SECURED_FAMILIES
 from gregor.server.harness.broker_process import BrokerProcessError as BrokerError
 from tests.kafka_wire import WireClient
 
@@ -34,6 +39,7 @@ _MP = multiprocessing.get_context("fork")  # workers inherit the prebuilt bombs
 @dataclass
 class RunResult:
     frames: Counter[str] = field(default_factory=Counter)
+    notes: Counter[str] = field(default_factory=Counter)  # what the secured families saw
     connections: int = 0
     seconds: float = 0.0
     broker_cpu_s: float = 0.0
@@ -85,6 +91,8 @@ class Plan:
     seed: int
     families: tuple[str, ...] = tuple(FAMILIES)
     metrics_port: int = -1  # the /metrics endpoint's, when metrics_http is fuzzed
+    secured: bool = False  # the secured broker and SECURED_FAMILIES
+    targets: Targets | None = None  # its listeners, once started
 
 
 def fuzz_worker(
@@ -92,11 +100,19 @@ def fuzz_worker(
 ) -> None:
     rng = random.Random(plan.seed * 1000 + index)
     names = list(plan.families)
-    weights = [FAMILIES[name][1] for name in names]
+    weights = [(SECURED_FAMILIES.get(name) or FAMILIES[name])[1] for name in names]
     frames: Counter[str] = Counter()
+    notes: Counter[str] = Counter()
     connections = 0
     while frames.total() < quota and time.time() < deadline:
         family = rng.choices(names, weights)[0]
+        if family in SECURED_FAMILIES:
+            assert plan.targets is not None
+            seen = SECURED_FAMILIES[family][0](plan.targets, rng)
+            frames[family] += seen.pop(family, 0)
+            notes.update(seen)
+            connections += 1
+            continue
         if family == metrics_http.FAMILY:
             frames[family] += metrics_http.attack(plan.metrics_port, rng)
             connections += 1
@@ -108,7 +124,7 @@ def fuzz_worker(
         generated = FAMILIES[family][0](rng)
         frames[family] += send_connection(port, family, generated[: quota - frames.total()])
         connections += 1
-    out.put((frames, connections))
+    out.put((frames, connections, notes))
 
 
 def canary_worker(canary: Canary, stop: multiprocessing.Event, out: multiprocessing.Queue) -> None:
@@ -132,29 +148,43 @@ def _create_topics(port: int) -> None:
 def run(work_dir: Path, plan: Plan) -> RunResult:
     """Fuzz a fresh broker as planned (frames or max_seconds, whichever ends first)."""
     result = RunResult()
-    bomb_batches()  # built once here, shared with the forked workers
     overrides: dict[str, str] = {}
+    targets = None
+    if plan.secured:
+        overrides, targets = secured.prepare(work_dir / "secured")
+        plan = dataclasses.replace(plan, targets=targets)
+    else:
+        bomb_batches()  # built once here, shared with the forked workers
     if metrics_http.FAMILY in plan.families:
         overrides["metrics.prometheus.port"] = "0"
     broker = BrokerProcess(work_dir, overrides)
+    broker.probe_listener = "PLAINTEXT"  # the secured broker's administration listener
     result.log_path = broker.log_path
     broker.start()
     if metrics_http.FAMILY in plan.families:
         plan = dataclasses.replace(plan, metrics_port=broker.metrics_port)
+    connect = plaintext(broker.port)
+    if targets is not None:
+        secured.create_users(targets)
+        connect = partial(secured.canary_client, targets)
     try:
         _create_topics(broker.port)
-        canary = Canary(broker.port)
+        if targets is not None:
+            secured.wait_for_canary_login(targets)
+        canary = Canary(connect)
         canary.setup()
         canary.run(WARMUP_ROUNDS)
         result.baseline_ms = list(canary.state.latencies_ms)
         _fuzz(broker, canary, result, plan)
-        result.problems_after_fuzz = _verify(broker, result.canary)
+        result.problems_after_fuzz = _verify(connect, result.canary)
         try:
             broker.restart()
-        except BrokerError as e:
+            if targets is not None:
+                secured.wait_for_canary_login(targets)
+        except (BrokerError, OSError) as e:
             result.problems_after_restart = [f"clean restart failed: {e}"]
         else:
-            result.problems_after_restart = _verify(broker, result.canary)
+            result.problems_after_restart = _verify(connect, result.canary)
     finally:
         broker.kill()
     return result
@@ -187,8 +217,9 @@ def _fuzz(broker: BrokerProcess, canary: Canary, result: RunResult, plan: Plan) 
     result.canary = canary_out.get(timeout=60)
     for p in procs:
         if p.exitcode == 0:
-            worker_frames, connections = results.get(timeout=10)
+            worker_frames, connections, notes = results.get(timeout=10)
             result.frames.update(worker_frames)
+            result.notes.update(notes)
             result.connections += connections
         else:
             result.crashes.append(f"fuzz worker exited with {p.exitcode}")
@@ -196,9 +227,9 @@ def _fuzz(broker: BrokerProcess, canary: Canary, result: RunResult, plan: Plan) 
     _watch(broker, result)
 
 
-def _verify(broker: BrokerProcess, state: CanaryState) -> list[str]:
+def _verify(connect: Connect, state: CanaryState) -> list[str]:
     try:
-        return verify(broker.port, state)
+        return verify(connect, state)
     except (OSError, ValueError) as e:
         return [f"could not read the data back: {type(e).__name__}: {e}"]
 

@@ -15,8 +15,10 @@ import sys
 from collections.abc import Iterable
 from typing import Any
 
+from gregor.controller.acls.api_fields import binding_from_fields, entry_fields, filter_fields
 from gregor.controller.acls.model import (
     CLUSTER_NAME,
+    WILDCARD,
     AccessControlEntry,
     AccessControlEntryFilter,
     AclBinding,
@@ -32,15 +34,14 @@ from gregor.controller.acls.model import (
     parse_principal,
 )
 from gregor.server.cli.client.connection import Client, ClientError, schema
+from gregor.wire.versions import CREATE_ACLS, DELETE_ACLS, DESCRIBE_ACLS
 
-DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 29, 30, 31
 VERSION = 1  # served by every broker since Kafka 2.0, up to 4.x
 _O = AclOperation
 PRODUCER_TOPIC = (_O.WRITE, _O.DESCRIBE, _O.CREATE)
 PRODUCER_TRANSACTIONAL_ID = (_O.WRITE, _O.DESCRIBE)
 CONSUMER_TOPIC = (_O.READ, _O.DESCRIBE)
 CONSUMER_GROUP = (_O.READ,)
-WILDCARD_HOST = "*"
 
 Acls = dict[ResourcePatternFilter, set[AccessControlEntry]]
 
@@ -56,76 +57,31 @@ def _check(code: Any, message: str | None) -> None:
 
 
 def describe_acls(client: Client, flt: AclBindingFilter) -> list[AclBinding]:
-    pattern, entry = flt.pattern, flt.entry
-    answer = client.call(
-        schema(DESCRIBE_ACLS, VERSION)(
-            resource_type_filter=pattern.resource_type,
-            resource_name_filter=pattern.name,
-            pattern_type_filter=pattern.pattern_type,
-            principal_filter=entry.principal,
-            host_filter=entry.host,
-            operation=entry.operation,
-            permission_type=entry.permission,
-        )
-    )
+    answer = client.call(schema(DESCRIBE_ACLS, VERSION)(**filter_fields(flt)))
     _check(answer.error_code, answer.error_message)
-    return [
-        AclBinding(
-            ResourcePattern(
-                ResourceType(r.resource_type), r.resource_name, PatternType(r.pattern_type)
-            ),
-            AccessControlEntry(
-                a.principal,
-                a.host,
-                AclOperation(a.operation),
-                AclPermissionType(a.permission_type),
-            ),
-        )
-        for r in answer.resources
-        for a in r.acls
-    ]
+    return [binding_from_fields(r, a, r.pattern_type) for r in answer.resources for a in r.acls]
 
 
 def create_acls(client: Client, bindings: Iterable[AclBinding]) -> None:
     creation = schema(CREATE_ACLS, VERSION, "AclCreation")
-    answer = client.call(
-        schema(CREATE_ACLS, VERSION)(
-            creations=tuple(
-                creation(
-                    resource_type=b.pattern.resource_type,
-                    resource_name=b.pattern.name,
-                    resource_pattern_type=b.pattern.pattern_type,
-                    principal=b.entry.principal,
-                    host=b.entry.host,
-                    operation=b.entry.operation,
-                    permission_type=b.entry.permission,
-                )
-                for b in bindings
-            )
+    creations = tuple(
+        creation(
+            resource_type=b.pattern.resource_type,
+            resource_name=b.pattern.name,
+            resource_pattern_type=b.pattern.pattern_type,
+            **entry_fields(b.entry),
         )
+        for b in bindings
     )
+    answer = client.call(schema(CREATE_ACLS, VERSION)(creations=creations))
     for result in answer.results:
         _check(result.error_code, result.error_message)
 
 
 def delete_acls(client: Client, filters: Iterable[AclBindingFilter]) -> None:
     item = schema(DELETE_ACLS, VERSION, "DeleteAclsFilter")
-    answer = client.call(
-        schema(DELETE_ACLS, VERSION)(
-            filters=tuple(
-                item(
-                    resource_type_filter=f.pattern.resource_type,
-                    resource_name_filter=f.pattern.name,
-                    pattern_type_filter=f.pattern.pattern_type,
-                    principal_filter=f.entry.principal,
-                    host_filter=f.entry.host,
-                    operation=f.entry.operation,
-                    permission_type=f.entry.permission,
-                )
-                for f in filters
-            )
-        )
-    )
+    request = schema(DELETE_ACLS, VERSION)(filters=tuple(item(**filter_fields(f)) for f in filters))
+    answer = client.call(request)
     for result in answer.filter_results:
         _check(result.error_code, result.error_message)
         for acl in result.matching_acls:
@@ -175,7 +131,7 @@ def entries(
         (args.deny_principal, args.deny_host, AclPermissionType.DENY),
     ):
         for principal in _principals(principals):
-            for host in {h.strip() for h in hosts} or {WILDCARD_HOST}:
+            for host in {h.strip() for h in hosts} or {WILDCARD}:
                 found.update(
                     AccessControlEntry(principal, host, op, permission) for op in operations
                 )

@@ -55,6 +55,9 @@ def run(args: argparse.Namespace) -> int:
     except OSError as e:
         logger.error("Fatal error during startup: cannot read %s: %s", args.properties, e.strerror)
         return 1
+    except ValueError as e:  # a malformed escape, as java.util.Properties refuses it
+        logger.error("Fatal error during startup: cannot read %s: %s", args.properties, e)
+        return 1
     props.update(dict(args.override))
     try:
         config = BrokerConfig(props)

@@ -9,7 +9,12 @@ the launcher reads that port from the line the broker logs once started ("... st
 (...); listening on PLAINTEXT://127.0.0.1:<port>"). The log line rather than a file: it
 needs nothing from the broker that Kafka's broker does not do, it is written once the
 broker has joined its cluster and serves, and ``gregor serve`` always logs at INFO to the
-output the launcher keeps. Readiness is then a Metadata answer listing a broker.
+output the launcher keeps. Readiness is then a Metadata answer listing a broker. Every
+listener bound on port 0 keeps its first port across restarts.
+
+Its settings are written to ``server.properties`` in its directory (mode 0600, escaped as
+Java writes them: ``properties.py``), which ``gregor serve`` reads: the launcher logs the
+command line, and settings such as ``sasl.jaas.config`` hold passwords.
 
 A secured broker (``listeners`` overridden with ``SSL://`` or ``SASL_*`` listeners) is
 probed on the listener ``probe_listener`` names (the first one logged by default) with the
@@ -40,6 +45,7 @@ from gregor.server.cli.client.connection import (
     ClientError,
 )
 from gregor.server.harness.process import ServerProcess
+from gregor.server.harness.properties import write_properties
 
 START_TIMEOUT_S = 30.0
 _POLL_S = 0.01
@@ -105,6 +111,7 @@ class BrokerProcess(ServerProcess):
         self.reports_port = peer is None
         self.client_config = dict(client_config or {})
         self.probe_listener = probe_listener
+        self._listener_ports: dict[str, int] = {}
 
     @property
     def bootstrap(self) -> str:
@@ -130,10 +137,26 @@ class BrokerProcess(ServerProcess):
             "num.partitions": "1",
             **self.overrides,
         }
-        cmd = [sys.executable, "-m", "gregor.server.cli", "serve"]
-        for key, value in config.items():
-            cmd += ["--override", f"{key}={value}"]
-        return cmd
+        config["listeners"] = self._keep_ports(config["listeners"])
+        # A file, not --override: the command line is logged, and settings hold passwords.
+        properties = write_properties(self.directory / "server.properties", config)
+        return [sys.executable, "-m", "gregor.server.cli", "serve", str(properties)]
+
+    def _keep_ports(self, listeners: str) -> str:
+        """``listeners`` with each port 0 replaced by the port that listener bound at the
+        first start, so that a restart serves every listener where clients know it."""
+        kept = []
+        for item in listeners.split(","):
+            name, sep, address = item.strip().partition("://")
+            host, _, port = address.rpartition(":")
+            known = self._listener_ports.get(name.upper())
+            kept.append(f"{name}://{host}:{known}" if sep and port == "0" and known else item)
+        return ",".join(kept)
+
+    @property
+    def listener_ports(self) -> dict[str, int]:
+        """Each listener's port by its upper-case name (known once started)."""
+        return dict(self._listener_ports)
 
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -157,6 +180,7 @@ class BrokerProcess(ServerProcess):
                 raise BrokerProcessError(
                     self._describe(f"no listener {name} (listening on {found.group(1)})")
                 )
+            self._listener_ports = {n.upper(): p for n, p in ports.items()}
             self._port = ports[name]
         try:
             client = self._client(timeout_s=2.0)

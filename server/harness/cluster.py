@@ -8,14 +8,17 @@ and ``zookeeper.connect`` to the cluster's ZooKeeper. Brokers can be killed (-9)
 (SIGSTOP) and resumed (SIGCONT), restarted on the same port and data dir, and stopped.
 The ``wait_*`` helpers poll Metadata from every running broker until a condition holds,
 and fail naming what they awaited and what each broker last answered.
+
+``secure=True`` runs it as ``secured.py``'s ``ClusterSecurity`` sets it up: SASL_SSL
+between brokers and to clients, the authorizer on, certificates from a CA in
+``<work_dir>/tls``; the harness and the ``wait_*`` helpers speak to the ``CLIENT``
+listeners as the admin, and ``client_config(user)`` hands out how a user connects.
 """
 
 from __future__ import annotations
 
 import os
 import signal
-import socket
-import struct
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -24,9 +27,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from gregor.server.cli.client.connection import PLAINTEXT, ClientError, Connection
 from gregor.server.harness.broker_process import BrokerProcess
+from gregor.server.harness.secured import ADMIN, ClientConfig, ClusterSecurity
 from gregor.server.harness.zookeeper import ZooKeeperProcess
-from gregor.wire.schema import decode, encode, request_type, response_type
+from gregor.server.security.client_security import ClientSecurity
+from gregor.wire.schema import request_type
 
 METADATA = 3
 METADATA_VERSION = 12
@@ -84,15 +90,30 @@ class Cluster:
         work_dir: Path,
         brokers: int = 3,
         overrides: dict[str, str] | None = None,
+        *,
+        secure: bool = False,
+        anonymous_listener: bool = False,
     ) -> None:
+        """``secure``: see the module's docstring; ``anonymous_listener``: with it, a
+        PLAINTEXT listener too (``ANONYMOUS``, ``anonymous_port``)."""
         self.work_dir = Path(work_dir)
         self.zookeeper = ZooKeeperProcess(self.work_dir / "zookeeper")
         self.brokers: dict[int, BrokerProcess] = {}
         self.paused: set[int] = set()
+        self.security = (
+            ClusterSecurity(self.work_dir / "tls", anonymous_listener=anonymous_listener)
+            if secure
+            else None
+        )
+        harness_config = self.security.harness_config() if self.security else {}
+        self._client_security = ClientSecurity.from_properties(harness_config)
         for broker_id in range(1, brokers + 1):
+            secured = self.security.broker_overrides(broker_id) if self.security else {}
             self.brokers[broker_id] = BrokerProcess(
                 self.work_dir / f"broker-{broker_id}",
-                {**TEST_DEFAULTS, "broker.id": str(broker_id), **(overrides or {})},
+                {**TEST_DEFAULTS, "broker.id": str(broker_id), **secured, **(overrides or {})},
+                client_config=harness_config,
+                probe_listener=ClusterSecurity.CLIENT if secure else None,
             )
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -109,6 +130,17 @@ class Cluster:
     @property
     def bootstrap(self) -> str:
         return ",".join(b.bootstrap for b in self.brokers.values())
+
+    def client_config(self, user: str = ADMIN) -> ClientConfig:
+        """How ``user`` (``secured.ADMIN`` or ``secured.USER``) connects; on a cluster that
+        is not secure, everyone connects alike (PLAINTEXT)."""
+        if self.security is None:
+            return ClientConfig(self.bootstrap)
+        return self.security.client(user, self.bootstrap)
+
+    def anonymous_port(self, broker_id: int) -> int:
+        """The port of broker ``broker_id``'s PLAINTEXT listener (``anonymous_listener``)."""
+        return self.brokers[broker_id].listener_ports[ClusterSecurity.ANONYMOUS]
 
     def running(self) -> list[int]:
         """Ids of brokers whose process runs and is not paused."""
@@ -216,7 +248,7 @@ class Cluster:
 
     def metadata(self, broker_id: int, timeout: float = 5.0) -> BrokerView:
         """Metadata v12 for all topics, from one broker, over a fresh connection."""
-        return metadata(self.brokers[broker_id].port, timeout)
+        return metadata(self.brokers[broker_id].port, timeout, self._client_security)
 
     def views(self) -> dict[int, BrokerView | Exception]:
         """Every running broker's Metadata answer, or the error asking it raised."""
@@ -224,7 +256,7 @@ class Cluster:
         for broker_id in self.running():
             try:
                 result[broker_id] = self.metadata(broker_id)
-            except (OSError, ValueError) as e:
+            except (OSError, ValueError, ClientError) as e:
                 result[broker_id] = e
         return result
 
@@ -365,25 +397,17 @@ class Cluster:
         return result
 
 
-def metadata(port: int, timeout: float = 5.0) -> BrokerView:
-    """Ask one broker for Metadata v12 of every topic."""
+def metadata(port: int, timeout: float = 5.0, security: ClientSecurity = PLAINTEXT) -> BrokerView:
+    """Ask one broker for Metadata v12 of every topic, over a new connection made with
+    ``security`` (raises OSError, or ClientError if unreachable or refused)."""
     request = request_type(METADATA, METADATA_VERSION)(
         topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False
     )
-    client_id = b"cluster-test"
-    # Request header v2: api key, version, correlation id, client id, no tagged fields.
-    header = struct.pack(">hhih", METADATA, METADATA_VERSION, 1, len(client_id)) + client_id
-    payload = header + b"\x00" + encode(request)
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
-        sock.sendall(struct.pack(">i", len(payload)) + payload)
-        size = struct.unpack(">i", _recv_exact(sock, 4))[0]
-        frame = _recv_exact(sock, size)
-    if struct.unpack_from(">i", frame)[0] != 1:
-        raise ValueError("correlation id mismatch")
-    # Response header v1: correlation id and an empty tagged-field section.
-    if frame[4] != 0:
-        raise ValueError("unexpected tagged fields in the response header")
-    response = decode(response_type(METADATA, METADATA_VERSION), frame, 5)
+    connection = Connection("127.0.0.1", port, "cluster-test", timeout, security=security)
+    try:
+        response = connection.call(request)
+    finally:
+        connection.close()
     topics: dict[str, dict[int, PartitionView]] = {}
     errors: dict[str, int] = {}
     for t in response.topics:
@@ -407,13 +431,3 @@ def metadata(port: int, timeout: float = 5.0) -> BrokerView:
         topics,
         errors,
     )
-
-
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("connection closed by broker")
-        buf += chunk
-    return bytes(buf)

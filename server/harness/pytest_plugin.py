@@ -18,7 +18,19 @@ scope); every test gets fresh topics from ``gregor_topic`` or ``gregor_topic_fac
         ...  # every acknowledged record is still there
 
 Override the ``gregor_broker_overrides`` fixture (session scope) to give the broker
-server.properties settings.
+server.properties settings, and ``gregor_broker_security`` to secure it (``secured.py``:
+TLS, a SASL mechanism, the ACL authorizer); ``gregor_admin_config`` (a super user) and
+``gregor_client_config`` (``alice``, allowed what ACLs grant) say how to connect, in each
+client's style::
+
+    @pytest.fixture(scope="session")
+    def gregor_broker_security():
+        return BrokerSecurity(tls=True, sasl_mechanism="SCRAM-SHA-512", authorizer=True)
+
+    def test_secured(gregor_client_config, gregor_topic):
+        producer = confluent_kafka.Producer(gregor_client_config.confluent())
+        consumer = kafka.KafkaConsumer(**gregor_client_config.kafka_python())
+        gregor_client_config.write(path)  # Java's client.properties, --command-config
 """
 
 from __future__ import annotations
@@ -31,6 +43,7 @@ from typing import Literal, get_args
 import pytest
 
 from gregor.server.harness.broker_process import BrokerProcess
+from gregor.server.harness.secured import ADMIN, USER, BrokerSecurity, ClientConfig, SecuredBroker
 
 _Scope = Literal["session", "package", "module", "class", "function"]
 _SCOPES: tuple[_Scope, ...] = get_args(_Scope)
@@ -68,14 +81,40 @@ def gregor_broker_overrides() -> dict[str, str]:
     return {}
 
 
+@pytest.fixture(scope="session")
+def gregor_broker_security() -> BrokerSecurity | None:
+    """How the broker is secured (None: PLAINTEXT, everyone allowed everything); override
+    this fixture to return a ``BrokerSecurity``."""
+    return None
+
+
+@pytest.fixture(scope=_broker_scope)
+def _gregor_secured(
+    tmp_path_factory: pytest.TempPathFactory, gregor_broker_security: BrokerSecurity | None
+) -> SecuredBroker | None:
+    if gregor_broker_security is None:
+        return None
+    return SecuredBroker(tmp_path_factory.mktemp("gregor-tls"), gregor_broker_security)
+
+
 @pytest.fixture(scope=_broker_scope)
 def gregor_broker(
-    tmp_path_factory: pytest.TempPathFactory, gregor_broker_overrides: dict[str, str]
+    tmp_path_factory: pytest.TempPathFactory,
+    gregor_broker_overrides: dict[str, str],
+    _gregor_secured: SecuredBroker | None,
 ) -> Iterator[BrokerProcess]:
     """A running broker in a temporary directory; ``restart()`` stops it cleanly and starts
     it again, ``kill()`` kills it with SIGKILL and starts it again (recovery), both on the
     same port and data."""
-    with BrokerProcess(tmp_path_factory.mktemp("gregor"), gregor_broker_overrides) as broker:
+    secured = _gregor_secured
+    overrides = {**(secured.overrides() if secured else {}), **gregor_broker_overrides}
+    with BrokerProcess(
+        tmp_path_factory.mktemp("gregor"),
+        overrides,
+        client_config=secured.harness_config() if secured else None,
+    ) as broker:
+        if secured is not None:
+            secured.after_start(broker.bootstrap)
         yield broker
 
 
@@ -83,6 +122,28 @@ def gregor_broker(
 def gregor_bootstrap(gregor_broker: BrokerProcess) -> str:
     """The broker's ``bootstrap.servers`` address, ``127.0.0.1:<port>``."""
     return gregor_broker.bootstrap
+
+
+@pytest.fixture(scope=_broker_scope)
+def gregor_admin_config(
+    gregor_broker: BrokerProcess, _gregor_secured: SecuredBroker | None
+) -> ClientConfig:
+    """How a super user connects: ``.confluent()``, ``.kafka_python()``, ``.properties()``
+    (Kafka's client properties), ``.write(path)`` (them as a file)."""
+    if _gregor_secured is None:
+        return ClientConfig(gregor_broker.bootstrap)
+    return _gregor_secured.client(ADMIN, gregor_broker.bootstrap)
+
+
+@pytest.fixture(scope=_broker_scope)
+def gregor_client_config(
+    gregor_broker: BrokerProcess, _gregor_secured: SecuredBroker | None
+) -> ClientConfig:
+    """How the ordinary user ``alice`` connects (as ``gregor_admin_config``); with the
+    authorizer she may do what ACLs allow her."""
+    if _gregor_secured is None:
+        return ClientConfig(gregor_broker.bootstrap)
+    return _gregor_secured.client(USER, gregor_broker.bootstrap)
 
 
 @pytest.fixture

@@ -52,6 +52,8 @@ limited_log = RateLimitedLog(logger)
 
 # Kafka's KafkaChannel.MIN_REAUTH_INTERVAL_ONE_SECOND_NANOS.
 MIN_REAUTH_INTERVAL_NS = 1_000_000_000
+# The longest session_lifetime SaslAuthenticate can carry (a token may expire in 10^300 s).
+MAX_SESSION_LIFETIME_MS = timedelta.max // timedelta(milliseconds=1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,6 +306,7 @@ class SaslAuthenticator:
                 lifetime_ms = max(0, credential_ms)
             else:
                 lifetime_ms = max(0, min(credential_ms, max_reauth_ms))
+            lifetime_ms = min(lifetime_ms, MAX_SESSION_LIFETIME_MS)
             self._expires_ns = time.monotonic_ns() + lifetime_ms * 1_000_000
         self._state = _State.COMPLETE
         channel = self._channel

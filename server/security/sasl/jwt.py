@@ -106,7 +106,7 @@ class JwtValidator:
 
     def _check_signature(self, header: Mapping[str, Any], sections: list[str]) -> None:
         alg = header.get("alg")
-        if alg not in ALGORITHMS:
+        if not isinstance(alg, str) or alg not in ALGORITHMS:
             raise InvalidTokenError(f"The JWS algorithm {alg!r} is not allowed")
         if "crit" in header:
             raise InvalidTokenError("Unrecognized critical header parameters")

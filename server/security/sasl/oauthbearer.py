@@ -168,7 +168,7 @@ def b64url_json(section: str) -> dict[str, Any]:
         raise InvalidTokenError("malformed Base64 URL encoded value") from None
     try:
         value = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: arrays nested thousands deep
         raise InvalidTokenError("malformed JSON") from None
     if not isinstance(value, dict):
         raise InvalidTokenError("malformed JSON")
@@ -176,7 +176,13 @@ def b64url_json(section: str) -> dict[str, Any]:
 
 
 def is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+    """A JSON number usable as a date: not NaN, not infinite, not beyond a float."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int of hundreds of digits
+        return False
 
 
 def _type_name(value: object) -> str:

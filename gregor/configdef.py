@@ -88,7 +88,7 @@ def _parse(kind: Type, name: str, text: str) -> Any:
         return trimmed.lower() == "true"
     if kind is Type.LIST:
         return [item.strip() for item in trimmed.split(",") if item.strip()]
-    return text if kind is Type.PASSWORD else trimmed
+    return trimmed
 
 
 def between(low: float | None, high: float | None = None) -> Validator:

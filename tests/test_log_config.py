@@ -4,7 +4,7 @@ from dataclasses import fields
 
 import pytest
 
-from gregor.configdef import ConfigError
+from gregor.configdef import ConfigError, ConfigKey, Type
 from gregor.log.config import (
     LONG_MAX,
     TOPIC_CONFIGS,
@@ -163,3 +163,8 @@ def test_kafkas_messages_for_topic_keys_and_their_broker_keys(
     with pytest.raises(ConfigError) as broker_level:
         LogConfig.from_properties({broker_key: value}, {})
     assert str(broker_level.value) == message.replace(f" {key}: ", f" {broker_key}: ")
+
+
+def test_a_password_value_is_trimmed_as_kafka_trims_it() -> None:
+    # ConfigDef.parseType trims every string value, a PASSWORD's too.
+    assert ConfigKey("ssl.keystore.password", Type.PASSWORD, None).parse(" s3cret \t") == "s3cret"

@@ -369,7 +369,8 @@ def base_key(name: str) -> str:
 
 # Kafka's keys that Gregor's server.properties table (server/config.py) does not have, and
 # that Kafka reconfigures at run time: stored and described (types, defaults and bounds as
-# Kafka's), not acted on (no TLS or SASL yet, no tiered storage, no metrics reporters).
+# Kafka's). The ssl.* and sasl.* ones are read per listener (server/config.py's
+# listener_settings); tiered storage and metrics reporters are not acted on.
 _EXTRA_BROKER_KEYS = [
     ConfigKey("ssl.keystore.type", Type.STRING, "JKS"),
     ConfigKey("ssl.keystore.location", Type.STRING, None),

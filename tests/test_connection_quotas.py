@@ -190,7 +190,7 @@ def client(broker: BrokerProcess) -> Iterator[WireClient]:
         ({"client-id": "recon"}, 1),
         ({"client-id": "recon"}, 4),
         ({"client-id": None}, 1),
-        ({"user": None}, 1),  # every client is ANONYMOUS (no SASL): the default user's quota
+        ({"user": None}, 1),  # every plaintext client is ANONYMOUS: the default user's quota
     ],
 )
 def test_reconnecting_producer_stays_within_its_quota(

@@ -65,7 +65,8 @@ from gregor.server.metrics_state import BrokerState, read_state
 from gregor.server.network import Connection, Limits, SocketServer
 from gregor.server.quotas import ClientQuotas
 from gregor.server.security.client_security import ClientSecurity
-from gregor.server.security.sasl import Jwks, jwks_sources
+from gregor.server.security.sasl.jwks import Jwks
+from gregor.server.security.sasl.mechanisms import jwks_sources
 from gregor.server.security.tls import SslConfigError
 from gregor.server.security.zk_client_security import zk_client_security
 from gregor.wire.interbroker import ControlledShutdownRequest

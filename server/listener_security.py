@@ -29,8 +29,8 @@ from gregor.server.config import (
 )
 from gregor.server.metrics import AuthenticationMetrics
 from gregor.server.security.authenticator import SaslListener
-from gregor.server.security.sasl import server_mechanisms
 from gregor.server.security.sasl.mechanism import mechanism_setting
+from gregor.server.security.sasl.mechanisms import server_mechanisms
 from gregor.server.security.ssl_principal import (
     SslPrincipalMapper,
     parse_mapping_rules,

@@ -213,3 +213,14 @@ def test_a_users_suite_through_the_entry_point(tmp_path: Path) -> None:
     assert "test_fails_with_the_broker_log" in out and "on purpose" in out
     # A failing test that holds the broker shows its log.
     assert "gregor broker log" in out and "started (cluster id" in out
+
+
+def test_loading_the_plugin_leaves_the_tls_and_jwt_libraries_unloaded() -> None:
+    # The plugin loads in every pytest session of a project that installs Gregor; only a
+    # secured broker needs cryptography (certificates, JWTs) and urllib (JWKS).
+    probe = (
+        "import sys, gregor.server.harness.pytest_plugin; "
+        "print(sorted(m for m in ('cryptography', 'urllib.request') if m in sys.modules))"
+    )
+    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert run.stdout.strip() == "[]"

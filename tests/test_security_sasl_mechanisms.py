@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from gregor.controller.scram_credentials import ScramCredential, credential_from_password
-from gregor.server.security.sasl import jwks_sources, server_mechanisms
 from gregor.server.security.sasl.jwks import Jwks
+from gregor.server.security.sasl.mechanisms import jwks_sources, server_mechanisms
 
 PLAIN_JAAS = (
     'org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '

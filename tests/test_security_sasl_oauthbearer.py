@@ -14,9 +14,9 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 
-from gregor.server.security.sasl import IllegalSaslStateError, SaslAuthenticationError
 from gregor.server.security.sasl.jwks import Jwks
 from gregor.server.security.sasl.jwt import JwtSettings, JwtValidator
+from gregor.server.security.sasl.mechanism import IllegalSaslStateError, SaslAuthenticationError
 from gregor.server.security.sasl.oauthbearer import (
     OAuthBearerServer,
     UnsecuredValidator,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gregor.server.security.sasl import IllegalSaslStateError, SaslAuthenticationError
+from gregor.server.security.sasl.mechanism import IllegalSaslStateError, SaslAuthenticationError
 from gregor.server.security.sasl.plain import PlainServer
 
 USERS = {"alice": b"alice-secret", "bob": "pässword".encode()}

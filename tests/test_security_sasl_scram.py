@@ -18,7 +18,7 @@ from gregor.controller.scram_credentials import (
     server_key,
     stored_key,
 )
-from gregor.server.security.sasl import IllegalSaslStateError, SaslAuthenticationError
+from gregor.server.security.sasl.mechanism import IllegalSaslStateError, SaslAuthenticationError
 from gregor.server.security.sasl.scram import ScramServer
 
 RFC_SALT = base64.b64decode("W22ZaJ0SNY7soEsUEjb6gQ==")

@@ -27,17 +27,14 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gregor.server.cli.client.connection import Client
 from gregor.server.cli.user_configs import alter_scram
-from gregor.server.harness.certs import (
-    CertificateAuthority,
-    Identity,
-    Truststore,
-    broker_ssl_properties,
-)
 from gregor.server.harness.properties import write_properties
+
+if TYPE_CHECKING:
+    from gregor.server.harness.certs import Identity, Truststore
 
 ADMIN = "admin"
 USER = "alice"
@@ -181,6 +178,10 @@ class SecuredBroker:
     def __init__(self, directory: Path, security: BrokerSecurity) -> None:
         self.security = security
         self.passwords = {ADMIN: secrets.token_urlsafe(16), USER: secrets.token_urlsafe(16)}
+        # Loaded here, not with the module: the pytest plugin imports this module in every
+        # session of every project that installs Gregor, and cryptography takes ~60 ms.
+        from gregor.server.harness.certs import CertificateAuthority
+
         self.ca = CertificateAuthority(directory) if security.tls else None
         self.identities: dict[str, Identity] = {}
         if self.ca is not None and security.sasl_mechanism is None:
@@ -194,6 +195,8 @@ class SecuredBroker:
         security = self.security
         overrides = {"listeners": f"{self.listener}://127.0.0.1:0"}
         if self.ca is not None:
+            from gregor.server.harness.certs import broker_ssl_properties  # see __init__
+
             mutual = security.sasl_mechanism is None
             overrides.update(
                 broker_ssl_properties(
@@ -255,6 +258,8 @@ class ClusterSecurity:
 
     def __init__(self, directory: Path, *, anonymous_listener: bool = False) -> None:
         self.directory = Path(directory)
+        from gregor.server.harness.certs import CertificateAuthority  # see SecuredBroker
+
         self.ca = CertificateAuthority(self.directory)
         self.anonymous_listener = anonymous_listener
         self.broker_password = secrets.token_urlsafe(16)
@@ -271,6 +276,8 @@ class ClusterSecurity:
             {BROKER_USER: self.broker_password}, login=(BROKER_USER, self.broker_password)
         )
         identity = self.ca.server(f"broker-{broker_id}")
+        from gregor.server.harness.certs import broker_ssl_properties  # see SecuredBroker
+
         return {
             "listeners": ",".join(f"{n}://127.0.0.1:{ports.get(n, 0)}" for n in names),
             "listener.security.protocol.map": ",".join(f"{n}:{protocols[n]}" for n in names),

@@ -41,7 +41,7 @@ from gregor.server.metrics import (
     SUCCESSFUL_REAUTHENTICATION,
     AuthenticationMetrics,
 )
-from gregor.server.security.sasl import SaslAuthenticationError, SaslServer
+from gregor.server.security.sasl.mechanism import SaslAuthenticationError, SaslServer
 from gregor.wire import versions
 from gregor.wire.headers import MalformedHeaderError, decode_request_header, encode_response_header
 from gregor.wire.schema import SchemaDecodeError, decode, encode, request_type, response_type

@@ -1,18 +1,7 @@
-"""SASL mechanisms, server side: PLAIN, SCRAM-SHA-256/512, OAUTHBEARER."""
+"""SASL mechanisms, server side: PLAIN, SCRAM-SHA-256/512, OAUTHBEARER.
 
-from gregor.server.security.sasl.jwks import Jwks
-from gregor.server.security.sasl.mechanism import (
-    IllegalSaslStateError,
-    SaslAuthenticationError,
-    SaslServer,
-)
-from gregor.server.security.sasl.mechanisms import jwks_sources, server_mechanisms
-
-__all__ = [
-    "IllegalSaslStateError",
-    "Jwks",
-    "SaslAuthenticationError",
-    "SaslServer",
-    "jwks_sources",
-    "server_mechanisms",
-]
+Import from the modules (``mechanism``: the protocol and errors; ``mechanisms``: what a
+listener enables; ``jwks``): this package imports nothing itself, since Gregor's own clients
+read JAAS configs through ``jaas`` and must not load the JWT checks (cryptography, urllib)
+for it.
+"""

@@ -88,10 +88,9 @@ def authorized_names(
     if authorizer is None:
         return set(names)
     principal, host = ctx.principal, client_address(ctx)
+    authorize = authorizer.authorize
     return {
-        name
-        for name in set(names)
-        if authorizer.authorize(principal, host, operation, resource_type, name)
+        name for name in set(names) if authorize(principal, host, operation, resource_type, name)
     }
 
 

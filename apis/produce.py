@@ -101,11 +101,13 @@ def _with_refused_topics(
     this broker does not know stays in, to be answered UNKNOWN_TOPIC_ID as Kafka does first."""
     topics = request.topics
     allowed = authorized_names(
-        services, ctx, AclOperation.WRITE, ResourceType.TOPIC, (t.name for t in topics if t.name)
+        services, ctx, AclOperation.WRITE, ResourceType.TOPIC, [t.name for t in topics if t.name]
     )
-    if all(not t.name or t.name in allowed for t in topics):
+    if len(allowed) == len(topics):  # each topic named once, all allowed: the usual case
         return respond
     request.topics = [t for t in topics if not t.name or t.name in allowed]
+    if len(request.topics) == len(topics):
+        return respond
     code = ErrorCode.topic_authorization_failed
 
     def merged(results: Results, appends: list[PartitionAppend]) -> RawResponse | None:

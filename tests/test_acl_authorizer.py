@@ -339,6 +339,22 @@ def test_add_remove_replace_and_list() -> None:
     assert not auth.authorize(ALICE, HOST, Op.READ, T.GROUP, "app")
 
 
+def test_a_remembered_decision_is_forgotten_when_any_acl_changes() -> None:
+    auth = authorizer(acl("orders"))
+    for _ in range(3):
+        assert auth.authorize(ALICE, HOST, Op.READ, T.TOPIC, "orders")
+    assert (auth.allowed, auth.denied) == (3, 0)  # every call counts, remembered or not
+    auth.add([acl("orders", permission=A.DENY, principal="User:*")])
+    assert not auth.authorize(ALICE, HOST, Op.READ, T.TOPIC, "orders")
+    auth.remove([acl("orders", permission=A.DENY, principal="User:*")])
+    assert auth.authorize(ALICE, HOST, Op.READ, T.TOPIC, "orders")
+    auth.set_acls(acl("orders").pattern, [])
+    assert not auth.authorize(ALICE, HOST, Op.READ, T.TOPIC, "orders")
+    auth.replace([acl("orders")])
+    assert auth.authorize(ALICE, HOST, Op.READ, T.TOPIC, "orders")
+    assert (auth.allowed, auth.denied) == (5, 2)
+
+
 def test_only_literal_and_prefixed_patterns_are_stored() -> None:
     with pytest.raises(ValueError, match="LITERAL or PREFIXED"):
         authorizer(acl("x", pattern_type=P.MATCH))

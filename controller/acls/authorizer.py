@@ -52,6 +52,9 @@ _IMPLIED_BY: dict[AclOperation, frozenset[AclOperation]] = {
     AclOperation.DESCRIBE_CONFIGS: frozenset({AclOperation.ALTER_CONFIGS}),
 }
 _NOTHING: frozenset[AclOperation] = frozenset()
+# Past this many remembered decisions the memory starts over (a client naming ever new
+# resources must not grow it without bound).
+_DECISIONS_MAX = 1 << 16
 _SPECIFIC = (PatternType.LITERAL, PatternType.PREFIXED)
 
 
@@ -134,6 +137,9 @@ class AclAuthorizer:
         self.super_users = frozenset(super_users)
         self.allow_everyone_if_no_acl_found = allow_everyone_if_no_acl_found
         self._index = _Index()
+        # authorize()'s answers by (principal, host, operation, resource type, name): a
+        # client asks the same few on every request. Forgotten whenever an ACL changes.
+        self._decisions: dict[tuple[str, str, AclOperation, ResourceType, str], bool] = {}
         # What authorize() answered: Kafka's authorizer-metrics (server/metrics.py).
         self.allowed = 0
         self.denied = 0
@@ -154,12 +160,18 @@ class AclAuthorizer:
         resource_type: ResourceType,
         name: str,
     ) -> bool:
-        if principal in self.super_users:
-            allowed = True
-        elif groups := self._index.groups(resource_type, name):
-            allowed = _decide(groups, principal, host, operation)
-        else:
-            allowed = self.allow_everyone_if_no_acl_found
+        key = (principal, host, operation, resource_type, name)
+        allowed = self._decisions.get(key)
+        if allowed is None:
+            if principal in self.super_users:
+                allowed = True
+            elif groups := self._index.groups(resource_type, name):
+                allowed = _decide(groups, principal, host, operation)
+            else:
+                allowed = self.allow_everyone_if_no_acl_found
+            if len(self._decisions) >= _DECISIONS_MAX:
+                self._decisions.clear()
+            self._decisions[key] = allowed
         if allowed:
             self.allowed += 1
         else:
@@ -246,6 +258,7 @@ class AclAuthorizer:
         """Make ``entries`` the whole ACL set of ``pattern`` (none: the pattern goes): what a
         ZooKeeper change notification or a metadata-log change carries per resource."""
         self._index.set(pattern, frozenset(entries))
+        self._decisions = {}
 
     def replace(self, bindings: Iterable[AclBinding]) -> None:
         """Swap in a whole new set of bindings (a load, a snapshot) in one assignment."""
@@ -253,6 +266,7 @@ class AclAuthorizer:
         for pattern, entries in _by_pattern(bindings).items():
             index.set(pattern, frozenset(entries))
         self._index = index
+        self._decisions = {}
 
     def acls(self, pattern: ResourcePattern) -> frozenset[AccessControlEntry]:
         """The ACLs of exactly this pattern."""

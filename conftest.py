@@ -56,6 +56,8 @@ MARKS = {
     ),
     f"{CLIENTS}::test_tools_connection_reauthenticates_before_its_session_expires": ("slow",),
     f"{CLIENTS}::test_inter_broker_client_authenticates_and_reauthenticates": ("slow",),
+    # It waits out the 10 s batch of regex subscriptions' refresh (Kafka's).
+    "tests/test_consumer_group_regex.py::test_created_and_deleted_topics": ("slow",),
     "tests/test_cli_cluster.py": ("cluster",),
     "tests/test_cluster_script.py": ("cluster",),
     "compat_tests/test_crash_recovery.py": ("slow",),

@@ -393,17 +393,26 @@ def handle_describe(services: Services, ctx: RequestContext, request: Any) -> An
             )
             continue
         error, group = coordinator(services).membership.describe(group_id)
+        message = None
+        if group_id in coordinator(services).runtime.consumer_groups and error in (
+            ErrorCode.none,
+            ErrorCode.group_id_not_found,
+        ):
+            # As Kafka 4.1: DescribeGroups describes classic groups only.
+            error, group = ErrorCode.group_id_not_found, None
+            message = f"Group {group_id} is not a classic group."
         fields: dict[str, Any] = {
             "group_id": group_id,
             "group_state": "",
             "protocol_type": "",
             "protocol_data": "",
             "members": (),
-            "error_message": None,
+            "error_message": message,
             "authorized_operations": NO_AUTHORIZED_OPERATIONS,
         }
         if error == ErrorCode.group_id_not_found and version < 6:
             error, fields["group_state"] = ErrorCode.none, GroupState.DEAD.value
+            fields["error_message"] = None
         if group is not None:
             stable = group.is_(GroupState.STABLE)
             protocol = group.protocol_name if stable else None
@@ -456,6 +465,25 @@ def handle_list(services: Services, ctx: RequestContext, request: Any) -> Any:
                     protocol_type=group.protocol_type or "",
                     group_state=group.state.value,
                     group_type="classic",
+                )
+            )
+    if not types or "consumer" in types:
+        for consumer_group in coordinator(services).consumer_membership.groups():
+            state = consumer_group.state.value
+            if states and state.lower() not in states:
+                continue
+            group_id = consumer_group.group_id
+            if not every and not authorize(
+                services, ctx, AclOperation.DESCRIBE, ResourceType.GROUP, group_id
+            ):
+                continue
+            groups.append(
+                build(
+                    listed_cls,
+                    group_id=group_id,
+                    protocol_type="consumer",
+                    group_state=state,
+                    group_type="consumer",
                 )
             )
     # As Kafka: the groups loaded so far, and the error while any partition is loading.

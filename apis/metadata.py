@@ -61,11 +61,12 @@ def _refused(services: Services, ctx: RequestContext, request: Any) -> dict[str,
     if wanted is None or (ctx.api_version == 0 and not wanted):
         return {}
     cache = services.metadata
-    names = {
-        name
-        for entry in wanted
-        if (name := entry.name if entry.name is not None else cache.topic_name(entry.topic_id))
-    }
+    names = set()
+    for entry in wanted:
+        topic_id = getattr(entry, "topic_id", None)
+        name = entry.name or (None if topic_id is None else cache.topic_name(topic_id))
+        if name:
+            names.add(name)
     describable = authorized_names(services, ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, names)
     refused = dict.fromkeys(names - describable, ErrorCode.topic_authorization_failed)
     missing = [n for n in describable if n not in cache.topics]
@@ -281,7 +282,8 @@ def _respond(
         for entry in wanted:
             name = entry.name
             topic_id = getattr(entry, "topic_id", None)
-            if name is None and topic_id is not None:
+            # By id when the name is null or empty (the Java client's forTopicIds sends "").
+            if not name and topic_id is not None:
                 name = cache.topic_name(topic_id)
                 if name is None:
                     topics.append(error_entry(ErrorCode.unknown_topic_id, None, topic_id))

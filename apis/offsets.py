@@ -66,6 +66,7 @@ def handle_commit(services: Services, ctx: RequestContext, request: OffsetCommit
             request.group_instance_id,
             wanted,
             request.retention_time_ms,
+            api_version=version,
         )
 
     def respond(errors: dict[TopicPartition, ErrorCode]) -> RawResponse:
@@ -99,7 +100,9 @@ def _fetch_group(
     partition_cls: type,
     topic_cls: type,
     require_stable: bool,
+    member: tuple[str | None, int] = (None, -1),
 ) -> tuple[ErrorCode, tuple[Any, ...]]:
+    """``member``: v9+'s member id and epoch, which a consumer-protocol group checks."""
     if not authorize(services, ctx, AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
         refused = ErrorCode.group_authorization_failed
         return refused, tuple(
@@ -121,7 +124,7 @@ def _fetch_group(
         topics = [t for t in topics if t.name in described]
     wanted = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
     offsets_api = coordinator(services).offsets
-    error, offsets = offsets_api.fetch_offsets(group_id, wanted)
+    error, offsets = offsets_api.fetch_offsets(group_id, wanted, *member)
     if services.authorizer is not None and topics is None:
         described = authorized_names(
             services, ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, (t for t, _ in offsets)
@@ -196,6 +199,7 @@ def handle_fetch(services: Services, ctx: RequestContext, request: Any) -> Any:
             nested(cls, "OffsetFetchResponsePartitions"),
             nested(cls, "OffsetFetchResponseTopics"),
             request.require_stable,
+            (getattr(group, "member_id", None), getattr(group, "member_epoch", -1)),
         )
         groups.append(group_cls(group_id=group.group_id, topics=topics, error_code=error))
     return build(cls, throttle_time=NO_THROTTLE, groups=tuple(groups))

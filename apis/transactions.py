@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from collections import defaultdict
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -27,6 +26,7 @@ from typing import Any, Protocol, cast
 
 from kio.schema.errors import ErrorCode
 
+from gregor import re2_pattern
 from gregor.apis.acl import authorize, authorize_cluster, authorized_names
 from gregor.apis.context import NO_THROTTLE, RequestContext, Services, build, later, nested
 from gregor.apis.groups import coordinator, may_read_group, then
@@ -490,7 +490,7 @@ def handle_list(services: Services, ctx: RequestContext, request: Any) -> Any:
     producer_ids = set(request.producer_id_filters)
     duration_ms = getattr(request, "duration_filter", -1)
     pattern_text = getattr(request, "transactional_id_pattern", None)
-    pattern: re.Pattern[str] | None = None
+    pattern: re2_pattern.Pattern | None = None
     error = ErrorCode.coordinator_load_in_progress if txn.loading() else ErrorCode.none
     if pattern_text and error == ErrorCode.none:
         pattern = transactional_id_pattern(pattern_text)
@@ -514,7 +514,7 @@ def handle_list(services: Services, ctx: RequestContext, request: Any) -> Any:
             continue
         if duration_ms >= 0 and now - value.start_ms <= duration_ms:
             continue
-        if pattern is not None and pattern.fullmatch(meta.transactional_id) is None:
+        if pattern is not None and not pattern.matches(meta.transactional_id):
             continue
         if not authorize(
             services,
@@ -540,41 +540,8 @@ def handle_list(services: Services, ctx: RequestContext, request: Any) -> Any:
     )
 
 
-def _beyond_re2(text: str) -> bool:
-    """Constructs Java's Pattern (and Python's re) accept but RE2/J, which Kafka compiles
-    the filter with, refuses: lookaround, atomic groups, backreferences, possessive
-    quantifiers."""
-    i, in_class, n = 0, False, len(text)
-    while i < n:
-        c = text[i]
-        if c == "\\":
-            if i + 1 < n and (text[i + 1] in "123456789" or text[i + 1] == "k"):
-                return True
-            i += 2
-            continue
-        if in_class:
-            in_class = c != "]"
-        elif c == "[":
-            in_class = True
-            if text.startswith("]", i + 1):
-                i += 1  # a leading ] is a member
-            elif text.startswith("^]", i + 1):
-                i += 2
-        elif c == "(" and text.startswith(("(?=", "(?!", "(?<=", "(?<!", "(?>"), i):
-            return True
-        elif c in "*+?}" and text.startswith("+", i + 1):
-            return True
-        i += 1
-    return False
-
-
-def transactional_id_pattern(text: str) -> re.Pattern[str] | None:
-    """ListTransactions v2's TransactionalIdPattern (KIP-1152): a regular expression the
-    whole transactional id must match (Java's ``matches()``, so Python's ``fullmatch``);
-    None when it does not compile, which Kafka answers with INVALID_REGULAR_EXPRESSION."""
-    if _beyond_re2(text):
-        return None
-    try:
-        return re.compile(text)
-    except (re.error, RecursionError, OverflowError):
-        return None
+def transactional_id_pattern(text: str) -> re2_pattern.Pattern | None:
+    """ListTransactions v2's TransactionalIdPattern (KIP-1152): an RE2/J regular expression
+    the whole transactional id must match; None when it does not compile, which Kafka
+    answers with INVALID_REGULAR_EXPRESSION."""
+    return re2_pattern.compile(text)

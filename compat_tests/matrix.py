@@ -86,6 +86,7 @@ CLIENTS = {
 FEATURES = {
     "produce-consume": "produce/consume, all codecs",
     "groups": "consumer groups",
+    "consumer-protocol": "consumer group protocol (KIP-848)",
     "transactions": "transactions",
     "admin": "admin APIs",
     "quotas": "quotas",

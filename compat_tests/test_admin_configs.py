@@ -319,7 +319,17 @@ def test_confluent_per_broker_config_over_default_takes_effect(
         ),
         "the static default to be back",
     )
-    produce(broker, topic, big)
+
+    def taken() -> bool:  # the partition's leader may learn of the deletion last (a cluster)
+        errors: list[KafkaError | None] = []
+        producer = Producer({"bootstrap.servers": broker.bootstrap})
+        producer.produce(
+            topic, b"v" * 10_000, partition=0, on_delivery=lambda e, _m: errors.append(e)
+        )
+        assert producer.flush(30) == 0
+        return errors == [None]
+
+    wait_for(taken, "the partition's leader to take 10 kB records again")
 
 
 @compat("confluent", "admin")

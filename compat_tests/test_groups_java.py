@@ -37,7 +37,12 @@ class JavaMember:
     """One group-consume driver process; tracks the partitions it owns from its events."""
 
     def __init__(
-        self, broker: BrokerProcess, topic: str, group: str, configs: dict[str, str]
+        self,
+        broker: BrokerProcess,
+        topic: str,
+        group: str,
+        configs: dict[str, str],
+        pattern: str | None = None,  # subscribe(SubscriptionPattern) instead of the topic
     ) -> None:
         args = [
             "group-consume",
@@ -48,6 +53,8 @@ class JavaMember:
             "--group",
             group,
         ]
+        if pattern is not None:
+            args += ["--pattern", pattern]
         for key, value in configs.items():
             args += ["--config", f"{key}={value}"]
         self.proc = subprocess.Popen(

@@ -45,54 +45,70 @@ DYNAMIC_BROKER_KEYS = frozenset(
 )
 
 
-def _group_int(name: str, default: int, low: int, high: int, bounds: str) -> ConfigKey:
-    """An int key of Kafka 4's GroupConfig, within the bounds the broker sets (Kafka's
-    group.<type>.min/max.* defaults; Gregor does not make them configurable), whose keys
-    Kafka's messages name."""
-
-    def check(key: str, value: int) -> None:
-        if value < low:
-            raise ConfigError(f"{key} must be greater than or equal to {bounds.format('min')}")
-        if value > high:
-            raise ConfigError(f"{key} must be less than or equal to {bounds.format('max')}")
-
-    return ConfigKey(name, Type.INT, str(default), check)
-
+# Each bounded int group config (Kafka 4.1's GroupConfig.validateValues, in its order): the
+# broker keys of its lower and upper bound (None: not bounded there), and their defaults.
+# Gregor's broker has the group.consumer.* keys; the others stay at Kafka's defaults.
+GROUP_CONFIG_BOUNDS: dict[str, tuple[str | None, int, str, int]] = {
+    "consumer.heartbeat.interval.ms": (
+        "group.consumer.min.heartbeat.interval.ms",
+        5_000,
+        "group.consumer.max.heartbeat.interval.ms",
+        15_000,
+    ),
+    "consumer.session.timeout.ms": (
+        "group.consumer.min.session.timeout.ms",
+        45_000,
+        "group.consumer.max.session.timeout.ms",
+        60_000,
+    ),
+    "share.heartbeat.interval.ms": (
+        "group.share.min.heartbeat.interval.ms",
+        5_000,
+        "group.share.max.heartbeat.interval.ms",
+        15_000,
+    ),
+    "share.session.timeout.ms": (
+        "group.share.min.session.timeout.ms",
+        45_000,
+        "group.share.max.session.timeout.ms",
+        60_000,
+    ),
+    "share.record.lock.duration.ms": (
+        "group.share.min.record.lock.duration.ms",
+        15_000,
+        "group.share.max.record.lock.duration.ms",
+        60_000,
+    ),
+    "streams.heartbeat.interval.ms": (
+        "group.streams.min.heartbeat.interval.ms",
+        5_000,
+        "group.streams.max.heartbeat.interval.ms",
+        15_000,
+    ),
+    "streams.session.timeout.ms": (
+        "group.streams.min.session.timeout.ms",
+        45_000,
+        "group.streams.max.session.timeout.ms",
+        60_000,
+    ),
+    "streams.num.standby.replicas": (None, 0, "group.streams.max.standby.replicas", 2),
+}
+# The bound keys a Gregor broker config sets (check_group_configs' ``bounds``).
+BROKER_GROUP_BOUND_KEYS = (
+    "group.consumer.min.heartbeat.interval.ms",
+    "group.consumer.max.heartbeat.interval.ms",
+    "group.consumer.min.session.timeout.ms",
+    "group.consumer.max.session.timeout.ms",
+)
 
 GROUP_CONFIGS: dict[str, ConfigKey] = {
     k.name: k
     for k in (
-        _group_int(
-            "consumer.session.timeout.ms",
-            45_000,
-            45_000,
-            60_000,
-            "group.consumer.{}.session.timeout.ms",
-        ),
-        _group_int(
-            "consumer.heartbeat.interval.ms",
-            5_000,
-            5_000,
-            15_000,
-            "group.consumer.{}.heartbeat.interval.ms",
-        ),
-        _group_int(
-            "share.session.timeout.ms", 45_000, 45_000, 60_000, "group.share.{}.session.timeout.ms"
-        ),
-        _group_int(
-            "share.heartbeat.interval.ms",
-            5_000,
-            5_000,
-            15_000,
-            "group.share.{}.heartbeat.interval.ms",
-        ),
-        _group_int(
-            "share.record.lock.duration.ms",
-            30_000,
-            15_000,
-            60_000,
-            "group.share.{}.record.lock.duration.ms",
-        ),
+        ConfigKey("consumer.session.timeout.ms", Type.INT, "45000", at_least(1)),
+        ConfigKey("consumer.heartbeat.interval.ms", Type.INT, "5000", at_least(1)),
+        ConfigKey("share.session.timeout.ms", Type.INT, "45000", at_least(1)),
+        ConfigKey("share.heartbeat.interval.ms", Type.INT, "5000", at_least(1)),
+        ConfigKey("share.record.lock.duration.ms", Type.INT, "30000", at_least(1000)),
         ConfigKey("share.auto.offset.reset", Type.STRING, "latest", one_of("latest", "earliest")),
         ConfigKey(
             "share.isolation.level",
@@ -100,21 +116,9 @@ GROUP_CONFIGS: dict[str, ConfigKey] = {
             "read_uncommitted",
             one_of("read_committed", "read_uncommitted"),
         ),
-        _group_int(
-            "streams.session.timeout.ms",
-            45_000,
-            45_000,
-            60_000,
-            "group.streams.{}.session.timeout.ms",
-        ),
-        _group_int(
-            "streams.heartbeat.interval.ms",
-            5_000,
-            5_000,
-            15_000,
-            "group.streams.{}.heartbeat.interval.ms",
-        ),
-        _group_int("streams.num.standby.replicas", 0, 0, 2, "group.streams.{}.standby.replicas"),
+        ConfigKey("streams.session.timeout.ms", Type.INT, "45000", at_least(1)),
+        ConfigKey("streams.heartbeat.interval.ms", Type.INT, "5000", at_least(1)),
+        ConfigKey("streams.num.standby.replicas", Type.INT, "0", at_least(0)),
     )
 }
 
@@ -164,9 +168,12 @@ def apply_operations(
     return result
 
 
-def check_group_configs(configs: Mapping[str, str]) -> None:
-    """Kafka's GroupConfig.validate: known names, typed values within the broker's bounds,
-    session timeouts above heartbeat intervals."""
+def check_group_configs(
+    configs: Mapping[str, str], bounds: Mapping[str, int] | None = None
+) -> None:
+    """Kafka's GroupConfig.validate: known names, typed values within the broker's bounds
+    (``bounds``: the broker's values of BROKER_GROUP_BOUND_KEYS; Kafka's defaults when
+    absent), session timeouts above heartbeat intervals."""
     for name in configs:
         if name not in GROUP_CONFIGS:
             raise TopicError(ErrorCode.invalid_config, f"Unknown group config name: {name}")
@@ -174,6 +181,16 @@ def check_group_configs(configs: Mapping[str, str]) -> None:
         values = {d.name: d.parse(configs.get(d.name, d.default)) for d in GROUP_CONFIGS.values()}
     except ConfigError as e:
         raise TopicError(ErrorCode.invalid_config, str(e)) from None
+    given = bounds or {}
+    for name, (low_key, low, high_key, high) in GROUP_CONFIG_BOUNDS.items():
+        if low_key is not None and values[name] < given.get(low_key, low):
+            raise TopicError(
+                ErrorCode.invalid_config, f"{name} must be greater than or equal to {low_key}"
+            )
+        if values[name] > given.get(high_key, high):
+            raise TopicError(
+                ErrorCode.invalid_config, f"{name} must be less than or equal to {high_key}"
+            )
     for kind in ("consumer", "share", "streams"):
         session, heartbeat = f"{kind}.session.timeout.ms", f"{kind}.heartbeat.interval.ms"
         if values[session] <= values[heartbeat]:
@@ -183,10 +200,14 @@ def check_group_configs(configs: Mapping[str, str]) -> None:
 
 
 def check_config_change(
-    resource: ConfigResource, configs: Mapping[str, str], topics: Container[str]
+    resource: ConfigResource,
+    configs: Mapping[str, str],
+    topics: Container[str],
+    group_bounds: Mapping[str, int] | None = None,
 ) -> None:
-    """A controller's checks of a resource's new configs, `topics` being those that exist
-    (BROKER resources are checked by the receiving broker: check_broker_configs)."""
+    """A controller's checks of a resource's new configs, `topics` being those that exist,
+    `group_bounds` as check_group_configs' (BROKER resources are checked by the receiving
+    broker: check_broker_configs)."""
     if resource.type == TOPIC:
         if not resource.name:
             raise TopicError(ErrorCode.invalid_request, "Default topic resources are not allowed.")
@@ -199,7 +220,7 @@ def check_config_change(
     elif resource.type == GROUP:
         if not resource.name:
             raise TopicError(ErrorCode.invalid_request, "Default group resources are not allowed.")
-        check_group_configs(configs)
+        check_group_configs(configs, group_bounds)
     elif resource.type != BROKER:
         raise TopicError(ErrorCode.invalid_request, f"Unknown resource type {resource.type}")
 

@@ -103,10 +103,12 @@ class EmbeddedController(Controller):
         on_configs: ConfigCallback = lambda _resource: None,
         log_dirs: Sequence[Path] = (),
         authorizer: AclAuthorizer | None = None,
+        group_bounds: Mapping[str, int] | None = None,
     ) -> None:
         """``log_dirs``: where ``on_create`` makes logs; the metadata writer fsyncs them
         before it writes the change naming the new logs. ``authorizer``: given the stored
-        ACLs now and every change to them."""
+        ACLs now and every change to them. ``group_bounds``: the broker's bounds of group
+        configs (configs.check_group_configs)."""
         self._store = MetadataStore(state_dir)
         self._log_dirs = tuple(log_dirs)
         self.path = self._store.path
@@ -117,6 +119,7 @@ class EmbeddedController(Controller):
         self._on_lead = on_lead
         self._on_delete = on_delete
         self._on_configs = on_configs
+        self._group_bounds = group_bounds
         # One topic change at a time (each commits before the next starts); producer-id
         # blocks and quotas have their own order.
         self._topics_lock = asyncio.Lock()
@@ -410,7 +413,10 @@ class EmbeddedController(Controller):
     async def _alter_configs(
         self, changes: Sequence[tuple[ConfigResource, Mapping[str, str]]], validate_only: bool
     ) -> list[TopicError | None]:
-        results = [_attempt(check_config_change, r, c, self.cache.topics) for r, c in changes]
+        results = [
+            _attempt(check_config_change, r, c, self.cache.topics, self._group_bounds)
+            for r, c in changes
+        ]
         valid = [change for change, error in zip(changes, results, strict=True) if error is None]
         if validate_only or not valid:
             return results

@@ -98,9 +98,11 @@ class ZkBroker:
         *,
         topic_wait_ms: int,
         authorizer: AclAuthorizer | None = None,
+        group_bounds: Mapping[str, int] | None = None,
     ) -> None:
         """``topic_wait_ms``: how long topic creation and deletion wait for the metadata to
-        show them. ``authorizer``: kept equal to the ACLs in ZooKeeper."""
+        show them. ``authorizer``: kept equal to the ACLs in ZooKeeper. ``group_bounds``:
+        the broker's bounds of group configs (configs.check_group_configs)."""
         self.zk = kafka_zk
         self.registration = registration
         self.cache = cache
@@ -108,6 +110,7 @@ class ZkBroker:
         self.broker_epoch = -1
         self.controller = controller
         self._topic_wait_s = topic_wait_ms / 1000
+        self._group_bounds = group_bounds
         self._metadata_changed = asyncio.Event()
         self._producer_ids: ProducerIdBlock | None = None
         self._next_producer_id = 0
@@ -273,7 +276,7 @@ class ZkBroker:
         results: list[TopicError | None] = []
         for resource, configs in changes:
             try:
-                check_config_change(resource, configs, self.cache.topics)
+                check_config_change(resource, configs, self.cache.topics, self._group_bounds)
             except TopicError as e:
                 results.append(e)
                 continue

@@ -1,10 +1,13 @@
-"""The group coordinator: the classic group protocol and committed offsets, for the groups
-whose ``__consumer_offsets`` partition this broker leads.
+"""The group coordinator: the classic and the consumer (KIP-848) group protocols and
+committed offsets, for the groups whose ``__consumer_offsets`` partition this broker leads.
 
-Three parts: the runtime (``runtime.py``) owns those partitions' groups, loads them from
-the log and writes and applies their records; the membership (``membership.py``) and the
-offsets (``offsets.py``) serve the API handlers through it. This facade follows the
-partitions' leadership and runs the broker's periodic and shutdown work.
+Four parts: the runtime (``runtime.py``) owns those partitions' groups, loads them from
+the log and writes and applies their records; the classic membership (``membership.py``),
+the consumer-protocol membership (``consumer_membership.py``) and the offsets
+(``offsets.py``) serve the API handlers through it. A group id is a classic group or a
+consumer group, never both; the migration (``migration.py``) converts one into the other
+and serves a consumer group's classic members. This facade follows the partitions'
+leadership and runs the broker's periodic and shutdown work.
 """
 
 from __future__ import annotations
@@ -14,7 +17,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from gregor.coordinator.consumer_membership import ConsumerMembership
 from gregor.coordinator.membership import Membership
+from gregor.coordinator.migration import Migration
 from gregor.coordinator.offsets import Offsets
 from gregor.coordinator.runtime import CoordinatorRuntime
 from gregor.coordinator.settings import Settings
@@ -33,8 +38,20 @@ class GroupCoordinator:
         now_ms: Callable[[], int],
     ) -> None:
         self.runtime = CoordinatorRuntime(settings, replicas, append_purgatory, now_ms)
-        self.membership = Membership(settings, self.runtime, now_ms)
-        self.offsets = Offsets(settings, self.runtime, self.membership, now_ms)
+        self.consumer_membership = ConsumerMembership(settings, self.runtime, now_ms)
+        self.membership = Membership(settings, self.runtime, now_ms, self.consumer_membership)
+        self.migration = Migration(
+            settings,
+            self.runtime,
+            self.membership,
+            self.consumer_membership,
+            lambda: replicas.metadata.topics if replicas.metadata is not None else {},
+            now_ms,
+        )
+        self.membership.migration = self.consumer_membership.migration = self.migration
+        self.offsets = Offsets(
+            settings, self.runtime, self.membership, self.consumer_membership, now_ms
+        )
 
     def partition_for(self, group_id: str) -> int:
         return self.runtime.partition_for(group_id)
@@ -49,12 +66,12 @@ class GroupCoordinator:
 
     def on_become_leader(self, index: int) -> None:
         """Load the partition's groups (COORDINATOR_LOAD_IN_PROGRESS for them meanwhile)."""
-        self.runtime.load(index, self.membership.resume)
+        self.runtime.load(index, self.membership.resume, self.consumer_membership.resume)
 
     def on_resign(self, index: int) -> None:
         """Unload the partition's groups: parked joins and syncs and writes in flight answer
         NOT_COORDINATOR, their timers stop."""
-        self.runtime.unload(index, self.membership.unload)
+        self.runtime.unload(index, self.membership.unload, self.consumer_membership.unload)
 
     def on_txn_marker(
         self, partition_index: int, producer_id: int, commit: bool, marker_offset: int
@@ -73,3 +90,5 @@ class GroupCoordinator:
         for index in self.runtime.partitions():
             self.on_resign(index)
         self.membership.shutdown()
+        self.consumer_membership.shutdown()
+        self.migration.shutdown()

@@ -12,7 +12,7 @@ import os
 import struct
 from collections.abc import Callable
 
-from gregor.coordinator.records import RecordFormatError
+from gregor.coordinator.record_format import RecordFormatError
 from gregor.replica.partition import Partition
 from gregor.wire.records import decode_records, split_batches
 

@@ -11,20 +11,25 @@ by every heartbeat.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import traceback
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
+from gregor.coordinator.consumer_membership import ConsumerMembership
 from gregor.coordinator.group import Group, GroupState, Member
 from gregor.coordinator.runtime import CoordinatorRuntime, log_failure
 from gregor.coordinator.settings import Settings
 from gregor.replica.purgatory import Purgatory
+
+if TYPE_CHECKING:
+    from gregor.coordinator.migration import Migration
 
 logger = logging.getLogger(__name__)
 
@@ -56,13 +61,21 @@ class SyncResult:
 
 class Membership:
     def __init__(
-        self, settings: Settings, runtime: CoordinatorRuntime, now_ms: Callable[[], int]
+        self,
+        settings: Settings,
+        runtime: CoordinatorRuntime,
+        now_ms: Callable[[], int],
+        consumer: ConsumerMembership,
     ) -> None:
         self.settings = settings
         self._runtime = runtime
+        self._consumer = consumer  # the consumer-protocol groups, which an id may be
         self._groups = runtime.groups  # the runtime's: loaded and unloaded there
         self._now = now_ms
         self._join_purgatory: Purgatory[bool] = Purgatory("Rebalance")
+        # The online migration between the protocols (migration.py), wired by the coordinator:
+        # it serves the classic members of a consumer group.
+        self.migration: Migration | None = None
 
     # -- loading and unloading --------------------------------------------------------------
     def resume(self, group: Group) -> None:
@@ -70,10 +83,11 @@ class Membership:
         for member in group.members.values():
             self.schedule_heartbeat(group, member, member.session_timeout_ms)
 
-    def unload(self, group: Group) -> None:
+    def unload(self, group: Group, error: ErrorCode = ErrorCode.not_coordinator) -> None:
         """The group's partition is no longer led here: its parked joins and syncs answer
-        NOT_COORDINATOR (the members find the new coordinator) and its timers stop."""
-        error = ErrorCode.not_coordinator
+        NOT_COORDINATOR (the members find the new coordinator) and its timers stop. An
+        upgrade to a consumer group (migration.py) retires it so too, with
+        REBALANCE_IN_PROGRESS (the members rejoin the consumer group)."""
         group.transition(GroupState.DEAD, self._now())
         for timer in group.pending_members.values():
             timer.cancel()
@@ -88,6 +102,13 @@ class Membership:
 
     def shutdown(self) -> None:
         self._join_purgatory.expire_all()
+
+    def adopt(self, group: Group, reason: str) -> None:
+        """A consumer group downgraded to this classic group (migration.py): its members'
+        sessions run from now, and a rebalance follows."""
+        for member in group.members.values():
+            self.schedule_heartbeat(group, member, member.session_timeout_ms)
+        self._prepare_rebalance(group, reason)
 
     # -- JoinGroup --------------------------------------------------------------------------
     def join(
@@ -120,6 +141,23 @@ class Membership:
             <= self.settings.max_session_timeout_ms
         ):
             return fail(ErrorCode.invalid_session_timeout)
+        if not self._consumer.make_way_for_classic(group_id):
+            migration = self.migration
+            consumer_group = None if migration is None else migration.serves(group_id)
+            if migration is None or consumer_group is None:
+                return fail(ErrorCode.inconsistent_group_protocol)  # a consumer group's id
+            return migration.join(  # a classic member of a consumer group
+                consumer_group,
+                member_id,
+                instance_id,
+                client_id,
+                client_host,
+                protocol_type,
+                protocols,
+                session_timeout_ms,
+                rebalance_timeout_ms,
+                require_known_member_id,
+            )
         group = self._groups.get(group_id)
         if group is None:
             if member_id:
@@ -538,6 +576,16 @@ class Membership:
         assignments: dict[str, bytes],
     ) -> asyncio.Future[SyncResult]:
         future: asyncio.Future[SyncResult] = asyncio.get_running_loop().create_future()
+        if (
+            self.migration is not None
+            and (consumer_group := self.migration.serves(group_id)) is not None
+        ):  # a classic member of a consumer group
+            future.set_result(
+                self.migration.sync(
+                    consumer_group, generation, member_id, instance_id, protocol_type, protocol_name
+                )
+            )
+            return future
         error = self._member_error(group_id, generation, member_id, instance_id)
         group = self._groups.get(group_id)
         if error is None and group is not None:
@@ -636,6 +684,11 @@ class Membership:
     def heartbeat(
         self, group_id: str, generation: int, member_id: str, instance_id: str | None
     ) -> ErrorCode:
+        if (
+            self.migration is not None
+            and (consumer_group := self.migration.serves(group_id)) is not None
+        ):  # a classic member of a consumer group
+            return self.migration.heartbeat(consumer_group, generation, member_id, instance_id)
         error = self._member_error(group_id, generation, member_id, instance_id)
         if error == ErrorCode.coordinator_load_in_progress:
             return ErrorCode.none  # as Kafka: the group is loading, answer blindly
@@ -661,6 +714,11 @@ class Membership:
             error = ErrorCode.coordinator_not_available
         if error is not None:
             return error, [error] * len(leaving)
+        if (
+            self.migration is not None
+            and (consumer_group := self.migration.serves(group_id)) is not None
+        ):  # classic members of a consumer group
+            return ErrorCode.none, self.migration.leave(consumer_group, leaving)
         if group is None:
             return ErrorCode.none, [ErrorCode.unknown_member_id] * len(leaving)
         return ErrorCode.none, [
@@ -751,7 +809,14 @@ class Membership:
         return ErrorCode.none, group
 
     def groups(self) -> list[Group]:
-        return [g for g in self._groups.values() if not g.is_(GroupState.DEAD)]
+        """The classic groups (and those with offsets only), not a consumer group's
+        offsets."""
+        consumer = self._runtime.consumer_groups
+        return [
+            g
+            for g in self._groups.values()
+            if not g.is_(GroupState.DEAD) and g.group_id not in consumer
+        ]
 
     def delete_groups(self, group_ids: Iterable[str]) -> asyncio.Future[dict[str, ErrorCode]]:
         loop = asyncio.get_running_loop()
@@ -763,8 +828,22 @@ class Membership:
             if waiting == 0 and not future.done():
                 future.set_result(results)
 
+        def deleted(error: ErrorCode, group_id: str) -> None:
+            nonlocal waiting
+            waiting -= 1
+            results[group_id] = error
+            finish()
+
         for group_id in group_ids:
             error = self._runtime.owner_error(group_id) if group_id else ErrorCode.invalid_group_id
+            consumer_group = self._runtime.consumer_groups.get(group_id)
+            if error is None and consumer_group is not None and not consumer_group.dead:
+                if not consumer_group.is_empty():
+                    results[group_id] = ErrorCode.non_empty_group
+                    continue
+                waiting += 1
+                self._consumer.delete(consumer_group, functools.partial(deleted, group_id=group_id))
+                continue
             group = self._groups.get(group_id)
             if error is None:
                 if group is None or group.is_(GroupState.DEAD):
@@ -775,14 +854,7 @@ class Membership:
                 results[group_id] = error or ErrorCode.group_id_not_found
                 continue
             waiting += 1
-
-            def deleted(error: ErrorCode, group: Group = group) -> None:
-                nonlocal waiting
-                waiting -= 1
-                results[group.group_id] = error
-                finish()
-
-            self._runtime.delete_group(group, deleted)
+            self._runtime.delete_group(group, functools.partial(deleted, group_id=group_id))
         finish()
         return future
 

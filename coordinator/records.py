@@ -3,7 +3,10 @@
 Keys: offset commit (version 0/1: group, topic, partition) and group metadata (version 2:
 group). Values: offset commit v0-v4 (we write v3) and group metadata v0-v4 (we write v3).
 A null value is a tombstone. Versions 4 of both values are "flexible" (compact strings
-and tagged fields); we read them so a log written by a newer Kafka still loads.
+and tagged fields); we read them so a log written by a newer Kafka still loads. The records
+of consumer-protocol groups (key versions, that is record types, 3-8 and 16) are in
+``consumer_records.py``, those of share groups (10-15) in ``share_records.py``;
+``decode_key`` returns their keys too.
 """
 
 from __future__ import annotations
@@ -12,7 +15,8 @@ import struct
 from dataclasses import dataclass
 from functools import lru_cache
 
-from gregor.wire.reader import Reader
+from gregor.coordinator import consumer_records, share_records
+from gregor.coordinator.record_format import RecordFormatError, encode_string, record_reader
 
 OFFSETS_TOPIC = "__consumer_offsets"
 
@@ -27,10 +31,6 @@ _I64 = struct.Struct(">q")
 _OFFSET_V3_HEAD = struct.Struct(">hqih")  # version, offset, leader epoch, metadata length
 _OFFSET_V1_HEAD = struct.Struct(">hq")  # version, offset
 _TWO_I64 = struct.Struct(">qq")
-
-
-class RecordFormatError(ValueError):
-    """A key or value of ``__consumer_offsets`` that does not parse."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,13 +89,6 @@ def partition_for(group_id: str, partitions: int) -> int:
 
 
 # -- encoding ---------------------------------------------------------------------------
-def encode_string(value: str | None) -> bytes:
-    if value is None:
-        return _I16.pack(-1)
-    raw = value.encode()
-    return _I16.pack(len(raw)) + raw
-
-
 def _bytes(value: bytes) -> bytes:
     return _I32.pack(len(value)) + value
 
@@ -152,12 +145,12 @@ def encode_group_value(value: GroupValue) -> bytes:
 
 
 # -- decoding ---------------------------------------------------------------------------
-def record_reader(data: bytes) -> Reader:
-    """A reader of one key or value; it turns flexible once the version says so."""
-    return Reader(data, 0, False, RecordFormatError)
-
-
-def decode_key(key: bytes) -> OffsetKey | GroupKey:
+def decode_key(
+    key: bytes,
+) -> OffsetKey | GroupKey | consumer_records.ConsumerKey | share_records.ShareKey:
+    """The key of any record; its int16 version is the record type (0-2 classic, 3-8 and
+    16 consumer-protocol groups: ``consumer_records.py``, 10-15 share groups:
+    ``share_records.py``)."""
     r = record_reader(key)
     version = r.int16()
     if version in (0, 1):
@@ -170,6 +163,10 @@ def decode_key(key: bytes) -> OffsetKey | GroupKey:
         if group is None:
             raise RecordFormatError("group key with a null group")
         return GroupKey(group)
+    if version in consumer_records.KEY_TYPES:
+        return consumer_records.read_key(version, r)
+    if version in share_records.KEY_TYPES:
+        return share_records.read_key(version, r)
     raise RecordFormatError(f"unknown __consumer_offsets key version {version}")
 
 

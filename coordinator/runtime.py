@@ -9,7 +9,9 @@ committed (the high watermark has passed them; with one broker at once) applied 
 same ``replay`` the load uses, in log order, then answered. So memory and log agree: a
 record is applied if and only if it is committed. Group metadata is the exception Kafka
 makes too: the membership keeps the live group in memory, writes its image with
-``write_group``, and that record is only ever replayed at load.
+``write_group``, and that record is only ever replayed at load. So are the records of
+consumer-protocol groups (KIP-848, ``consumer_groups``): their membership applies each
+change to the live group and writes its records with ``write_records``.
 """
 
 from __future__ import annotations
@@ -21,6 +23,22 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from gregor.coordinator.consumer_group import (
+    CONSUMER_KEYS,
+    ConsumerGroup,
+    replay_record,
+)
+from gregor.coordinator.consumer_records import (
+    ConsumerGroupCurrentMemberAssignmentKey,
+    ConsumerGroupMemberMetadataKey,
+    ConsumerGroupMetadataKey,
+    ConsumerGroupRegularExpressionKey,
+    ConsumerGroupTargetAssignmentMemberKey,
+    ConsumerGroupTargetAssignmentMetadataKey,
+    ConsumerKey,
+    decode_value,
+    encode_key,
+)
 from gregor.coordinator.group import Group, GroupState, TopicPartition
 from gregor.coordinator.loader import PartitionLoader
 from gregor.coordinator.partitions import CoordinatorPartitions, Done, Producer, Records
@@ -46,6 +64,7 @@ from gregor.replica.purgatory import Purgatory
 logger = logging.getLogger(__name__)
 
 GroupHook = Callable[[Group], None]
+ConsumerGroupHook = Callable[[ConsumerGroup], None]
 # A partition's transactional offsets of one producer: (group, topic partition) -> when
 # the record was applied (a number that grows in log order) and its value, None once a
 # commit written after it superseded it.
@@ -58,8 +77,10 @@ def replay(
     key: bytes,
     value: bytes | None,
     txns: dict[int, TxnOffsets] | None = None,
+    consumer_groups: dict[str, ConsumerGroup] | None = None,
 ) -> None:
-    """Apply one record read from the log (raises RecordFormatError if it won't parse)."""
+    """Apply one record read from the log (raises RecordFormatError if it won't parse).
+    Records of consumer-protocol groups go to ``consumer_groups`` (ignored without)."""
     decoded = decode_key(key)
     if isinstance(decoded, OffsetKey):
         offset = None if value is None else decode_offset_value(value)
@@ -67,6 +88,10 @@ def replay(
         replay_offsets(groups, decoded.group, ((tp, offset),), txns)
     elif isinstance(decoded, GroupKey):
         replay_group(groups, decoded.group, None if value is None else decode_group_value(value))
+    elif consumer_groups is not None and isinstance(decoded, CONSUMER_KEYS):
+        replay_record(
+            consumer_groups, decoded, None if value is None else decode_value(decoded, value)
+        )
 
 
 def replay_offsets(
@@ -152,7 +177,10 @@ class CoordinatorRuntime:
         self.log = CoordinatorPartitions(
             OFFSETS_TOPIC, replicas, append_purgatory, settings.commit_timeout_ms, now_ms
         )
+        # Classic groups, and every group's committed offsets (a consumer-protocol group's
+        # in a Group of its id without metadata).
         self.groups: dict[str, Group] = {}
+        self.consumer_groups: dict[str, ConsumerGroup] = {}
         # Per partition, per producer id: offsets a transaction wrote (TxnOffsetCommit),
         # visible once its COMMIT marker is committed, dropped by its ABORT.
         self.txn_offsets: dict[int, dict[int, TxnOffsets]] = {}
@@ -175,13 +203,14 @@ class CoordinatorRuntime:
         """The partitions loaded or loading."""
         return self.log.partitions()
 
-    def load(self, index: int, loaded: GroupHook) -> None:
-        """Replay the partition's log into its groups; ``loaded`` is called for each once
-        they are all in place."""
+    def load(self, index: int, loaded: GroupHook, consumer_loaded: ConsumerGroupHook) -> None:
+        """Replay the partition's log into its groups; ``loaded`` (``consumer_loaded``) is
+        called for each once they are all in place."""
         partition = self.log.get(index)
         if partition is None:
             return
         groups: dict[str, Group] = {}
+        consumer_groups: dict[str, ConsumerGroup] = {}
         txns: dict[int, TxnOffsets] = {}
 
         def transactional(producer_id: int, key: bytes, value: bytes | None) -> None:
@@ -196,27 +225,38 @@ class CoordinatorRuntime:
 
         loader = PartitionLoader(
             partition,
-            lambda key, value: replay(groups, key, value, txns),
+            lambda key, value: replay(groups, key, value, txns, consumer_groups),
             transactional=transactional,
             marker=marker,
         )
 
         def done() -> None:
             self.groups.update(groups)
+            self.consumer_groups.update(consumer_groups)
             self.txn_offsets[index] = txns
             for group in groups.values():
                 loaded(group)
-            if groups:
-                logger.info("Loaded %d group(s) from %s-%d", len(groups), OFFSETS_TOPIC, index)
+            for consumer_group in consumer_groups.values():
+                consumer_loaded(consumer_group)
+            if groups or consumer_groups:
+                logger.info(
+                    "Loaded %d group(s) from %s-%d",
+                    len(groups.keys() | consumer_groups.keys()),
+                    OFFSETS_TOPIC,
+                    index,
+                )
 
         self.log.load(index, loader, done)
 
-    def unload(self, index: int, unloaded: GroupHook) -> None:
-        """Forget the partition: stop its load, drop its groups (``unloaded`` is called for
-        each first, so their parked requests are answered), and fail its writes in flight
-        with NOT_COORDINATOR: what of them the log keeps comes back with the next load."""
+    def unload(self, index: int, unloaded: GroupHook, consumer_unloaded: ConsumerGroupHook) -> None:
+        """Forget the partition: stop its load, drop its groups (``unloaded`` /
+        ``consumer_unloaded`` is called for each first, so their parked requests are
+        answered and their timers stop), and fail its writes in flight with
+        NOT_COORDINATOR: what of them the log keeps comes back with the next load."""
         for group_id in [g for g in self.groups if self.partition_for(g) == index]:
             unloaded(self.groups.pop(group_id))
+        for group_id in [g for g in self.consumer_groups if self.partition_for(g) == index]:
+            consumer_unloaded(self.consumer_groups.pop(group_id))
         self.txn_offsets.pop(index, None)
         self.log.unload(index)
 
@@ -301,6 +341,38 @@ class CoordinatorRuntime:
         if not self._append(group_id, records, done, apply):
             group.state, group.state_timestamp = state, since
 
+    def write_records(self, group_id: str, records: Records, done: Done) -> bool:
+        """Records of a consumer-protocol group, whose live state has them already (they
+        are replayed at load only)."""
+        return self._append(group_id, records, done, None)
+
+    def delete_consumer_group(self, group: ConsumerGroup, done: Done) -> None:
+        """Tombstone an empty consumer-protocol group and its offsets (DeleteGroups). It
+        is Dead at once and gone once they are committed; if nothing could be written it
+        is as it was."""
+        group_id = group.group_id
+        stored = self.groups.get(group_id)
+        doomed = dict.fromkeys(stored.offsets if stored is not None else ())
+        records: Records = [(encode_offset_key(group_id, t, p), None) for t, p in doomed]
+        records.extend(consumer_group_tombstones(group))
+        group.dead = True
+
+        def apply() -> None:
+            txns = self.txn_offsets.get(self.partition_for(group_id))
+            replay_offsets(self.groups, group_id, doomed.items(), txns)
+            if self.consumer_groups.get(group_id) is group:
+                del self.consumer_groups[group_id]
+
+        if not self._append(group_id, records, done, apply):
+            group.dead = False
+
+    def drop_consumer_group(self, group: ConsumerGroup, done: Done) -> None:
+        """An empty consumer-protocol group makes way for a classic group of its id: its
+        records are tombstoned, its offsets stay."""
+        del self.consumer_groups[group.group_id]
+        group.dead = True
+        self._append(group.group_id, consumer_group_tombstones(group), done, None)
+
     def write_group(
         self, group: Group, done: Done, assignments: dict[str, bytes] | None = None
     ) -> None:
@@ -312,6 +384,23 @@ class CoordinatorRuntime:
         self, group_id: str, records: Records, done: Done, apply: Callable[[], None] | None
     ) -> bool:
         return self.log.append(self.partition_for(group_id), records, done, apply)
+
+
+def consumer_group_tombstones(group: ConsumerGroup) -> Records:
+    """Every record of the group, tombstoned in Kafka's order (its members' records, the
+    target assignment's, its regexes' resolutions, then the group's metadata)."""
+    group_id = group.group_id
+    keys: list[ConsumerKey] = []
+    for member_id in group.members:
+        keys += (
+            ConsumerGroupCurrentMemberAssignmentKey(group_id, member_id),
+            ConsumerGroupTargetAssignmentMemberKey(group_id, member_id),
+            ConsumerGroupMemberMetadataKey(group_id, member_id),
+        )
+    keys.append(ConsumerGroupTargetAssignmentMetadataKey(group_id))
+    keys += (ConsumerGroupRegularExpressionKey(group_id, r) for r in group.resolved_regexes)
+    keys.append(ConsumerGroupMetadataKey(group_id))
+    return [(encode_key(key), None) for key in keys]
 
 
 def log_failure(group_id: str) -> Done:

@@ -16,6 +16,12 @@ class Settings:
     offsets_retention_ms: int = 7 * 24 * 3600 * 1000
     commit_timeout_ms: int = 5000
     max_metadata_bytes: int = 4096
+    # The consumer protocol (KIP-848): group.consumer.*
+    consumer_session_timeout_ms: int = 45_000
+    consumer_heartbeat_interval_ms: int = 5_000
+    consumer_max_size: int = 2**31 - 1
+    consumer_assignors: tuple[str, ...] = ("uniform", "range")  # the first is the default
+    consumer_migration_policy: str = "bidirectional"  # one of MIGRATION_POLICIES
 
     @classmethod
     def from_config(cls, config: Any) -> Settings:
@@ -29,4 +35,24 @@ class Settings:
             offsets_retention_ms=config["offsets.retention.minutes"] * 60_000,
             commit_timeout_ms=config["offsets.commit.timeout.ms"],
             max_metadata_bytes=config["offset.metadata.max.bytes"],
+            consumer_session_timeout_ms=config["group.consumer.session.timeout.ms"],
+            consumer_heartbeat_interval_ms=config["group.consumer.heartbeat.interval.ms"],
+            consumer_max_size=config["group.consumer.max.size"],
+            consumer_assignors=tuple(assignor_name(a) for a in config["group.consumer.assignors"]),
+            consumer_migration_policy=config["group.consumer.migration.policy"].lower(),
         )
+
+
+# group.consumer.migration.policy's values (case insensitive), as Kafka lists them.
+MIGRATION_POLICIES = ("bidirectional", "upgrade", "downgrade", "disabled")
+
+# Kafka names its server assignors by class; group.consumer.assignors takes either form.
+ASSIGNOR_CLASSES = {
+    "org.apache.kafka.coordinator.group.assignor.UniformAssignor": "uniform",
+    "org.apache.kafka.coordinator.group.assignor.RangeAssignor": "range",
+}
+
+
+def assignor_name(name: str) -> str:
+    """The short name ("uniform", "range") of an assignor given by either name."""
+    return ASSIGNOR_CLASSES.get(name.strip(), name.strip())

@@ -12,7 +12,14 @@ import struct
 from dataclasses import dataclass
 from enum import IntEnum
 
-from gregor.coordinator.records import RecordFormatError, encode_string, record_reader
+from gregor.coordinator.record_format import (
+    NO_TAGS,
+    RecordFormatError,
+    compact_string,
+    encode_string,
+    encode_tagged_fields,
+    record_reader,
+)
 from gregor.wire.varint import encode_uvarint
 
 TRANSACTION_STATE_TOPIC = "__transaction_state"
@@ -121,22 +128,17 @@ def encode_value(value: TxnLogValue) -> bytes:
     return bytes(out)
 
 
-def _compact_string(value: str) -> bytes:
-    raw = value.encode()
-    return encode_uvarint(len(raw) + 1) + raw
-
-
 def _encode_value_v1(value: TxnLogValue) -> bytes:
     out = bytearray(
         _VALUE_HEAD.pack(1, value.producer_id, value.producer_epoch, value.timeout_ms, value.state)
     )
     out += encode_uvarint(len(value.partitions) + 1)
     for topic, parts in value.partitions:
-        out += _compact_string(topic)
+        out += compact_string(topic)
         out += encode_uvarint(len(parts) + 1)
         for index in parts:
             out += _I32.pack(index)
-        out += b"\x00"  # no tagged fields
+        out += NO_TAGS
     out += _TIMES.pack(value.last_update_ms, value.start_ms)
     tags: list[tuple[int, bytes]] = []
     if value.previous_producer_id != -1:
@@ -145,9 +147,7 @@ def _encode_value_v1(value: TxnLogValue) -> bytes:
         tags.append((1, _I64.pack(value.next_producer_id)))
     if value.client_transaction_version != 0:
         tags.append((2, _I16.pack(value.client_transaction_version)))
-    out += encode_uvarint(len(tags))
-    for tag, raw in tags:
-        out += encode_uvarint(tag) + encode_uvarint(len(raw)) + raw
+    out += encode_tagged_fields(tags)
     return bytes(out)
 
 

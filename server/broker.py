@@ -25,7 +25,7 @@ from gregor.apis.write_txn_markers import write_txn_markers
 from gregor.configdef import LONG_MAX
 from gregor.controller.acls.authorizer import configured_authorizer
 from gregor.controller.base import Controller
-from gregor.controller.configs import effective_value
+from gregor.controller.configs import BROKER_GROUP_BOUND_KEYS, effective_value
 from gregor.controller.embedded import EmbeddedController
 from gregor.controller.metadata.cache import BrokerInfo, MetadataCache, TopicInfo
 from gregor.controller.metadata.config_resource import BROKER, TOPIC, ConfigResource
@@ -59,7 +59,12 @@ from gregor.server.config import (
     read_properties,
     resolve_ip_overrides,
 )
-from gregor.server.metrics import AuthenticationMetrics, AuthorizerMetrics, BrokerMetrics
+from gregor.server.metrics import (
+    AuthenticationMetrics,
+    AuthorizerMetrics,
+    BrokerMetrics,
+    GroupCoordinatorMetrics,
+)
 from gregor.server.metrics_exporter import MetricsEndpoint
 from gregor.server.metrics_state import BrokerState, read_state
 from gregor.server.network import Connection, Limits, SocketServer
@@ -303,6 +308,10 @@ class Broker:
             ", ".join(f"{n}://{h}:{p}" for n, (h, p) in endpoints.items()),
         )
 
+    def _group_bounds(self) -> dict[str, int]:
+        """This broker's bounds of group configs, which its controller checks them by."""
+        return {key: self.config[key] for key in BROKER_GROUP_BOUND_KEYS}
+
     def _start_embedded(self, endpoints: dict[str, tuple[str, int]]) -> None:
         controller = EmbeddedController(
             self.config.log_dirs[0],
@@ -315,6 +324,7 @@ class Broker:
             on_configs=self._apply_configs,
             on_quotas=self.quotas.apply,
             authorizer=self.authorizer,
+            group_bounds=self._group_bounds(),
         )
         self.controller = self.embedded = controller
         self.cache = controller.cache
@@ -372,6 +382,7 @@ class Broker:
             self.zk_controller,
             topic_wait_ms=config["request.timeout.ms"],
             authorizer=self.authorizer,
+            group_bounds=self._group_bounds(),
         )
         self.controller = self.cluster
         self.cluster.on_configs = self._apply_configs
@@ -422,6 +433,7 @@ class Broker:
             ) from None
         self.metrics_endpoint = endpoint
         endpoint.collectors.append(self.authentication_metrics)
+        endpoint.collectors.append(GroupCoordinatorMetrics(self.groups))
         if self.authorizer is not None:
             endpoint.collectors.append(AuthorizerMetrics(self.authorizer))
         logger.info("Serving Prometheus metrics on http://%s:%d/metrics", endpoint.host, bound)

@@ -20,11 +20,14 @@ from gregor.configdef import (
     Type,
     at_least,
     between,
+    each_one_of,
     invalid,
     one_of,
 )
 from gregor.controller.acls.authorizer import check_authorizer_class, check_super_users
 from gregor.controller.configs import base_key, broker_key, parse_ip_overrides, register_broker_keys
+from gregor.coordinator.assignors import ASSIGNORS
+from gregor.coordinator.settings import MIGRATION_POLICIES, assignor_name
 from gregor.log.config import LOG_BROKER_KEYS, LogConfig
 
 logger = logging.getLogger(__name__)
@@ -33,6 +36,27 @@ logger = logging.getLogger(__name__)
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 TLS_PROTOCOLS = frozenset({"SSL", "SASL_SSL"})
 SASL_PROTOCOLS = frozenset({"SASL_PLAINTEXT", "SASL_SSL"})
+
+
+def _known_assignors(name: str, values: list[str]) -> None:
+    """group.consumer.assignors: the server assignors Gregor has, by class or short name."""
+    if not values:
+        raise invalid(name, values, "at least one assignor is required")
+    for value in values:
+        if assignor_name(value) not in ASSIGNORS:
+            raise invalid(name, value, f"unknown assignor, known are {', '.join(ASSIGNORS)}")
+
+
+def _migration_policy(name: str, value: str) -> None:
+    """Kafka's ConfigDef.CaseInsensitiveValidString."""
+    if value.lower() not in MIGRATION_POLICIES:
+        raise invalid(
+            name,
+            value,
+            "String must be one of (case insensitive): "
+            + ", ".join(p.upper() for p in MIGRATION_POLICIES),
+        )
+
 
 KEYS: dict[str, ConfigKey] = {
     k.name: k
@@ -180,6 +204,33 @@ KEYS: dict[str, ConfigKey] = {
         ConfigKey("group.min.session.timeout.ms", Type.INT, "6000"),
         ConfigKey("group.max.session.timeout.ms", Type.INT, "1800000"),
         ConfigKey("group.max.size", Type.INT, str(INT_MAX), at_least(1)),
+        # the consumer group protocol (KIP-848; Kafka's GroupCoordinatorConfig)
+        ConfigKey(
+            "group.coordinator.rebalance.protocols",
+            Type.LIST,
+            "classic,consumer",
+            each_one_of("classic", "consumer", "share", "streams"),  # Kafka 4.1's names
+        ),
+        ConfigKey("group.consumer.session.timeout.ms", Type.INT, "45000", at_least(1)),
+        ConfigKey("group.consumer.min.session.timeout.ms", Type.INT, "45000", at_least(1)),
+        ConfigKey("group.consumer.max.session.timeout.ms", Type.INT, "60000", at_least(1)),
+        ConfigKey("group.consumer.heartbeat.interval.ms", Type.INT, "5000", at_least(1)),
+        ConfigKey("group.consumer.min.heartbeat.interval.ms", Type.INT, "5000", at_least(1)),
+        ConfigKey("group.consumer.max.heartbeat.interval.ms", Type.INT, "15000", at_least(1)),
+        ConfigKey("group.consumer.max.size", Type.INT, str(INT_MAX), at_least(1)),
+        ConfigKey(
+            "group.consumer.assignors",
+            Type.LIST,
+            "org.apache.kafka.coordinator.group.assignor.UniformAssignor,"
+            "org.apache.kafka.coordinator.group.assignor.RangeAssignor",
+            _known_assignors,
+        ),
+        ConfigKey(
+            "group.consumer.migration.policy",
+            Type.STRING,
+            "bidirectional",
+            _migration_policy,
+        ),
         # producers
         ConfigKey("producer.id.expiration.ms", Type.INT, "86400000", at_least(1)),
         # transactions (coordinator/txn_coordinator.py)
@@ -384,11 +435,35 @@ class BrokerConfig:
             parse_listener(listener, "advertised.listeners")
         if self.cluster_mode:
             self._check_cluster()
+        self._check_consumer_groups()
         self.per_ip_overrides = self._per_ip_overrides()
         self.listener_connection_creation_rates = listener_connection_creation_rates(self.raw)
         if self["node.id"] is not None and self["node.id"] != self["broker.id"]:
             if "broker.id" in self.raw:
                 raise ConfigError("broker.id and node.id must match when both are set")
+
+    def _check_consumer_groups(self) -> None:
+        """Kafka's GroupCoordinatorConfig rules for the consumer protocol's timeouts."""
+        for kind in ("session.timeout", "heartbeat.interval"):
+            key, low, high = (
+                f"group.consumer.{kind}.ms",
+                f"group.consumer.min.{kind}.ms",
+                f"group.consumer.max.{kind}.ms",
+            )
+            if self[high] < self[low]:
+                raise ConfigError(f"{high} must be greater than or equal to {low}")
+            if self[key] < self[low]:
+                raise ConfigError(f"{key} must be greater than or equal to {low}")
+            if self[key] > self[high]:
+                raise ConfigError(f"{key} must be less than or equal to {high}")
+        heartbeat, session = (
+            "group.consumer.heartbeat.interval.ms",
+            "group.consumer.session.timeout.ms",
+        )
+        if self[heartbeat] >= self[session]:
+            raise ConfigError(f"{heartbeat} must be less than {session}")
+        if "classic" not in self["group.coordinator.rebalance.protocols"]:
+            raise ConfigError("group.coordinator.rebalance.protocols must contain classic")
 
     def _check_cluster(self) -> None:
         """Kafka's cross-key rules for the replication and inter-broker settings."""

@@ -32,12 +32,15 @@ from prometheus_client.core import (
 from prometheus_client.utils import floatToGoString
 
 from gregor.apis.timing import END, FOLLOWER_FETCH, RequestTiming
+from gregor.coordinator.consumer_group import ConsumerGroupState
+from gregor.coordinator.group import GroupState
 from gregor.server._histograms import count
 from gregor.wire import versions
 from gregor.wire.schema import request_type
 
 if TYPE_CHECKING:
     from gregor.controller.acls.authorizer import AclAuthorizer
+    from gregor.coordinator.coordinator import GroupCoordinator
 
 # Histogram buckets: powers of two of milliseconds, from 1/8 ms (a metadata answer) to
 # 32768 ms (past request.timeout.ms's default: an acks=all produce that timed out). A
@@ -248,3 +251,67 @@ class AuthorizerMetrics:
             "ACLs held (acls-total-count)",
             self.authorizer.count(),
         )
+
+
+# Kafka's group coordinator metrics (kafka.server:type=group-coordinator-metrics,
+# GroupCoordinatorMetrics): its gauges by protocol and state, and its meters as counters.
+_GROUP_COORDINATOR = "kafka_server_group_coordinator_metrics_"
+_CLASSIC_STATES = tuple(s.value for s in GroupState)
+_CONSUMER_STATES = tuple(s.value for s in ConsumerGroupState)
+
+
+class GroupCoordinatorMetrics:
+    """The groups this broker coordinates by protocol and state and the offsets they hold,
+    counted at scrape time, and the coordinator's own counters of rebalances and offsets;
+    a collector of the Prometheus endpoint."""
+
+    def __init__(self, coordinator: GroupCoordinator) -> None:
+        self.coordinator = coordinator
+
+    def collect(self) -> Iterator[Metric]:
+        runtime = self.coordinator.runtime
+        modern = runtime.consumer_groups
+        consumer = dict.fromkeys(_CONSUMER_STATES, 0)
+        for modern_group in list(modern.values()):
+            consumer[modern_group.state.value] += 1
+        classic = dict.fromkeys(_CLASSIC_STATES, 0)
+        offsets = 0
+        for group_id, group in list(runtime.groups.items()):
+            offsets += len(group.offsets)
+            if group_id not in modern:  # else only its offsets' holder
+                classic[group.state.value] += 1
+        family = GaugeMetricFamily(
+            f"{_GROUP_COORDINATOR}group_count",
+            "Groups by rebalance protocol (group-count)",
+            labels=["protocol"],
+        )
+        family.add_metric(["classic"], sum(classic.values()))
+        family.add_metric(["consumer"], sum(consumer.values()))
+        yield family
+        for name, doc, counts in (
+            ("classic_group_count", "Classic groups by state (classic-group-count)", classic),
+            ("consumer_group_count", "Consumer groups by state (consumer-group-count)", consumer),
+        ):
+            family = GaugeMetricFamily(f"{_GROUP_COORDINATOR}{name}", doc, labels=["state"])
+            for state, n in counts.items():
+                family.add_metric([state], n)
+            yield family
+        yield GaugeMetricFamily(
+            f"{_GROUP_COORDINATOR}offset_count", "Committed offsets held (offset-count)", offsets
+        )
+        membership, committed = self.coordinator.consumer_membership, self.coordinator.offsets
+        for name, doc, value in (
+            (
+                "consumer_group_rebalance",
+                "Consumer group epoch bumps (consumer-group-rebalance-count)",
+                membership.rebalances,
+            ),
+            ("offset_commit", "Offsets committed (offset-commit-count)", committed.committed),
+            ("offset_expiration", "Offsets expired (offset-expiration-count)", committed.expired),
+            (
+                "offset_deletion",
+                "Offsets deleted by OffsetDelete (offset-deletion-count)",
+                committed.deleted,
+            ),
+        ):
+            yield CounterMetricFamily(f"{_GROUP_COORDINATOR}{name}", doc, value=value)

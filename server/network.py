@@ -69,7 +69,8 @@ _READ_BUFFER_LIMIT = 1 << 20
 # Reads land in one chunk shared by every connection (the bytes are moved out before the
 # next read); a frame at least _LARGE_FRAME long is collected in a buffer of its own, and
 # once _CHUNK of it has arrived the rest is received in place, in a buffer of the frame's
-# size made then (so a size prefix alone commits no memory; the pool has reserved it).
+# size made then (so a size prefix alone commits no memory; the pool has reserved it), or,
+# for a frame bigger than the whole pool, one that doubles as the bytes come.
 _CHUNK = 256 * 1024
 _LARGE_FRAME = 64 * 1024
 # The part of queued.max.request.bytes that only small frames (under _LARGE_FRAME) may use
@@ -408,10 +409,16 @@ class Connection(asyncio.BufferedProtocol):
             server = self.server
             return server.small_chunk if server.pool.exhausted else server.read_chunk
         assert large is not None
-        if len(large) < self._expected:  # the client is sending it: its whole size at once
-            whole = bytearray(self._expected)
-            whole[: self._filled] = large
-            large = self._large = whole
+        if len(large) == self._filled:
+            expected = self._expected
+            if expected > self.server.pool.capacity:
+                # Bigger than the whole pool (admitted alone) or no pool: it grows as the
+                # bytes come, so what is committed stays within twice what has arrived.
+                large.extend(bytes(min(expected, 2 * self._filled) - self._filled))
+            else:  # the client is sending it: its whole size at once, as the pool reserved
+                whole = bytearray(expected)
+                whole[: self._filled] = large
+                large = self._large = whole
         return memoryview(large)[self._filled :]
 
     def buffer_updated(self, nbytes: int) -> None:

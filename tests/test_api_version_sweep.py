@@ -1100,6 +1100,46 @@ def describe_topic_partitions(case: Case) -> None:
     assert [p.partition_index for p in topic.partitions] == [0]
 
 
+def consumer_join(case: Case, version: int, group: str) -> Any:
+    """Join ``group`` (consumer protocol) as its only member, subscribed to TOPIC."""
+    return case.client.call(
+        v.CONSUMER_GROUP_HEARTBEAT,
+        version,
+        fill(
+            request_type(v.CONSUMER_GROUP_HEARTBEAT, version),
+            group_id=group,
+            member_id=str(uuid.uuid4()),
+            member_epoch=0,
+            rebalance_timeout=datetime.timedelta(seconds=10),
+            subscribed_topic_names=(TOPIC,),
+            topic_partitions=(),
+        ),
+    )
+
+
+def consumer_group_heartbeat(case: Case) -> None:
+    r = consumer_join(case, case.version, case.fresh("cg"))
+    assert (r.error_code, r.member_epoch) == (NONE, 1), r
+    assert r.assignment is not None
+    assert [(t.topic_id, t.partitions) for t in r.assignment.topic_partitions] == [
+        (case.state.topic_id, (0,))
+    ]
+
+
+def consumer_group_describe(case: Case) -> None:
+    group = case.fresh("cg")
+    joined = consumer_join(case, 1, group)
+    (described,) = case.call(group_ids=(group,), include_authorized_operations=False).groups
+    assert (described.error_code, described.group_state, described.group_epoch) == (
+        NONE,
+        "Stable",
+        1,
+    )
+    (member,) = described.members
+    assert member.member_id == joined.member_id
+    assert getattr(member, "member_type", 1) == 1
+
+
 CHECKS: dict[int, Callable[[Case], None]] = {
     v.PRODUCE: produce,
     v.FETCH: fetch,
@@ -1150,6 +1190,8 @@ CHECKS: dict[int, Callable[[Case], None]] = {
     v.LIST_TRANSACTIONS: list_transactions,
     74: list_config_resources,  # ListConfigResources (v.LIST_CONFIG_RESOURCES once it exists)
     v.DESCRIBE_TOPIC_PARTITIONS: describe_topic_partitions,
+    v.CONSUMER_GROUP_HEARTBEAT: consumer_group_heartbeat,
+    v.CONSUMER_GROUP_DESCRIBE: consumer_group_describe,
 }
 
 

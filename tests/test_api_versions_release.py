@@ -54,17 +54,15 @@ KAFKA_4_1: dict[int, tuple[int, int]] = {
     90: (0, 0), 91: (0, 0), 92: (0, 0),
 }  # fmt: skip
 
-SECURITY = "#19 security"
+TOKENS = "no issue yet: delegation tokens (KIP-48)"
 GROUP_PROTOCOLS = "#20 Kafka 4's group protocols"
 KRAFT = "none: KRaft only (Gregor's cluster mode is ZooKeeper's)"
 # The 4.1 APIs Gregor does not serve, and what will bring them.
 NOT_SERVED: dict[int, str] = {
-    38: f"{SECURITY} (CreateDelegationToken)",
-    39: f"{SECURITY} (RenewDelegationToken)",
-    40: f"{SECURITY} (ExpireDelegationToken)",
-    41: f"{SECURITY} (DescribeDelegationToken)",
-    68: f"{GROUP_PROTOCOLS} (ConsumerGroupHeartbeat, KIP-848)",
-    69: f"{GROUP_PROTOCOLS} (ConsumerGroupDescribe, KIP-848)",
+    38: f"{TOKENS} (CreateDelegationToken)",
+    39: f"{TOKENS} (RenewDelegationToken)",
+    40: f"{TOKENS} (ExpireDelegationToken)",
+    41: f"{TOKENS} (DescribeDelegationToken)",
     76: f"{GROUP_PROTOCOLS} (ShareGroupHeartbeat, KIP-932)",
     77: f"{GROUP_PROTOCOLS} (ShareGroupDescribe, KIP-932)",
     78: f"{GROUP_PROTOCOLS} (ShareFetch, KIP-932)",

@@ -7,13 +7,13 @@ import struct
 import pytest
 
 from gregor.coordinator.group import parse_subscription_topics
+from gregor.coordinator.record_format import RecordFormatError
 from gregor.coordinator.records import (
     GroupKey,
     GroupValue,
     MemberValue,
     OffsetKey,
     OffsetValue,
-    RecordFormatError,
     decode_group_value,
     decode_key,
     decode_offset_value,

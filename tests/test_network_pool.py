@@ -85,7 +85,7 @@ def test_large_frames_stay_within_the_pool_and_small_requests_flow(tmp_path: Pat
             started = time.monotonic()
             client.call(API_VERSIONS, 3, cls(client_software_name="t", client_software_version="1"))
             latencies.append(time.monotonic() - started)
-            time.sleep(0.05)
+            time.sleep(0.01)
         for t in streams:
             t.join(timeout=180)
         client.close()

@@ -7,7 +7,7 @@ import struct
 import pytest
 from kio.schema.errors import ErrorCode
 
-from gregor.coordinator.records import RecordFormatError
+from gregor.coordinator.record_format import RecordFormatError
 from gregor.coordinator.txn_records import (
     TxnLogValue,
     TxnState,

@@ -4,7 +4,7 @@ Bounded by what our handlers implement, not by what kio can parse. The client AP
 one Kafka release, 4.1: every API Gregor serves at exactly 4.1's range (so a client that
 infers the broker's release from the ranges, as kafka-python does, gets one coherent
 answer), plus the ZooKeeper-era inter-broker APIs of cluster mode. APIs Gregor does not
-serve at all (delegation tokens, features, KRaft, the KIP-848/932/1071
+serve at all (delegation tokens, features, KRaft, the KIP-932/1071
 group protocols, telemetry) are left out of ApiVersions, as tests/test_api_versions_release.py
 lists.
 """
@@ -64,6 +64,8 @@ DESCRIBE_CLUSTER = 60
 DESCRIBE_PRODUCERS = 61
 DESCRIBE_TRANSACTIONS = 65
 LIST_TRANSACTIONS = 66
+CONSUMER_GROUP_HEARTBEAT = 68
+CONSUMER_GROUP_DESCRIBE = 69
 LIST_CONFIG_RESOURCES = 74
 DESCRIBE_TOPIC_PARTITIONS = 75
 
@@ -102,7 +104,8 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     ALTER_REPLICA_LOG_DIRS: (1, 2),
     DESCRIBE_PRODUCERS: (0, 0),
     DESCRIBE_TOPIC_PARTITIONS: (0, 0),
-    # Groups: OffsetCommit/OffsetFetch stop at v9 because v10 addresses topics by id only.
+    # Groups: OffsetCommit/OffsetFetch stop at v9 as in Kafka 4.1, which has v10 (topics by
+    # id) only behind unstable.api.versions.enable (KAFKA-19186 made it stable in 4.2).
     FIND_COORDINATOR: (0, 6),
     JOIN_GROUP: (0, 9),
     SYNC_GROUP: (0, 5),
@@ -114,6 +117,9 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     LIST_GROUPS: (0, 5),
     DELETE_GROUPS: (0, 2),
     OFFSET_DELETE: (0, 0),
+    # The consumer group protocol (KIP-848).
+    CONSUMER_GROUP_HEARTBEAT: (0, 1),
+    CONSUMER_GROUP_DESCRIBE: (0, 1),
     # SASL (server/security/authenticator.py; apis/sasl.py where no exchange is due).
     SASL_HANDSHAKE: (0, 1),
     SASL_AUTHENTICATE: (0, 2),

@@ -13,12 +13,15 @@
 //   list-offsets  --spec earliest|latest|<timestamp ms>... [--via consumer|admin]
 //                 stdout: {"spec", "partition", "offset", "timestamp"} per spec and partition
 //                 (offset null if no record is that late)
-//   group-consume --group G [--config k=v]...
-//                 subscribes in group G, commits after every poll; stdout: {"event":
-//                 "assigned"|"revoked"|"lost", "partitions": [...]} on every rebalance
+//   group-consume --group G [--pattern REGEX] [--config k=v]...
+//                 subscribes in group G (to the topics the broker resolves REGEX to, as
+//                 subscribe(SubscriptionPattern), if given), commits after every poll; stdout:
+//                 {"event": "assigned"|"revoked"|"lost", "partitions": [...], "topics": [...]
+//                 (each partition's topic)} on every rebalance
 //                 callback, {"event": "first", "partition", "offset"} for the first
-//                 record seen per partition, {"event": "closed", "consumed"} at the end.
-//                 stdin: any line or EOF closes the consumer cleanly.
+//                 record seen per partition, {"event": "commit-failed"} when a commit
+//                 fails with CommitFailedException (it consumes on), {"event": "closed",
+//                 "consumed"} at the end. stdin: any line or EOF closes the consumer cleanly.
 //   group-commit  --group G --count N [--timeout-ms M] [--config k=v]...   subscribes in
 //                 group G, polls until N records, commits them, closes; stdout: {"consumed"}
 //   group-offsets --group G [--config k=v]...   the group's committed offsets (the Admin's
@@ -499,7 +502,7 @@ public final class GregorClient {
         java.util.Set<Integer> seen = new java.util.HashSet<>();
         long consumed = 0;
         try {
-            consumer.subscribe(List.of(opt("topic", null)), new ConsumerRebalanceListener() {
+            ConsumerRebalanceListener listener = new ConsumerRebalanceListener() {
                 @Override
                 public void onPartitionsAssigned(java.util.Collection<TopicPartition> tps) {
                     event("assigned", tps);
@@ -514,7 +517,13 @@ public final class GregorClient {
                 public void onPartitionsLost(java.util.Collection<TopicPartition> tps) {
                     event("lost", tps);
                 }
-            });
+            };
+            if (opts.containsKey("pattern")) {
+                consumer.subscribe(new org.apache.kafka.clients.consumer.SubscriptionPattern(
+                        opt("pattern", null)), listener);
+            } else {
+                consumer.subscribe(List.of(opt("topic", null)), listener);
+            }
             while (true) {
                 var records = consumer.poll(Duration.ofMillis(200));
                 for (ConsumerRecord<byte[], byte[]> r : records) {
@@ -525,7 +534,13 @@ public final class GregorClient {
                     consumed++;
                 }
                 if (!records.isEmpty()) {
-                    consumer.commitSync();
+                    try {
+                        consumer.commitSync();
+                    } catch (org.apache.kafka.clients.consumer.CommitFailedException e) {
+                        // A rebalance moved on meanwhile (e.g. a member epoch bumped while
+                        // the commit was in flight): as an application does, consume on.
+                        System.out.println("{\"event\": \"commit-failed\"}");
+                    }
                 }
                 System.out.flush();
             }
@@ -1228,10 +1243,13 @@ public final class GregorClient {
 
     private static void event(String name, java.util.Collection<TopicPartition> tps) {
         StringBuilder sb = new StringBuilder();
+        StringBuilder topics = new StringBuilder();
         for (TopicPartition tp : tps) {
             sb.append(sb.length() > 0 ? ", " : "").append(tp.partition());
+            topics.append(topics.length() > 0 ? ", " : "").append(str(tp.topic()));
         }
-        System.out.println("{\"event\": " + str(name) + ", \"partitions\": [" + sb + "]}");
+        System.out.println("{\"event\": " + str(name) + ", \"partitions\": [" + sb
+                + "], \"topics\": [" + topics + "]}");
         System.out.flush();
     }
 

@@ -62,8 +62,13 @@ class MetadataCache:
         # Dynamic configs of brokers (per id, and the cluster default) and groups; a topic's
         # are its TopicInfo.configs.
         self.configs: dict[ConfigResource, dict[str, str]] = {}
+        # Grows with each topic this cache learns of (not with partition changes): what
+        # consumer groups' regex subscriptions check before scanning the topic names again.
+        self.topics_added = 0
 
     def put_topic(self, topic: TopicInfo) -> None:
+        if topic.topic_id not in self._ids:
+            self.topics_added += 1
         self.topics[topic.name] = topic
         self._ids[topic.topic_id] = topic.name
         self._unified[unify_collision_chars(topic.name)] = topic.name

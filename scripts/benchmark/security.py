@@ -268,7 +268,15 @@ def scram_table(results: dict[str, dict[str, float]]) -> str:
     return "\n".join(lines)
 
 
-def acl_tables(per_request: dict[str, dict[str, Any]], calls: dict[str, dict[str, float]]) -> str:
+# The cheapest workload of each API, whose CPU the handlers' authorization is a share of.
+_CHEAPEST = {"produce": "produce 1 x 100 B", "fetch": "fetch 100 B"}
+
+
+def acl_tables(
+    per_request: dict[str, dict[str, Any]],
+    calls: dict[str, dict[str, float]],
+    handlers: dict[str, float],
+) -> str:
     lines = [
         "| workload, one request at a time | broker CPU µs per request: no authorizer "
         f"| authorizer, the client's 4 ACLs | authorizer, {acl_cost.ACLS:,} ACLs "
@@ -288,6 +296,16 @@ def acl_tables(per_request: dict[str, dict[str, Any]], calls: dict[str, dict[str
     lines += [
         f"| {label} | {us['first']:.2f} | {us['repeated']:.2f} |" for label, us in calls.items()
     ]
+    lines += [
+        "",
+        f"| handler's authorization in process, {acl_cost.ACLS:,} ACLs | µs per request "
+        "| share of the request's broker CPU (no authorizer) |",
+        "|---|---:|---:|",
+    ]
+    for api, us in handlers.items():
+        workload = _CHEAPEST[api]
+        share = us / per_request[workload]["none_us"]
+        lines.append(f"| {api} (of {workload}) | {us:.2f} | {share:.1%} |")
     return "\n".join(lines)
 
 
@@ -336,8 +354,13 @@ def main(argv: list[str]) -> int:
             _log("acls: creating 10,000 ACLs, then alternating requests")
             per_request = acl_cost.request_cpu(work / "acls", args.requests, args.acl_rounds)
             calls = acl_cost.authorize_us()
-            results["acls"] = {"per_request": per_request, "authorize_us": calls}
-            print(acl_tables(per_request, calls))
+            handlers = acl_cost.handler_checks_us()
+            results["acls"] = {
+                "per_request": per_request,
+                "authorize_us": calls,
+                "handler_us": handlers,
+            }
+            print(acl_tables(per_request, calls, handlers))
             print()
     if args.json:
         meta = {"size": args.size, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}

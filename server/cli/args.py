@@ -264,7 +264,27 @@ def _groups(commands: _Commands) -> None:
     view.add_argument(
         "--members", action="store_true", help="describe: the members and their partitions"
     )
-    view.add_argument("--state", action="store_true", help="list, describe: each group's state")
+    view.add_argument(
+        "--state",
+        nargs="?",
+        const="",
+        metavar="STATE[,STATE...]",
+        help="list: each group's state (only groups in these states, if given); describe: "
+        "each group's state",
+    )
+    groups.add_argument(
+        "--type",
+        nargs="?",
+        const="",
+        metavar="TYPE[,TYPE...]",
+        help="list: each group's type, classic or consumer (only these types, if given)",
+    )
+    groups.add_argument(
+        "--verbose",
+        action="store_true",
+        help="describe --members: member epochs and assignments; describe --state: the "
+        "group and target assignment epochs",
+    )
     groups.add_argument(
         "--topic",
         action="append",

@@ -1,6 +1,8 @@
 """``gregor groups``: list, describe (committed offsets, log end offsets, lag, members),
 reset the offsets of and delete consumer groups on any Kafka-compatible broker over the
-wire, in the habits of ``kafka-consumer-groups.sh``."""
+wire, in the habits of ``kafka-consumer-groups.sh``: classic groups and those of the
+consumer protocol (KIP-848), which ConsumerGroupDescribe describes (with member epochs and
+target assignments) where DescribeGroups reports them Dead."""
 
 from __future__ import annotations
 
@@ -27,6 +29,10 @@ from gregor.server.cli.client.records import (
 from gregor.server.cli.output import print_json, print_table
 
 OFFSET_COMMIT, OFFSET_FETCH, DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS = 8, 9, 15, 16, 42
+API_VERSIONS, CONSUMER_GROUP_DESCRIBE = 18, 69
+GROUP_ID_NOT_FOUND = 69
+# kafka-consumer-groups.sh's --type values (Kafka's GroupType names).
+GROUP_TYPES = {"classic": "Classic", "consumer": "Consumer"}
 INACTIVE = ("Empty", "Dead")  # the states in which a group's offsets may be reset
 NO_OFFSET = -1
 
@@ -36,6 +42,7 @@ class ListedGroup:
     group: str
     state: str
     protocol_type: str
+    group_type: str | None = None  # "classic", "consumer"; None: not asked (ListGroups v4)
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +52,9 @@ class Member:
     client_id: str
     host: str
     partitions: list[TopicPartition]
+    # A consumer-protocol member's: its epoch and its target assignment.
+    member_epoch: int | None = None
+    target: list[TopicPartition] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -52,35 +62,58 @@ class Group:
     group: str
     state: str
     protocol_type: str
-    protocol: str
+    protocol: str  # the assignor of a consumer-protocol group
     coordinator: Connection
     members: list[Member] = field(default_factory=list)
+    group_type: str = "classic"
+    group_epoch: int | None = None  # a consumer-protocol group's epochs
+    assignment_epoch: int | None = None
 
     def owner(self, tp: TopicPartition) -> Member | None:
         return next((m for m in self.members if tp in m.partitions), None)
 
 
-def list_groups(client: Client) -> list[ListedGroup]:
-    """The consumer groups of every broker (each lists the groups it coordinates); groups
-    of other protocols (Connect's, for one) are left out, as Kafka's tool does."""
+def list_groups(
+    client: Client, states: tuple[str, ...] = (), types: tuple[str, ...] | None = None
+) -> list[ListedGroup]:
+    """The consumer groups of every broker (each lists the groups it coordinates) in
+    ``states`` (any when empty); groups of other protocols (Connect's, for one) are left
+    out, as Kafka's tool does. With ``types`` (ListGroups v5, Kafka 3.8+; empty: classic
+    and consumer) each group's type is asked and filtered by."""
+    if types is None:
+        request = schema(LIST_GROUPS, 4)(states_filter=states)
+    else:
+        request = schema(LIST_GROUPS, 5)(
+            states_filter=states, types_filter=types or tuple(GROUP_TYPES)
+        )
     groups: dict[str, ListedGroup] = {}
     for broker in client.all_brokers():
-        answer = broker.call(schema(LIST_GROUPS, 4)(states_filter=()))
+        answer = broker.call(request)
         if answer.error_code.value != 0:
             raise ClientError(f"ListGroups on {broker.address}: {error_name(answer.error_code)}")
         for g in answer.groups:
             if g.protocol_type in (PROTOCOL_TYPE, ""):
-                groups[g.group_id] = ListedGroup(g.group_id, g.group_state, g.protocol_type)
+                group_type = getattr(g, "group_type", None)
+                groups[g.group_id] = ListedGroup(
+                    g.group_id, g.group_state, g.protocol_type, group_type
+                )
     return sorted(groups.values(), key=lambda g: g.group)
 
 
 def describe_group(client: Client, group: str) -> Group:
-    """The group's state and members (DescribeGroups through its coordinator); a group that
-    does not exist is "Dead", as Kafka reports it."""
+    """The group's state and members (DescribeGroups through its coordinator, else
+    ConsumerGroupDescribe for a consumer-protocol group); a group that does not exist is
+    "Dead", as Kafka reports it."""
     request = schema(DESCRIBE_GROUPS, 5)(groups=(group,), include_authorized_operations=False)
     (described,) = client.call_coordinator(group, request).groups
     if described.error_code.value != 0:
         raise ClientError(f"group {group!r}: {error_name(described.error_code)}")
+    if described.group_state == "Dead" and _serves(
+        client.coordinator(group), CONSUMER_GROUP_DESCRIBE
+    ):
+        modern = _describe_consumer_group(client, group)
+        if modern is not None:
+            return modern
     consumer = described.protocol_type == PROTOCOL_TYPE
     members = [
         Member(
@@ -99,6 +132,50 @@ def describe_group(client: Client, group: str) -> Group:
         described.protocol_data,
         client.coordinator(group),  # the one that answered
         sorted(members, key=lambda m: m.member_id),
+    )
+
+
+def _serves(broker: Connection, api_key: int) -> bool:
+    answer = broker.call(schema(API_VERSIONS, 0)())
+    return any(k.api_key == api_key for k in answer.api_keys)
+
+
+def _describe_consumer_group(client: Client, group: str) -> Group | None:
+    """A consumer-protocol group as ConsumerGroupDescribe tells it; None if there is none."""
+    request = schema(CONSUMER_GROUP_DESCRIBE, 0)(
+        group_ids=(group,), include_authorized_operations=False
+    )
+    (described,) = client.call_coordinator(group, request).groups
+    if described.error_code.value == GROUP_ID_NOT_FOUND:
+        return None
+    if described.error_code.value != 0:
+        raise ClientError(f"group {group!r}: {error_name(described.error_code)}")
+
+    def partitions(assignment: Any) -> list[TopicPartition]:
+        return sorted((t.topic_name, p) for t in assignment.topic_partitions for p in t.partitions)
+
+    members = [
+        Member(
+            m.member_id,
+            m.instance_id,
+            m.client_id,
+            m.client_host,
+            partitions(m.assignment),
+            m.member_epoch,
+            partitions(m.target_assignment),
+        )
+        for m in described.members
+    ]
+    return Group(
+        group,
+        described.group_state,
+        PROTOCOL_TYPE,
+        described.assignor_name,
+        client.coordinator(group),
+        sorted(members, key=lambda m: m.member_id),
+        "consumer",
+        described.group_epoch,
+        described.assignment_epoch,
     )
 
 
@@ -327,19 +404,44 @@ def _named_groups(client: Client, args: Any) -> list[str]:
     return [g.group for g in list_groups(client)] if args.all_groups else args.group
 
 
+def _filter(text: str | None) -> tuple[str, ...]:
+    """The values of --state/--type's comma-separated text (none: no filter)."""
+    return tuple(v.strip() for v in (text or "").split(",") if v.strip())
+
+
 def _list(client: Client, args: Any) -> int:
-    groups = list_groups(client)
+    """As kafka-consumer-groups.sh --list: --state and --type (each with an optional
+    comma-separated filter) add their columns."""
+    types = None if args.type is None else tuple(t.lower() for t in _filter(args.type))
+    unknown = sorted(set(types or ()) - set(GROUP_TYPES))
+    if unknown:
+        raise ClientError(
+            f"Invalid types list '{args.type}'. Valid types are: " + ", ".join(GROUP_TYPES.values())
+        )
+    groups = list_groups(client, _filter(args.state), types)
     if args.json:
         print_json(
             {
                 "groups": [
                     {"group": g.group, "state": g.state, "protocolType": g.protocol_type}
+                    | ({} if types is None else {"type": g.group_type})
                     for g in groups
                 ]
             }
         )
-    elif args.state:
-        print_table(["GROUP", "STATE"], [(g.group, g.state) for g in groups])
+    elif args.state is not None or types is not None:
+        columns = ["GROUP"]
+        if types is not None:
+            columns.append("TYPE")
+        if args.state is not None:
+            columns.append("STATE")
+        rows = [
+            [g.group]
+            + ([GROUP_TYPES.get(g.group_type or "", "Unknown")] if types is not None else [])
+            + ([g.state] if args.state is not None else [])
+            for g in groups
+        ]
+        print_table(columns, rows)
     else:
         for g in groups:
             print(g.group)
@@ -355,7 +457,16 @@ def _member_json(m: Member | None) -> dict[str, Any] | None:
         "clientId": m.client_id,
         "host": m.host,
         "partitions": [{"topic": t, "partition": p} for t, p in m.partitions],
+        "memberEpoch": m.member_epoch,
+        "targetAssignment": [{"topic": t, "partition": p} for t, p in m.target],
     }
+
+
+def _assignment(partitions: list[TopicPartition]) -> str | None:
+    """Kafka's tool's text of an assignment: ``topic:0,1;other:2`` (None: nothing)."""
+    return (
+        ";".join(f"{t}:{','.join(map(str, ps))}" for t, ps in by_topic(partitions).items()) or None
+    )
 
 
 def _describe(client: Client, names: list[str], args: Any) -> int:
@@ -374,31 +485,21 @@ def _describe(client: Client, names: list[str], args: Any) -> int:
         return status
     for group, lags in described:
         print()
-        if args.state:
+        if args.state is not None:
             coordinator = f"{group.coordinator.address} ({group.coordinator.node_id})"
-            print_table(
-                ["GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"],
-                [
-                    (
-                        group.group,
-                        coordinator,
-                        group.protocol or None,
-                        group.state,
-                        len(group.members),
-                    )
-                ],
-            )
+            columns = ["GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE"]
+            row: list[Any] = [group.group, coordinator, group.protocol or None, group.state]
+            if args.verbose:
+                columns += ["GROUP-EPOCH", "TARGET-ASSIGNMENT-EPOCH"]
+                row += [group.group_epoch, group.assignment_epoch]
+            print_table([*columns, "#MEMBERS"], [[*row, len(group.members)]])
             continue
         if not group.members:
             print(f"Consumer group '{group.group}' has no active members.\n")
         elif group.state != "Stable":
             print(f"Warning: Consumer group '{group.group}' is rebalancing.\n")
         if args.members:
-            members = [
-                (group.group, m.member_id, m.host, m.client_id, len(m.partitions))
-                for m in group.members
-            ]
-            print_table(["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS"], members)
+            _print_members(group, args.verbose)
             continue
         rows = [
             (
@@ -431,12 +532,34 @@ def _describe(client: Client, names: list[str], args: Any) -> int:
     return status
 
 
+def _print_members(group: Group, verbose: bool) -> None:
+    """As Kafka's tool: GROUP-INSTANCE-ID when a member has one; with --verbose each
+    member's epoch and assignment, and its target (at the group's assignment epoch)."""
+    static = any(m.instance_id for m in group.members)
+    columns = ["GROUP", "CONSUMER-ID", *(["GROUP-INSTANCE-ID"] if static else [])]
+    columns += ["HOST", "CLIENT-ID", "#PARTITIONS"]
+    if verbose:
+        columns += ["CURRENT-EPOCH", "CURRENT-ASSIGNMENT", "TARGET-EPOCH", "TARGET-ASSIGNMENT"]
+    rows = []
+    for m in group.members:
+        row: list[Any] = [group.group, m.member_id, *([m.instance_id] if static else [])]
+        row += [m.host, m.client_id, len(m.partitions)]
+        if verbose:
+            row += [m.member_epoch, _assignment(m.partitions), group.assignment_epoch]
+            row.append(_assignment(m.target))
+        rows.append(row)
+    print_table(columns, rows)
+
+
 def _group_json(group: Group, lags: list[PartitionLag]) -> dict[str, Any]:
     return {
         "group": group.group,
+        "type": group.group_type,
         "state": group.state,
         "protocolType": group.protocol_type,
         "assignmentStrategy": group.protocol,
+        "groupEpoch": group.group_epoch,
+        "targetAssignmentEpoch": group.assignment_epoch,
         "coordinator": {"id": group.coordinator.node_id, "address": group.coordinator.address},
         "members": [_member_json(m) for m in group.members],
         "offsets": [

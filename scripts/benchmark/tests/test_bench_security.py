@@ -45,4 +45,6 @@ def test_tables_show_ratios_to_the_baseline() -> None:
     table = throughput_table({"confluent": {"PLAINTEXT": plain | cpu, "SSL": tls | cpu}})
     assert "| confluent | SSL | 350.0 | 0.70 | 600.0 | 0.75 | 1.50 | 0.50 |" in table
     per_request = {"fetch 100 B": {"none_us": 100.0, "own_us": 102.0, "all_us": 103.0}}
-    assert "| fetch 100 B | 100.0 | 102.0 | 103.0 | 1.030 |" in acl_tables(per_request, {})
+    acls = acl_tables(per_request, {}, {"fetch": 2.5})
+    assert "| fetch 100 B | 100.0 | 102.0 | 103.0 | 1.030 |" in acls
+    assert "| fetch (of fetch 100 B) | 2.50 | 2.5% |" in acls

@@ -1,0 +1,451 @@
+"""Consumer groups of the consumer protocol (KIP-848, ``group.protocol=consumer``) with the
+Java client (kafka-clients 4.3) and confluent-kafka (librdkafka 2.16): members split a
+topic, a leaving member's and a killed member's partitions move to the others (the latter
+after the broker's ``group.consumer.session.timeout.ms``), a static member comes back to its
+partitions without moving anyone else's, the ``range`` server assignor, committed offsets
+outlive a broker restart, and a regex subscription the broker resolves picks up a topic
+created later.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+from kafka import KafkaAdminClient, KafkaProducer
+
+from compat_tests.broker import BrokerProcess
+from compat_tests.group_checks import balanced, committed, create_topic, end_offsets, wait_until
+from compat_tests.matrix import compat
+from compat_tests.test_groups_java import JavaMember, produce
+from gregor.apis.context import build
+from gregor.wire import versions as v
+from gregor.wire.schema import request_type
+from tests.kafka_wire import WireClient
+
+SESSION_MS = 6000
+BROKER_OVERRIDES = {
+    "group.consumer.min.session.timeout.ms": "1000",
+    "group.consumer.session.timeout.ms": str(SESSION_MS),
+    "group.consumer.min.heartbeat.interval.ms": "100",
+    "group.consumer.heartbeat.interval.ms": "300",
+}
+PARTITIONS = 6
+TIMEOUT = 30
+CONSUMER_PROTOCOL = {"group.protocol": "consumer"}
+
+# A confluent-kafka member in its own process, so that it can be killed with SIGKILL.
+KILLABLE = """
+import sys
+from confluent_kafka import Consumer
+c = Consumer({"bootstrap.servers": sys.argv[1], "group.id": sys.argv[3],
+              "group.protocol": "consumer"})
+c.subscribe([sys.argv[2]])
+while True:
+    c.poll(0.2)
+"""
+
+
+def server_assignor(broker: BrokerProcess, group: str) -> str:
+    """The group as ConsumerGroupDescribe shows it: a consumer-protocol group's assignor."""
+    finder = WireClient(broker.port)
+    try:
+        found = finder.call(
+            v.FIND_COORDINATOR, 0, build(request_type(v.FIND_COORDINATOR, 0), key=group)
+        )
+    finally:
+        finder.close()
+    client = WireClient(found.port)
+    try:
+        body = build(
+            request_type(v.CONSUMER_GROUP_DESCRIBE, 1),
+            group_ids=(group,),
+            include_authorized_operations=False,
+        )
+        (described,) = client.call(v.CONSUMER_GROUP_DESCRIBE, 1, body).groups
+    finally:
+        client.close()
+    assert described.error_code == 0, described
+    name: str = described.assignor_name
+    return name
+
+
+@pytest.fixture
+def topic(broker: BrokerProcess, new_topic: Callable[[str], str]) -> str:
+    return create_topic(broker, new_topic("kip848"), PARTITIONS)
+
+
+# -- Java --------------------------------------------------------------------------------------
+@pytest.fixture
+def java_members() -> Iterator[list[JavaMember]]:
+    started: list[JavaMember] = []
+    yield started
+    for m in started:
+        if m.proc.poll() is None:
+            m.kill()
+
+
+def java(
+    members: list[JavaMember], broker: BrokerProcess, topic: str, group: str, **configs: str
+) -> JavaMember:
+    member = JavaMember(broker, topic, group, {**CONSUMER_PROTOCOL, **configs})
+    members.append(member)
+    return member
+
+
+def java_balanced(group: list[JavaMember], what: str) -> list[set[int]]:
+    wait_until(lambda: balanced([m.snapshot() for m in group], PARTITIONS), TIMEOUT, what)
+    return [m.snapshot() for m in group]
+
+
+@compat("java", "consumer-protocol")
+def test_java_join_leave_and_kill(
+    broker: BrokerProcess, topic: str, java_members: list[JavaMember]
+) -> None:
+    group = f"{topic}-g"
+    trio = [java(java_members, broker, topic, group) for _ in range(3)]
+    assert [len(s) for s in java_balanced(trio, "3 members with 2 partitions each")] == [2, 2, 2]
+    trio[0].close()  # leaves with epoch -1
+    assert sorted(len(s) for s in java_balanced(trio[1:], "a leave")) == [3, 3]
+    fourth = java(java_members, broker, topic, group)
+    java_balanced([trio[1], trio[2], fourth], "a new member")
+    trio[1].kill()  # no leave: the session timeout fences it
+    assert sorted(len(s) for s in java_balanced([trio[2], fourth], "the session timeout")) == [
+        3,
+        3,
+    ]
+
+
+@compat("java", "consumer-protocol")
+def test_java_static_member_restarts_without_rebalance(
+    broker: BrokerProcess, topic: str, java_members: list[JavaMember]
+) -> None:
+    group = f"{topic}-static"
+    trio = [
+        java(java_members, broker, topic, group, **{"group.instance.id": f"instance-{i}"})
+        for i in range(3)
+    ]
+    before = java_balanced(trio, "3 static members")
+    quiet = [trio[1].event_count(), trio[2].event_count()]
+    trio[0].close()  # leaves with epoch -2: its partitions wait for it
+    back = java(java_members, broker, topic, group, **{"group.instance.id": "instance-0"})
+    wait_until(lambda: back.snapshot() == before[0], TIMEOUT, "the old partitions back")
+    assert [trio[1].snapshot(), trio[2].snapshot()] == before[1:]
+    assert [trio[1].event_count(), trio[2].event_count()] == quiet  # no rebalance
+
+
+@compat("java", "consumer-protocol")
+def test_java_range_assignor(
+    broker: BrokerProcess, topic: str, java_members: list[JavaMember]
+) -> None:
+    group = f"{topic}-range"
+    pair = [
+        java(java_members, broker, topic, group, **{"group.remote.assignor": "range"})
+        for _ in range(2)
+    ]
+    owned = sorted(sorted(s) for s in java_balanced(pair, "2 members with range"))
+    assert owned == [[0, 1, 2], [3, 4, 5]]
+    assert server_assignor(broker, group) == "range"
+
+
+@compat("java", "consumer-protocol")
+@pytest.mark.parametrize("broker", ["single"], indirect=True)  # kills the broker process
+def test_java_committed_offsets_survive_a_broker_restart(
+    broker: BrokerProcess, topic: str, java_members: list[JavaMember]
+) -> None:
+    group = f"{topic}-resume"
+    produce(broker, topic, 20)
+    ends = end_offsets(broker.bootstrap, topic, PARTITIONS)
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        consumer = java(java_members, broker, topic, group)
+        wait_until(lambda: committed(admin, group) == ends, TIMEOUT, "everything committed")
+        consumer.close()
+    finally:
+        admin.close()
+    broker.kill()
+    broker.start()
+    produce(broker, topic, 5)
+    resumed = java(java_members, broker, topic, group)
+    wait_until(lambda: len(resumed.first) == PARTITIONS, TIMEOUT, "records after the restart")
+    assert resumed.first == ends  # exactly where the group left off
+
+
+# -- confluent-kafka ---------------------------------------------------------------------------
+class Member:
+    """An in-process confluent-kafka consumer of the consumer protocol."""
+
+    def __init__(self, broker: BrokerProcess, topic: str, group: str, **configs: object) -> None:
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": broker.bootstrap,
+                "group.id": group,
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+                **CONSUMER_PROTOCOL,
+                **configs,
+            }
+        )
+        self.callbacks = 0
+        self.consumer.subscribe([topic], on_assign=self._changed, on_revoke=self._changed)
+
+    def _changed(self, _consumer: Consumer, _partitions: list[TopicPartition]) -> None:
+        self.callbacks += 1
+
+    def owned(self) -> set[int]:
+        return {tp.partition for tp in self.consumer.assignment()}
+
+
+@pytest.fixture
+def members() -> Iterator[list[Member]]:
+    started: list[Member] = []
+    yield started
+    for m in started:
+        m.consumer.close()
+
+
+def poll_all(group: list[Member]) -> None:
+    for m in group:
+        m.consumer.poll(0.05)
+
+
+def confluent_balanced(group: list[Member], what: str) -> list[set[int]]:
+    wait_until(
+        lambda: balanced([m.owned() for m in group], PARTITIONS),
+        TIMEOUT,
+        what,
+        lambda: poll_all(group),
+    )
+    return [m.owned() for m in group]
+
+
+@compat("confluent", "consumer-protocol")
+def test_confluent_join_leave_and_kill(
+    broker: BrokerProcess, topic: str, members: list[Member]
+) -> None:
+    group = f"{topic}-g"
+    members += [Member(broker, topic, group) for _ in range(3)]
+    assert [len(s) for s in confluent_balanced(members, "3 members")] == [2, 2, 2]
+    members.pop(0).consumer.close()
+    assert [len(s) for s in confluent_balanced(members, "a leave")] == [3, 3]
+    killable = subprocess.Popen([sys.executable, "-c", KILLABLE, broker.bootstrap, topic, group])
+    try:
+        wait_until(
+            lambda: sum(len(m.owned()) for m in members) == 4,
+            TIMEOUT,
+            "the process member to get its partitions",
+            lambda: poll_all(members),
+        )
+    finally:
+        killable.kill()
+        killable.wait()
+    assert [len(s) for s in confluent_balanced(members, "the session timeout")] == [3, 3]
+
+
+@compat("confluent", "consumer-protocol")
+def test_confluent_static_member_restart_and_range(
+    broker: BrokerProcess, topic: str, members: list[Member]
+) -> None:
+    group = f"{topic}-static"
+
+    def static(i: int) -> Member:
+        return Member(
+            broker,
+            topic,
+            group,
+            **{"group.instance.id": f"i-{i}", "group.remote.assignor": "range"},
+        )
+
+    members += [static(i) for i in range(2)]
+    before = confluent_balanced(members, "2 static members")
+    assert sorted(sorted(s) for s in before) == [[0, 1, 2], [3, 4, 5]]
+    assert server_assignor(broker, group) == "range"
+    quiet = members[1].callbacks
+    members.pop(0).consumer.close()  # leaves with epoch -2
+    members.insert(0, static(0))
+    after = confluent_balanced(members, "the static member back")
+    assert after == before
+    assert members[1].callbacks == quiet
+
+
+# -- regex subscriptions (resolved by the broker) ----------------------------------------------
+def java_owned(member: JavaMember) -> set[tuple[str, int]]:
+    """The (topic, partition)s the member owns, from its rebalance events."""
+    owned: set[tuple[str, int]] = set()
+    for event in list(member.events):
+        pairs = set(zip(event.get("topics", ()), event.get("partitions", ()), strict=True))
+        if event["event"] == "assigned":
+            owned |= pairs
+        elif event["event"] in ("revoked", "lost"):
+            owned -= pairs
+    return owned
+
+
+@compat("java", "consumer-protocol")
+def test_java_subscription_pattern_picks_up_a_new_topic(
+    broker: BrokerProcess, topic: str, java_members: list[JavaMember]
+) -> None:
+    """``subscribe(SubscriptionPattern)`` sends the regex to the broker (unlike
+    ``subscribe(java.util.regex.Pattern)``, resolved by the client)."""
+    prefix = f"{topic}-rx"
+    first = create_topic(broker, f"{prefix}-a", 2)
+    member = JavaMember(broker, topic, f"{topic}-pattern", CONSUMER_PROTOCOL, f"{prefix}-.*")
+    java_members.append(member)
+    wait_until(
+        lambda: java_owned(member) == {(first, 0), (first, 1)}, TIMEOUT, "the matching topic"
+    )
+    later = create_topic(broker, f"{prefix}-b", 2)
+    want = {(first, 0), (first, 1), (later, 0), (later, 1)}
+    wait_until(lambda: java_owned(member) == want, TIMEOUT, "the topic created later")
+
+
+@compat("confluent", "consumer-protocol")
+def test_confluent_regex_subscription_picks_up_a_new_topic(
+    broker: BrokerProcess, topic: str, members: list[Member]
+) -> None:
+    """librdkafka sends a ``^``-prefixed subscription to the broker as the regex."""
+    prefix = f"{topic}-rx"
+    first = create_topic(broker, f"{prefix}-a", 2)
+    member = Member(broker, f"^{prefix}-.*", f"{topic}-regex")
+    members.append(member)
+
+    def owned() -> set[tuple[str, int]]:
+        return {(tp.topic, tp.partition) for tp in member.consumer.assignment()}
+
+    def poll() -> None:
+        poll_all(members)
+
+    wait_until(lambda: owned() == {(first, 0), (first, 1)}, TIMEOUT, "the matching topic", poll)
+    later = create_topic(broker, f"{prefix}-b", 2)
+    want = {(first, 0), (first, 1), (later, 0), (later, 1)}
+    wait_until(lambda: owned() == want, TIMEOUT, "the topic created later", poll)
+
+
+# -- online migration between the protocols (group.consumer.migration.policy) ----------------
+CLASSIC_PROTOCOL = {"group.protocol": "classic", "heartbeat.interval.ms": "300"}
+
+
+class Production:
+    """Records to every partition, one every few milliseconds, until stopped."""
+
+    def __init__(self, broker: BrokerProcess, topic: str) -> None:
+        self.producer = KafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=5)
+        self.topic, self.running = topic, threading.Event()
+        self.running.set()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        i = 0
+        while self.running.is_set():
+            self.producer.send(self.topic, value=b"%d" % i, partition=i % PARTITIONS)
+            i += 1
+            time.sleep(0.005)
+
+    def stop(self) -> None:
+        self.running.clear()
+        self.thread.join(TIMEOUT)
+        self.producer.flush()
+        self.producer.close()
+
+
+class CommitWatch:
+    """Samples the group's committed offsets; each partition's must never go backwards."""
+
+    def __init__(self, broker: BrokerProcess, group: str) -> None:
+        self.admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+        self.group, self.latest = group, {p: 0 for p in range(PARTITIONS)}
+        self.backwards: list[tuple[int, int, int]] = []
+        self._lock, self._stop = threading.Lock(), threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.1):
+            self.sample()
+
+    def sample(self) -> dict[int, int]:
+        now = committed(self.admin, self.group)
+        with self._lock:
+            for p, offset in now.items():
+                if offset < self.latest[p]:
+                    self.backwards.append((p, self.latest[p], offset))
+                self.latest[p] = max(self.latest[p], offset)
+            return dict(self.latest)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.thread.join(TIMEOUT)
+        self.admin.close()
+
+
+def member_types(broker: BrokerProcess, group: str) -> list[int] | None:
+    """ConsumerGroupDescribe's member types (0 classic, 1 consumer); None when the group is
+    not a consumer group."""
+    finder = WireClient(broker.port)
+    try:
+        found = finder.call(
+            v.FIND_COORDINATOR, 0, build(request_type(v.FIND_COORDINATOR, 0), key=group)
+        )
+    finally:
+        finder.close()
+    client = WireClient(found.port)
+    try:
+        body = build(
+            request_type(v.CONSUMER_GROUP_DESCRIBE, 1),
+            group_ids=(group,),
+            include_authorized_operations=False,
+        )
+        (described,) = client.call(v.CONSUMER_GROUP_DESCRIBE, 1, body).groups
+    finally:
+        client.close()
+    if described.error_code != 0:
+        return None
+    return sorted(m.member_type for m in described.members)
+
+
+@compat("java", "consumer-protocol")
+def test_java_group_migrates_to_the_consumer_protocol_and_back(
+    broker: BrokerProcess, topic: str, java_members: list[JavaMember]
+) -> None:
+    """Three classic members under continuous production are restarted one by one with
+    ``group.protocol=consumer`` (the first upgrades the group, the others join the mixed
+    group), then back to classic (the last consumer-protocol member's leave downgrades
+    it). Every record is consumed, committed offsets never go backwards, and a member
+    taking a partition resumes at its committed offset, never before."""
+    group = f"{topic}-migrate"
+    starts: list[dict[int, int]] = []  # committed offsets when each restarted member began
+    production = Production(broker, topic)
+    watch = CommitWatch(broker, group)
+    try:
+        trio = [JavaMember(broker, topic, group, CLASSIC_PROTOCOL) for _ in range(3)]
+        java_members += trio
+        java_balanced(trio, "3 classic members")
+        for protocol, types in ((CONSUMER_PROTOCOL, [1, 1, 1]), (CLASSIC_PROTOCOL, None)):
+            for i in range(3):
+                trio[i].close()
+                starts.append(watch.sample())  # the new member may not start before these
+                trio[i] = JavaMember(broker, topic, group, protocol)
+                java_members.append(trio[i])
+                java_balanced(trio, f"member {i} restarted with {protocol['group.protocol']}")
+            assert member_types(broker, group) == types
+    finally:
+        production.stop()
+        ends = end_offsets(broker.bootstrap, topic, PARTITIONS)
+    try:
+        wait_until(lambda: watch.sample() == ends, TIMEOUT, "every record committed")
+    finally:
+        watch.stop()
+    assert watch.backwards == []
+    for member in trio:
+        member.close()
+    for member, committed_then in zip(java_members[3:], starts, strict=True):
+        for p, first in member.first.items():
+            assert first >= committed_then[p], (p, first, committed_then[p])
+    consumed = sum(e["consumed"] for m in java_members for e in m.events if e["event"] == "closed")
+    assert consumed >= sum(ends.values())  # at least once; duplicates only around handovers

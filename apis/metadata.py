@@ -42,6 +42,9 @@ from gregor.wire.versions import METADATA
 
 logger = logging.getLogger(__name__)
 
+# Metadata looks topics up by id from this version.
+_TOPIC_IDS_FROM = 12
+
 
 def handle(services: Services, ctx: RequestContext, request: Any) -> Any:
     """The response at once, unless topics are to be created first: then a future of it
@@ -103,7 +106,7 @@ def _to_create(
     missing: dict[str, None] = {}
     for entry in wanted:
         name = entry.name
-        if ctx.api_version < 12 and name is None:
+        if ctx.api_version < _TOPIC_IDS_FROM and name is None:
             # v10-11 carry a topic id field, but their responses cannot hold a null name:
             # Kafka refuses such a request as invalid.
             raise CloseConnection(
@@ -279,11 +282,14 @@ def _respond(
         topics = [topic_entry(t) for t in shown]
     else:
         topics = []
+        by_id = ctx.api_version >= _TOPIC_IDS_FROM
         for entry in wanted:
             name = entry.name
             topic_id = getattr(entry, "topic_id", None)
-            # By id when the name is null or empty (the Java client's forTopicIds sends "").
-            if not name and topic_id is not None:
+            # By id when the name is null or empty (the Java client's forTopicIds sends ""),
+            # from v12: v10-11 carry the field, but their answers cannot hold a null name
+            # (a null name there closed the connection above; "" is a name there).
+            if by_id and not name and topic_id is not None:
                 name = cache.topic_name(topic_id)
                 if name is None:
                     topics.append(error_entry(ErrorCode.unknown_topic_id, None, topic_id))

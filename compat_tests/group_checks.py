@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import ClassVar, Protocol
 
+from confluent_kafka import Consumer
+from confluent_kafka import TopicPartition as ConfluentTopicPartition
 from kafka import KafkaAdminClient, TopicPartition
 from kafka.admin import NewTopic
 
@@ -66,3 +69,61 @@ def create_topic(broker: BrokerProcess, name: str, partitions: int) -> str:
     finally:
         admin.close()
     return name
+
+
+class Closable(Protocol):
+    def close(self) -> None: ...
+
+
+def commit_everything(
+    broker: BrokerProcess,
+    topic: str,
+    group: str,
+    partitions: int,
+    consumer: Callable[[], Closable],
+    timeout: float,
+) -> dict[int, int]:
+    """Run one consumer of the group until it has committed every partition's end offset,
+    then close it; return those end offsets."""
+    ends = end_offsets(broker.bootstrap, topic, partitions)
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        member = consumer()
+        wait_until(lambda: committed(admin, group) == ends, timeout, "everything committed")
+        member.close()
+    finally:
+        admin.close()
+    return ends
+
+
+class ConfluentMember:
+    """An in-process confluent-kafka consumer that counts its rebalance callbacks; a
+    subclass names the configs its members start from."""
+
+    defaults: ClassVar[Mapping[str, object]] = {}
+
+    def __init__(self, broker: BrokerProcess, topic: str, group: str, **configs: object) -> None:
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": broker.bootstrap,
+                "group.id": group,
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+                **self.defaults,
+                **configs,
+            }
+        )
+        self.callbacks = 0
+        self.consumer.subscribe([topic], on_assign=self._changed, on_revoke=self._changed)
+
+    def _changed(self, _consumer: Consumer, _partitions: list[ConfluentTopicPartition]) -> None:
+        self.callbacks += 1
+
+    def owned(self) -> set[int]:
+        return {tp.partition for tp in self.consumer.assignment()}
+
+
+def poll_all(members: Iterable[ConfluentMember]) -> None:
+    """One short poll round of every member (confluent-kafka rebalances inside poll)."""
+    for m in members:
+        m.consumer.poll(0.05)

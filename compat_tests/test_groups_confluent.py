@@ -9,11 +9,17 @@ import zlib
 from collections.abc import Callable, Iterator
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from compat_tests.broker import BrokerProcess
-from compat_tests.group_checks import SESSION_OVERRIDES, end_offsets, wait_until
+from compat_tests.group_checks import (
+    SESSION_OVERRIDES,
+    ConfluentMember,
+    end_offsets,
+    poll_all,
+    wait_until,
+)
 from compat_tests.matrix import compat
 
 pytestmark = compat("confluent", "groups")
@@ -34,31 +40,8 @@ while True:
 """
 
 
-class Member:
-    """An in-process consumer that records its rebalance callbacks."""
-
-    def __init__(self, broker: BrokerProcess, topic: str, group: str, **configs: object) -> None:
-        self.consumer = Consumer(
-            {
-                "bootstrap.servers": broker.bootstrap,
-                "group.id": group,
-                "auto.offset.reset": "earliest",
-                "enable.auto.commit": False,
-                **FAST,
-                **configs,
-            }
-        )
-        self.callbacks = 0
-        self.consumer.subscribe([topic], on_assign=self._assigned, on_revoke=self._revoked)
-
-    def _assigned(self, _consumer: Consumer, _partitions: list[TopicPartition]) -> None:
-        self.callbacks += 1
-
-    def _revoked(self, _consumer: Consumer, _partitions: list[TopicPartition]) -> None:
-        self.callbacks += 1
-
-    def owned(self) -> set[int]:
-        return {tp.partition for tp in self.consumer.assignment()}
+class Member(ConfluentMember):
+    defaults = FAST
 
 
 @pytest.fixture
@@ -75,11 +58,6 @@ def members() -> Iterator[list[Member]]:
     yield started
     for m in started:
         m.consumer.close()
-
-
-def poll_all(group: list[Member]) -> None:
-    for m in group:
-        m.consumer.poll(0.05)
 
 
 def wait_balanced(group: list[Member], what: str, expected: int = PARTITIONS) -> list[set[int]]:

@@ -16,11 +16,20 @@ import time
 from collections.abc import Callable, Iterator
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
 from kafka import KafkaAdminClient, KafkaProducer
+from kio.schema.consumer_group_describe.v1.response import DescribedGroup
 
 from compat_tests.broker import BrokerProcess
-from compat_tests.group_checks import balanced, committed, create_topic, end_offsets, wait_until
+from compat_tests.group_checks import (
+    ConfluentMember,
+    balanced,
+    commit_everything,
+    committed,
+    create_topic,
+    end_offsets,
+    poll_all,
+    wait_until,
+)
 from compat_tests.matrix import compat
 from compat_tests.test_groups_java import JavaMember, produce
 from gregor.apis.context import build
@@ -51,8 +60,8 @@ while True:
 """
 
 
-def server_assignor(broker: BrokerProcess, group: str) -> str:
-    """The group as ConsumerGroupDescribe shows it: a consumer-protocol group's assignor."""
+def describe(broker: BrokerProcess, group: str) -> DescribedGroup:
+    """The group as ConsumerGroupDescribe shows it, asked of its coordinator."""
     finder = WireClient(broker.port)
     try:
         found = finder.call(
@@ -67,9 +76,16 @@ def server_assignor(broker: BrokerProcess, group: str) -> str:
             group_ids=(group,),
             include_authorized_operations=False,
         )
-        (described,) = client.call(v.CONSUMER_GROUP_DESCRIBE, 1, body).groups
+        groups: tuple[DescribedGroup, ...] = client.call(v.CONSUMER_GROUP_DESCRIBE, 1, body).groups
     finally:
         client.close()
+    (described,) = groups
+    return described
+
+
+def server_assignor(broker: BrokerProcess, group: str) -> str:
+    """A consumer-protocol group's assignor."""
+    described = describe(broker, group)
     assert described.error_code == 0, described
     name: str = described.assignor_name
     return name
@@ -160,14 +176,9 @@ def test_java_committed_offsets_survive_a_broker_restart(
 ) -> None:
     group = f"{topic}-resume"
     produce(broker, topic, 20)
-    ends = end_offsets(broker.bootstrap, topic, PARTITIONS)
-    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
-    try:
-        consumer = java(java_members, broker, topic, group)
-        wait_until(lambda: committed(admin, group) == ends, TIMEOUT, "everything committed")
-        consumer.close()
-    finally:
-        admin.close()
+    ends = commit_everything(
+        broker, topic, group, PARTITIONS, lambda: java(java_members, broker, topic, group), TIMEOUT
+    )
     broker.kill()
     broker.start()
     produce(broker, topic, 5)
@@ -177,28 +188,8 @@ def test_java_committed_offsets_survive_a_broker_restart(
 
 
 # -- confluent-kafka ---------------------------------------------------------------------------
-class Member:
-    """An in-process confluent-kafka consumer of the consumer protocol."""
-
-    def __init__(self, broker: BrokerProcess, topic: str, group: str, **configs: object) -> None:
-        self.consumer = Consumer(
-            {
-                "bootstrap.servers": broker.bootstrap,
-                "group.id": group,
-                "auto.offset.reset": "earliest",
-                "enable.auto.commit": False,
-                **CONSUMER_PROTOCOL,
-                **configs,
-            }
-        )
-        self.callbacks = 0
-        self.consumer.subscribe([topic], on_assign=self._changed, on_revoke=self._changed)
-
-    def _changed(self, _consumer: Consumer, _partitions: list[TopicPartition]) -> None:
-        self.callbacks += 1
-
-    def owned(self) -> set[int]:
-        return {tp.partition for tp in self.consumer.assignment()}
+class Member(ConfluentMember):
+    defaults = CONSUMER_PROTOCOL
 
 
 @pytest.fixture
@@ -207,11 +198,6 @@ def members() -> Iterator[list[Member]]:
     yield started
     for m in started:
         m.consumer.close()
-
-
-def poll_all(group: list[Member]) -> None:
-    for m in group:
-        m.consumer.poll(0.05)
 
 
 def confluent_balanced(group: list[Member], what: str) -> list[set[int]]:
@@ -387,23 +373,7 @@ class CommitWatch:
 def member_types(broker: BrokerProcess, group: str) -> list[int] | None:
     """ConsumerGroupDescribe's member types (0 classic, 1 consumer); None when the group is
     not a consumer group."""
-    finder = WireClient(broker.port)
-    try:
-        found = finder.call(
-            v.FIND_COORDINATOR, 0, build(request_type(v.FIND_COORDINATOR, 0), key=group)
-        )
-    finally:
-        finder.close()
-    client = WireClient(found.port)
-    try:
-        body = build(
-            request_type(v.CONSUMER_GROUP_DESCRIBE, 1),
-            group_ids=(group,),
-            include_authorized_operations=False,
-        )
-        (described,) = client.call(v.CONSUMER_GROUP_DESCRIBE, 1, body).groups
-    finally:
-        client.close()
+    described = describe(broker, group)
     if described.error_code != 0:
         return None
     return sorted(m.member_type for m in described.members)

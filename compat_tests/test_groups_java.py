@@ -8,16 +8,15 @@ import threading
 from collections.abc import Callable, Iterator
 
 import pytest
-from kafka import KafkaAdminClient, KafkaProducer
+from kafka import KafkaProducer
 
 from compat_tests import java_client as java
 from compat_tests.broker import BrokerProcess
 from compat_tests.group_checks import (
     SESSION_OVERRIDES,
     balanced,
-    committed,
+    commit_everything,
     create_topic,
-    end_offsets,
     wait_until,
 )
 from compat_tests.matrix import compat
@@ -187,14 +186,14 @@ def test_committed_offsets_survive_kill9(
 ) -> None:
     group = f"{topic}-resume"
     produce(broker, topic, 50)
-    ends = end_offsets(broker.bootstrap, topic, PARTITIONS)
-    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
-    try:
-        consumer = start(members, broker, topic, group, FAST)
-        wait_until(lambda: committed(admin, group) == ends, TIMEOUT, "everything committed")
-        consumer.close()
-    finally:
-        admin.close()
+    ends = commit_everything(
+        broker,
+        topic,
+        group,
+        PARTITIONS,
+        lambda: start(members, broker, topic, group, FAST),
+        TIMEOUT,
+    )
 
     broker.kill()
     broker.start()

@@ -142,7 +142,7 @@ class ConsumerMembership:
             timeout_ms = self.settings.consumer_session_timeout_ms
             if member.classic is not None:
                 timeout_ms = member.classic.session_timeout_ms
-            self._schedule_session(group, member, timeout_ms)
+            self.extend_session(group, member, timeout_ms)
 
     def unload(self, group: ConsumerGroup) -> None:
         group.dead = True
@@ -279,7 +279,7 @@ class ConsumerMembership:
         bump |= regexes_changed
 
         updated = self.advance(group, member, bump, replaced, r.owned, topics, records)
-        self._schedule_session(group, member, timing.session_timeout_ms)
+        self.extend_session(group, member, timing.session_timeout_ms)
         send = (
             r.member_epoch == 0
             or replaced
@@ -380,7 +380,7 @@ class ConsumerMembership:
                         ErrorCode.unknown_member_id,
                         f"Member {member_id} is not a member of group {group.group_id}.",
                     )
-                self._check_size(group)
+                self.check_capacity(group)
                 return ConsumerMember(member_id), False
             self._check_epoch(group, member, r)
             return member, False
@@ -388,7 +388,7 @@ class ConsumerMembership:
         old = None if old_id is None else group.members.get(old_id)
         if r.member_epoch == 0:
             if old is None:
-                self._check_size(group)
+                self.check_capacity(group)
                 return ConsumerMember(member_id, r.instance_id), False
             # A classic member's instance is taken over at once (migration), as Kafka does.
             if old.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH and old.classic is None:
@@ -397,16 +397,7 @@ class ConsumerMembership:
                     f"Static member {member_id} with instance id {r.instance_id} cannot join "
                     f"the group because the instance id is owned by {old.member_id} member.",
                 )
-            _cancel(old)
-            member = group.replace_static_member(old, member_id)
-            records.extend(_member_tombstones(group.group_id, old.member_id))
-            records.append(
-                record(
-                    ConsumerGroupTargetAssignmentMemberKey(group.group_id, member_id),
-                    ConsumerGroupTargetAssignmentMemberValue(group.target.get(member_id, {})),
-                )
-            )
-            return member, True
+            return self.take_over_instance(group, old, member_id, records), True
         if old is None:
             raise KafkaError(
                 ErrorCode.unknown_member_id,
@@ -421,13 +412,29 @@ class ConsumerMembership:
         self._check_epoch(group, old, r)
         return old, False
 
-    def _check_size(self, group: ConsumerGroup) -> None:
+    def check_capacity(self, group: ConsumerGroup) -> None:
         limit = self.settings.consumer_max_size
         if len(group.members) >= limit:
             raise KafkaError(
                 ErrorCode.group_max_size_reached,
                 f"The consumer group has reached its maximum capacity of {limit} members.",
             )
+
+    def take_over_instance(
+        self, group: ConsumerGroup, old: ConsumerMember, member_id: str, records: Records
+    ) -> ConsumerMember:
+        """A static member rejoining under a new member id takes its instance's place: the old
+        id's timers stop, its records are tombstoned and its target moves to the new id."""
+        _cancel(old)
+        member = group.replace_static_member(old, member_id)
+        records.extend(_member_tombstones(group.group_id, old.member_id))
+        records.append(
+            record(
+                ConsumerGroupTargetAssignmentMemberKey(group.group_id, member_id),
+                ConsumerGroupTargetAssignmentMemberValue(group.target.get(member_id, {})),
+            )
+        )
+        return member
 
     def _check_epoch(
         self, group: ConsumerGroup, member: ConsumerMember, r: HeartbeatRequest
@@ -533,7 +540,7 @@ class ConsumerMembership:
         if r.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
             return result, self._leave_temporarily(group, member)
         logger.info("Member %s left consumer group %s", member.member_id, group.group_id)
-        return result, self._remove(group, member)
+        return result, self.remove_member(group, member)
 
     def _leave_temporarily(self, group: ConsumerGroup, member: ConsumerMember) -> Records:
         """A static member left to come back: it keeps its partitions (no rebalance) until
@@ -555,7 +562,7 @@ class ConsumerMembership:
             )
         ]
 
-    def _remove(self, group: ConsumerGroup, member: ConsumerMember) -> Records:
+    def remove_member(self, group: ConsumerGroup, member: ConsumerMember) -> Records:
         """The member is gone (left, or fenced): its records are tombstoned and the group
         epoch bumped, so the others get its partitions. The last consumer-protocol member
         gone, the group may downgrade to a classic group instead (migration.py)."""
@@ -573,19 +580,17 @@ class ConsumerMembership:
             group.state_timestamp = self._now()
         return records
 
-    def _fence(self, group: ConsumerGroup, member: ConsumerMember, why: str) -> None:
+    def fence(self, group: ConsumerGroup, member: ConsumerMember, why: str) -> None:
         if group.dead or group.members.get(member.member_id) is not member:
             return
         logger.info(
             "Member %s of consumer group %s fenced: %s", member.member_id, group.group_id, why
         )
-        records = self._remove(group, member)
+        records = self.remove_member(group, member)
         self._runtime.write_records(group.group_id, records, log_failure(group.group_id))
 
     # -- timers -----------------------------------------------------------------------------
-    def _schedule_session(
-        self, group: ConsumerGroup, member: ConsumerMember, timeout_ms: int
-    ) -> None:
+    def extend_session(self, group: ConsumerGroup, member: ConsumerMember, timeout_ms: int) -> None:
         """Push the member's session deadline out; the timer is only moved when it would
         fire early (heartbeats come often)."""
         loop = asyncio.get_running_loop()
@@ -606,7 +611,7 @@ class ConsumerMembership:
                 member.session_deadline, self._session_expired, group, member
             )
             return
-        self._fence(group, member, "its session expired")
+        self.fence(group, member, "its session expired")
 
     def _schedule_rebalance_timeout(
         self, group: ConsumerGroup, member: ConsumerMember, previous: MemberAssignment
@@ -633,7 +638,7 @@ class ConsumerMembership:
             member.rebalance_timer = None
             a = member.assignment
             if a.state == MemberState.UNREVOKED_PARTITIONS and a.member_epoch == epoch:
-                self._fence(group, member, "it did not revoke its partitions in time")
+                self.fence(group, member, "it did not revoke its partitions in time")
 
         member.rebalance_timer = asyncio.get_running_loop().call_later(
             max(member.rebalance_timeout_ms, 0) / 1000, expired

@@ -46,8 +46,6 @@ from gregor.coordinator.consumer_group import ConsumerGroup, ConsumerMember
 from gregor.coordinator.consumer_membership import (
     ConsumerMembership,
     TopicInfo,
-    _cancel,
-    _member_tombstones,
     as_assignment,
     record,
 )
@@ -239,7 +237,7 @@ class Migration:
         self._runtime.consumer_groups[group_id] = group
         for member in group.members.values():
             assert member.classic is not None
-            self._consumer._schedule_session(group, member, member.classic.session_timeout_ms)
+            self._consumer.extend_session(group, member, member.classic.session_timeout_ms)
         logger.info(
             "Upgraded classic group %s (generation %d, %d member(s)) to a consumer group",
             group_id,
@@ -384,7 +382,7 @@ class Migration:
         records: Records = []
         try:
             if member_id not in group.members:
-                self._consumer._check_size(group)
+                self._consumer.check_capacity(group)
             if not _supports(group, protocol_type, protocols):
                 raise KafkaError(
                     ErrorCode.inconsistent_group_protocol,
@@ -446,7 +444,7 @@ class Migration:
                 return
             self._cancel_timer("join", group, member)
             if group.members.get(member.member_id) is member:
-                self._consumer._schedule_session(group, member, session_timeout_ms)
+                self._consumer.extend_session(group, member, session_timeout_ms)
                 self._arm_timer("sync", group, member, rebalance_timeout_ms)
             _resolve(future, result)
 
@@ -477,16 +475,7 @@ class Migration:
         if unknown:
             if old is None:
                 return ConsumerMember(member_id, instance_id), False
-            _cancel(old)
-            member = group.replace_static_member(old, member_id)
-            records.extend(_member_tombstones(group.group_id, old.member_id))
-            records.append(
-                record(
-                    ConsumerGroupTargetAssignmentMemberKey(group.group_id, member_id),
-                    ConsumerGroupTargetAssignmentMemberValue(group.target.get(member_id, {})),
-                )
-            )
-            return member, True
+            return self._consumer.take_over_instance(group, old, member_id, records), True
         if old is None:
             raise KafkaError(ErrorCode.unknown_member_id, f"Instance id {instance_id} is unknown.")
         _check_instance(old, group, member_id, instance_id)
@@ -529,7 +518,7 @@ class Migration:
         except KafkaError as e:
             return SyncResult(e.code)
         self._cancel_timer("sync", group, member)
-        self._consumer._schedule_session(group, member, member.classic.session_timeout_ms)
+        self._consumer.extend_session(group, member, member.classic.session_timeout_ms)
         assigned = by_name(member.assignment.assigned, self._topics())
         return SyncResult(
             ErrorCode.none, protocol_type, protocol_name, encode_assignment(version, assigned)
@@ -547,7 +536,7 @@ class Migration:
         except KafkaError as e:
             return e.code
         assert member.classic is not None
-        self._consumer._schedule_session(group, member, member.classic.session_timeout_ms)
+        self._consumer.extend_session(group, member, member.classic.session_timeout_ms)
         state = member.assignment.state
         if (
             member.member_epoch < group.group_epoch
@@ -589,7 +578,7 @@ class Migration:
             logger.info(
                 "Classic member %s left consumer group %s", member.member_id, group.group_id
             )
-            records += self._consumer._remove(group, member)
+            records += self._consumer.remove_member(group, member)
             errors.append(ErrorCode.none)
         if records:
             self._runtime.write_records(group.group_id, records, log_failure(group.group_id))
@@ -610,7 +599,7 @@ class Migration:
 
         def expired() -> None:
             self._timers.pop(key, None)
-            self._consumer._fence(group, member, f"it did not {kind} within its rebalance timeout")
+            self._consumer.fence(group, member, f"it did not {kind} within its rebalance timeout")
 
         self._timers[key] = asyncio.get_running_loop().call_later(
             max(timeout_ms, 0) / 1000, expired

@@ -366,5 +366,17 @@ def test_metadata_topic_by_id_only_from_v12(broker: BrokerProcess) -> None:
         client.close()
         client = WireClient(broker.port)
     assert client.call(METADATA, 12, request).topics[0].error_code == ErrorCode.unknown_topic_id
+    # An empty name and an id (what Java's forTopicIds sends) is a name before v12.
+    for version in (10, 11):
+        old = request_type(METADATA, version)
+        empty = build(
+            old,
+            topics=(nested(old, "MetadataRequestTopic")(topic_id=unknown, name=""),),
+            allow_auto_topic_creation=False,
+            include_topic_authorized_operations=False,
+            include_cluster_authorized_operations=False,
+        )
+        (topic,) = client.call(METADATA, version, empty).topics
+        assert (topic.error_code, topic.name) == (ErrorCode.invalid_topic_exception, "")
     client.close()
     assert "Traceback" not in broker.log_path.read_text(errors="replace")

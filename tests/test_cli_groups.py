@@ -18,13 +18,12 @@ from tests.cli_run import CliResult, gregor, new_topic, ok, table
 
 BASE_TS = 1_700_000_000_000
 PRODUCED = {0: 7, 1: 4}  # records per partition; record i of a partition at BASE_TS + i s
+BROKER_OVERRIDES = {"group.initial.rebalance.delay.ms": "0", "group.min.session.timeout.ms": "1000"}
 
 
 @pytest.fixture(scope="module")
 def broker(process_pool: ProcessPool) -> BrokerProcess:
-    return process_pool.broker(
-        {"group.initial.rebalance.delay.ms": "0", "group.min.session.timeout.ms": "1000"}
-    )
+    return process_pool.broker(BROKER_OVERRIDES)
 
 
 @pytest.fixture

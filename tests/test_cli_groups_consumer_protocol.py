@@ -15,6 +15,7 @@ from compat_tests.group_checks import wait_until
 from compat_tests.process_pool import ProcessPool
 from gregor.server.harness.broker_process import BrokerProcess
 from tests.cli_run import gregor, new_topic, ok, table
+from tests.test_cli_groups import BROKER_OVERRIDES
 
 PRODUCED = {0: 7, 1: 4}  # records per partition
 
@@ -22,9 +23,7 @@ PRODUCED = {0: 7, 1: 4}  # records per partition
 @pytest.fixture(scope="module")
 def broker(process_pool: ProcessPool) -> BrokerProcess:
     # test_cli_groups' overrides: the pool hands both modules one broker.
-    return process_pool.broker(
-        {"group.initial.rebalance.delay.ms": "0", "group.min.session.timeout.ms": "1000"}
-    )
+    return process_pool.broker(BROKER_OVERRIDES)
 
 
 @pytest.fixture

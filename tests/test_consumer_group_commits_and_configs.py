@@ -18,7 +18,8 @@ from gregor.apis.context import build, nested
 from gregor.wire import versions as v
 from gregor.wire.schema import request_type
 from tests.kafka_wire import WireClient, create_topic
-from tests.test_consumer_group_protocol import describe, heartbeat, join
+from tests.test_consumer_group_protocol import BROKER_OVERRIDES, describe, heartbeat, join
+from tests.test_consumer_group_protocol import commit as protocol_commit
 
 TOPIC = "cg-commit-topic"  # not test_consumer_group_protocol's, on the same shared broker
 GROUP_RESOURCE = 32
@@ -27,17 +28,7 @@ GROUP_RESOURCE = 32
 @pytest.fixture(scope="module")
 def broker(process_pool: ProcessPool) -> BrokerProcess:
     # test_consumer_group_protocol's overrides: the pool hands both modules one broker.
-    return process_pool.broker(
-        {
-            "offsets.topic.num.partitions": "1",
-            "group.initial.rebalance.delay.ms": "0",
-            "group.consumer.min.session.timeout.ms": "1000",
-            "group.consumer.session.timeout.ms": "1500",
-            "group.consumer.min.heartbeat.interval.ms": "100",
-            "group.consumer.heartbeat.interval.ms": "200",
-            "group.consumer.max.size": "4",
-        }
-    )
+    return process_pool.broker(BROKER_OVERRIDES)
 
 
 @pytest.fixture
@@ -53,27 +44,7 @@ def client(broker: BrokerProcess) -> Iterator[WireClient]:
 
 
 def commit(client: WireClient, version: int, group: str, member_id: str, epoch: int) -> ErrorCode:
-    cls = request_type(v.OFFSET_COMMIT, version)
-    partition = nested(cls, "OffsetCommitRequestPartition")
-    topic = nested(cls, "OffsetCommitRequestTopic")
-    fields = {
-        "partition_index": 0,
-        "committed_offset": 3,
-        "committed_leader_epoch": -1,
-        "committed_metadata": "",
-    }
-    body = build(
-        cls,
-        group_id=group,
-        generation_id_or_member_epoch=epoch,
-        member_id=member_id,
-        group_instance_id=None,
-        retention_time_ms=-1,
-        topics=(topic(name=TOPIC, partitions=(build(partition, **fields),)),),
-    )
-    response = client.call(v.OFFSET_COMMIT, version, body)
-    code: ErrorCode = response.topics[0].partitions[0].error_code
-    return code
+    return protocol_commit(client, group, member_id, epoch, version=version, topic=TOPIC, offset=3)
 
 
 def new_group() -> str:

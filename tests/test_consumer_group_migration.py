@@ -11,7 +11,6 @@ from __future__ import annotations
 import itertools
 import struct
 import uuid
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -32,6 +31,7 @@ from tests.kafka_wire import WireClient, create_topic
 from tests.test_consumer_group_protocol import (
     PARTITIONS,
     TOPIC,
+    commit,
     describe,
     fetch,
     heartbeat,
@@ -68,13 +68,6 @@ def _broker(pool: ProcessPool, policy: str) -> BrokerProcess:
 @pytest.fixture(scope="module")
 def broker(process_pool: ProcessPool) -> BrokerProcess:
     return _broker(process_pool, "bidirectional")
-
-
-@pytest.fixture
-def client(broker: BrokerProcess) -> Iterator[WireClient]:
-    c = WireClient(broker.port)
-    yield c
-    c.close()
 
 
 @pytest.fixture
@@ -209,33 +202,8 @@ class Classic:
         return code
 
     def commit(self, offset: int, generation: int | None = None) -> ErrorCode:
-        cls = request_type(v.OFFSET_COMMIT, 8)
-        topic = nested(cls, "OffsetCommitRequestTopic")
-        partition = nested(cls, "OffsetCommitRequestPartition")
-        body = build(
-            cls,
-            group_id=self.group,
-            generation_id_or_member_epoch=self.generation if generation is None else generation,
-            member_id=self.member_id,
-            group_instance_id=None,
-            topics=(
-                topic(
-                    name=TOPIC,
-                    partitions=(
-                        build(
-                            partition,
-                            partition_index=0,
-                            committed_offset=offset,
-                            committed_leader_epoch=-1,
-                            committed_metadata="",
-                        ),
-                    ),
-                ),
-            ),
-        )
-        response = self.client.call(v.OFFSET_COMMIT, 8, body)
-        code: ErrorCode = response.topics[0].partitions[0].error_code
-        return code
+        epoch = self.generation if generation is None else generation
+        return commit(self.client, self.group, self.member_id, epoch, version=8, offset=offset)
 
 
 class Modern:

@@ -31,21 +31,20 @@ SESSION_MS = 1500
 HEARTBEAT_MS = 200
 MAX_SIZE = 4
 _groups = itertools.count()
+BROKER_OVERRIDES = {
+    "offsets.topic.num.partitions": "1",
+    "group.initial.rebalance.delay.ms": "0",
+    "group.consumer.min.session.timeout.ms": "1000",
+    "group.consumer.session.timeout.ms": str(SESSION_MS),
+    "group.consumer.min.heartbeat.interval.ms": "100",
+    "group.consumer.heartbeat.interval.ms": str(HEARTBEAT_MS),
+    "group.consumer.max.size": str(MAX_SIZE),
+}
 
 
 @pytest.fixture(scope="module")
 def broker(process_pool: ProcessPool) -> BrokerProcess:
-    return process_pool.broker(
-        {
-            "offsets.topic.num.partitions": "1",
-            "group.initial.rebalance.delay.ms": "0",
-            "group.consumer.min.session.timeout.ms": "1000",
-            "group.consumer.session.timeout.ms": str(SESSION_MS),
-            "group.consumer.min.heartbeat.interval.ms": "100",
-            "group.consumer.heartbeat.interval.ms": str(HEARTBEAT_MS),
-            "group.consumer.max.size": str(MAX_SIZE),
-        }
-    )
+    return process_pool.broker(BROKER_OVERRIDES)
 
 
 @pytest.fixture(scope="module")
@@ -385,42 +384,30 @@ def test_group_max_size(client: WireClient, group: str) -> None:
     assert refused.error_code == ErrorCode.group_max_size_reached
 
 
-def test_classic_and_consumer_groups_keep_to_their_protocol(client: WireClient, group: str) -> None:
-    Member(client, group)
+def classic_join(client: WireClient, group_id: str, protocol_type: str) -> Any:
+    """A classic JoinGroup (v9) of a static member."""
     join_cls = request_type(v.JOIN_GROUP, 9)
     protocol = nested(join_cls, "JoinGroupRequestProtocol")
-    classic_join = client.call(
-        v.JOIN_GROUP,
-        9,
-        build(
-            join_cls,
-            group_id=group,
-            session_timeout=timedelta(seconds=10),
-            rebalance_timeout=timedelta(seconds=10),
-            member_id="",
-            group_instance_id="i",
-            protocol_type="consumer",
-            protocols=(protocol(name="range", metadata=b""),),
-            reason=None,
-        ),
+    body = build(
+        join_cls,
+        group_id=group_id,
+        session_timeout=timedelta(seconds=10),
+        rebalance_timeout=timedelta(seconds=10),
+        member_id="",
+        group_instance_id="i",
+        protocol_type=protocol_type,
+        protocols=(protocol(name="range", metadata=b""),),
+        reason=None,
     )
-    assert classic_join.error_code == ErrorCode.inconsistent_group_protocol
+    return client.call(v.JOIN_GROUP, 9, body)
+
+
+def test_classic_and_consumer_groups_keep_to_their_protocol(client: WireClient, group: str) -> None:
+    Member(client, group)
+    refused = classic_join(client, group, "consumer")
+    assert refused.error_code == ErrorCode.inconsistent_group_protocol
     classic = f"{group}-classic"  # of another protocol type: never upgraded
-    joined = client.call(
-        v.JOIN_GROUP,
-        9,
-        build(
-            join_cls,
-            group_id=classic,
-            session_timeout=timedelta(seconds=10),
-            rebalance_timeout=timedelta(seconds=10),
-            member_id="",
-            group_instance_id="i",
-            protocol_type="connect",
-            protocols=(protocol(name="range", metadata=b""),),
-            reason=None,
-        ),
-    )
+    joined = classic_join(client, classic, "connect")
     assert joined.error_code == ErrorCode.none
     _, response = join(client, classic)
     assert (response.error_code, response.error_message) == (
@@ -466,32 +453,37 @@ def test_list_describe_and_delete(client: WireClient, group: str) -> None:
 
 
 # -- offsets -----------------------------------------------------------------------------------
-def commit(client: WireClient, group: str, member_id: str, epoch: int) -> ErrorCode:
-    cls = request_type(v.OFFSET_COMMIT, 9)
+def commit(
+    client: WireClient,
+    group: str,
+    member_id: str,
+    epoch: int,
+    *,
+    version: int = 9,
+    topic: str = TOPIC,
+    offset: int = 7,
+) -> ErrorCode:
+    """OffsetCommit of one offset of the topic's partition 0; its error."""
+    cls = request_type(v.OFFSET_COMMIT, version)
     partition = nested(cls, "OffsetCommitRequestPartition")
-    topic = nested(cls, "OffsetCommitRequestTopic")
+    topic_cls = nested(cls, "OffsetCommitRequestTopic")
+    fields = {
+        "partition_index": 0,
+        "committed_offset": offset,
+        "committed_leader_epoch": -1,
+        "committed_metadata": "",
+    }
     body = build(
         cls,
         group_id=group,
         generation_id_or_member_epoch=epoch,
         member_id=member_id,
         group_instance_id=None,
-        topics=(
-            topic(
-                name=TOPIC,
-                partitions=(
-                    build(
-                        partition,
-                        partition_index=0,
-                        committed_offset=7,
-                        committed_leader_epoch=-1,
-                        committed_metadata="",
-                    ),
-                ),
-            ),
-        ),
+        retention_time_ms=-1,  # versions 2-4 only
+        topics=(topic_cls(name=topic, partitions=(build(partition, **fields),)),),
     )
-    code: ErrorCode = client.call(v.OFFSET_COMMIT, 9, body).topics[0].partitions[0].error_code
+    response = client.call(v.OFFSET_COMMIT, version, body)
+    code: ErrorCode = response.topics[0].partitions[0].error_code
     return code
 
 

@@ -6,8 +6,6 @@ records still loading."""
 from __future__ import annotations
 
 import logging
-import struct
-import uuid
 from pathlib import Path
 
 import pytest
@@ -56,35 +54,7 @@ from gregor.log.config import LogConfig
 from gregor.log.log import Log
 from gregor.replica.partition import Partition
 from gregor.wire.records import build_batch
-
-NOW = 1_700_000_000_000
-T0 = uuid.UUID(int=1)  # sorts before T1
-T1 = uuid.UUID("f" * 32)
-
-
-def i16(n: int) -> bytes:
-    return struct.pack(">h", n)
-
-
-def i32(*ns: int) -> bytes:
-    return struct.pack(f">{len(ns)}i", *ns)
-
-
-def i64(n: int) -> bytes:
-    return struct.pack(">q", n)
-
-
-def key_string(s: str) -> bytes:  # keys: int16 length
-    return i16(len(s.encode())) + s.encode()
-
-
-def compact(s: str) -> bytes:  # values: uvarint length + 1 (every fixture here is short)
-    return bytes([len(s.encode()) + 1]) + s.encode()
-
-
-NULL = b"\x00"  # a null compact string
-NO_TAGS = b"\x00"
-
+from tests.record_bytes import NO_TAGS, NOW, NULL, T0, T1, compact, i16, i32, i64, key_string
 
 # (key, value, the key's bytes, the value's bytes): each written from the JSON field list.
 FIXTURES: list[tuple[ConsumerKey, ConsumerValue, bytes, bytes]] = [

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -14,6 +15,8 @@ from gregor.apis.context import build, nested
 from gregor.wire.records import build_batch, decode_records, split_batches
 from gregor.wire.schema import request_type
 from gregor.wire.versions import (
+    CONSUMER_GROUP_DESCRIBE,
+    CONSUMER_GROUP_HEARTBEAT,
     CREATE_TOPICS,
     FETCH,
     FIND_COORDINATOR,
@@ -29,6 +32,8 @@ TOPIC = "canary"
 GROUP = "canary-group"  # committed to every COMMIT_EVERY rounds
 GROUP_BEFORE = "canary-group-before"  # committed once, before the fuzz
 TIMEOUT = datetime.timedelta(seconds=10)
+LOADING = frozenset({14, 15, 16})  # COORDINATOR_LOAD_IN_PROGRESS, _NOT_AVAILABLE, NOT_COORDINATOR
+GROUP_ID_NOT_FOUND = 69
 COMMIT_EVERY = 20  # rounds between offset commits
 PAUSE_S = 0.005  # between rounds: a steady client, not a load generator
 
@@ -43,6 +48,8 @@ class CanaryState:
     committed_before: int | None = None
     latencies_ms: list[float] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    # The fuzzed consumer groups' epochs at the first check: a restart must load them back.
+    group_epochs: dict[str, int] | None = None
 
 
 def _call(client: WireClient, api: int, version: int, **fields: Any) -> Any:
@@ -66,10 +73,10 @@ def create_topic(client: WireClient, name: str, configs: dict[str, str] | None =
     return int(response.topics[0].error_code)
 
 
-def metadata(client: WireClient) -> None:
+def metadata(client: WireClient) -> Any:
     cls = request_type(METADATA, 12)
     topic = nested(cls, "MetadataRequestTopic")(name=TOPIC, topic_id=None)
-    _call(
+    return _call(
         client,
         METADATA,
         12,
@@ -152,6 +159,68 @@ def committed_offset(client: WireClient, group_id: str) -> int:
     return response.groups[0].topics[0].partitions[0].committed_offset
 
 
+def consumer_heartbeat(client: WireClient, group: str, member_id: str, epoch: int) -> Any:
+    """ConsumerGroupHeartbeat v1 of a member subscribed to TOPIC (joining at epoch 0)."""
+    return _call(
+        client,
+        CONSUMER_GROUP_HEARTBEAT,
+        1,
+        group_id=group,
+        member_id=member_id,
+        member_epoch=epoch,
+        instance_id=None,
+        rack_id=None,
+        rebalance_timeout=datetime.timedelta(milliseconds=30_000 if epoch == 0 else -1),
+        subscribed_topic_names=(TOPIC,) if epoch == 0 else None,
+        subscribed_topic_regex=None,
+        server_assignor=None,
+        topic_partitions=() if epoch == 0 else None,
+    )
+
+
+def consumer_member_problems(client: WireClient, deadline_s: float = 30.0) -> list[str]:
+    """A well-behaved consumer-protocol member joins a fresh group and must get every
+    partition of TOPIC at once (retrying while the coordinator loads), then leaves."""
+    [topic] = metadata(client).topics
+    group, member_id = f"canary-consumer-{uuid.uuid4()}", str(uuid.uuid4())
+    give_up = time.monotonic() + deadline_s
+    joined = consumer_heartbeat(client, group, member_id, 0)
+    while joined.error_code in LOADING and time.monotonic() < give_up:
+        time.sleep(0.1)
+        joined = consumer_heartbeat(client, group, member_id, 0)
+    if joined.error_code or joined.assignment is None:
+        return [f"a consumer member joining a fresh group got error code {joined.error_code}"]
+    owned = {(t.topic_id, tuple(t.partitions)) for t in joined.assignment.topic_partitions}
+    problems = []
+    if owned != {(topic.topic_id, (0,))}:
+        problems.append(f"a consumer member of a fresh group was assigned {owned}")
+    left = consumer_heartbeat(client, group, member_id, -1).error_code
+    if left:
+        problems.append(f"a consumer member's leave got error code {left}")
+    return problems
+
+
+def group_epochs(
+    client: WireClient, groups: tuple[str, ...], deadline_s: float = 30.0
+) -> dict[str, int]:
+    """The epochs of those of ``groups`` that exist (ConsumerGroupDescribe, retried while
+    the coordinator loads)."""
+    request = build(
+        request_type(CONSUMER_GROUP_DESCRIBE, 1),
+        group_ids=groups,
+        include_authorized_operations=False,
+    )
+    give_up = time.monotonic() + deadline_s
+    while True:
+        described = client.call(CONSUMER_GROUP_DESCRIBE, 1, request).groups
+        errors = {g.error_code for g in described} - {0, GROUP_ID_NOT_FOUND}
+        if not errors:
+            return {g.group_id: g.group_epoch for g in described if g.error_code == 0}
+        if not errors <= LOADING or time.monotonic() > give_up:
+            raise ValueError(f"ConsumerGroupDescribe answered error codes {sorted(errors)}")
+        time.sleep(0.1)
+
+
 def plaintext(port: int) -> Connect:
     """Connections to a PLAINTEXT listener."""
     return partial(WireClient, port, timeout=TIMEOUT.total_seconds())
@@ -228,8 +297,10 @@ class Canary:
             time.sleep(PAUSE_S)
 
 
-def verify(connect: Connect, state: CanaryState) -> list[str]:
-    """What differs between the broker's data and what the canary was acknowledged."""
+def verify(connect: Connect, state: CanaryState, groups: tuple[str, ...] = ()) -> list[str]:
+    """What differs between the broker's data and what the canary was acknowledged; a
+    fresh consumer group must still work, and ``groups`` keep the epochs (recorded in
+    ``state`` by the first call) at which the fuzz left them."""
     problems = []
     client = connect()
     try:
@@ -260,6 +331,13 @@ def verify(connect: Connect, state: CanaryState) -> list[str]:
             actual = committed_offset(client, group)
             if actual != expected:
                 problems.append(f"{group} committed offset {actual}, expected {expected}")
+        problems += consumer_member_problems(client)
+        epochs = group_epochs(client, groups)
+        if state.group_epochs is None:
+            state.group_epochs = epochs
+        lost = {g: e for g, e in state.group_epochs.items() if epochs.get(g, -1) < e}
+        if lost:
+            problems.append(f"consumer groups lost or behind their epochs {lost}: {epochs}")
     finally:
         client.close()
     return problems

@@ -33,3 +33,18 @@ def compact(s: str) -> bytes:  # values: uvarint length + 1 (every fixture here 
 
 NULL = b"\x00"  # a null compact string
 NO_TAGS = b"\x00"
+
+# One assignment (T0: 1; T1: 0, 2) and its bytes as every flexible record carries it:
+# TopicPartitions in topic id order, partitions as written.
+ASSIGNMENT = {T1: frozenset({2, 0}), T0: frozenset({1})}
+ASSIGNMENT_BYTES = (
+    b"\x03"  # two TopicPartitions
+    + T0.bytes
+    + b"\x02"
+    + i32(1)
+    + NO_TAGS
+    + T1.bytes
+    + b"\x03"
+    + i32(0, 2)
+    + NO_TAGS
+)

@@ -54,7 +54,20 @@ from gregor.log.config import LogConfig
 from gregor.log.log import Log
 from gregor.replica.partition import Partition
 from gregor.wire.records import build_batch
-from tests.record_bytes import NO_TAGS, NOW, NULL, T0, T1, compact, i16, i32, i64, key_string
+from tests.record_bytes import (
+    ASSIGNMENT,
+    ASSIGNMENT_BYTES,
+    NO_TAGS,
+    NOW,
+    NULL,
+    T0,
+    T1,
+    compact,
+    i16,
+    i32,
+    i64,
+    key_string,
+)
 
 # (key, value, the key's bytes, the value's bytes): each written from the JSON field list.
 FIXTURES: list[tuple[ConsumerKey, ConsumerValue, bytes, bytes]] = [
@@ -142,19 +155,9 @@ FIXTURES: list[tuple[ConsumerKey, ConsumerValue, bytes, bytes]] = [
     ),
     (
         ConsumerGroupTargetAssignmentMemberKey("g", "m-1"),
-        ConsumerGroupTargetAssignmentMemberValue({T1: frozenset({2, 0}), T0: frozenset({1})}),
+        ConsumerGroupTargetAssignmentMemberValue(ASSIGNMENT),
         i16(7) + key_string("g") + key_string("m-1"),
-        i16(0)
-        + b"\x03"  # two TopicPartitions, in topic id order
-        + T0.bytes
-        + b"\x02"
-        + i32(1)
-        + NO_TAGS
-        + T1.bytes
-        + b"\x03"
-        + i32(0, 2)
-        + NO_TAGS
-        + NO_TAGS,
+        i16(0) + ASSIGNMENT_BYTES + NO_TAGS,
     ),
     (
         ConsumerGroupCurrentMemberAssignmentKey("g", "m-1"),

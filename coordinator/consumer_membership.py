@@ -118,7 +118,8 @@ def as_assignment(pairs: Iterable[tuple[uuid.UUID, Iterable[int]]]) -> Assignmen
     for topic, partitions in pairs:
         parts = frozenset(partitions)
         if parts:
-            out[topic] = out.get(topic, frozenset()) | parts
+            earlier = out.get(topic)
+            out[topic] = parts if earlier is None else earlier | parts
     return out
 
 

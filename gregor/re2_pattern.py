@@ -5,13 +5,25 @@ broker as one may with a backtracking engine.
 
 Used for ListTransactions v2's TransactionalIdPattern and consumer groups'
 SubscribedTopicRegex.
+
+RE2 compiles on the event loop and holds the GIL, so a pattern's cost is bounded before
+compiling, where RE2/J has no bound: at most ``MAX_PATTERN_CHARS`` characters and
+``MAX_REPEATS`` counted repetitions in all (RE2 expands ``x{1000}`` into a thousand copies
+before it checks its memory bound: a 7 KB pattern of them took 35-60 ms to be refused).
+Such a pattern is refused as RE2 refuses one whose program outgrows its memory.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import re2
+
+MAX_PATTERN_CHARS = 64 * 1024  # parsing costs about 35 ns a character
+MAX_REPEATS = 10_000
+_REPEAT = re.compile(r"\{(\d+)(?:,(\d*))?\}")
+_TOO_LARGE = "pattern too large - compile failed"  # RE2's words for its memory bound
 
 _OPTIONS = re2.Options()
 _OPTIONS.log_errors = False  # an invalid pattern is the client's error, not the broker's
@@ -43,7 +55,20 @@ class Pattern:
         return self._regexp.fullmatch(name) is not None
 
 
+def _too_costly(text: str) -> bool:
+    if len(text) > MAX_PATTERN_CHARS:
+        return True
+    repeats = 0
+    for low, high in _REPEAT.findall(text):
+        repeats += int((high or low)[:6])  # more digits are over the bound anyway
+        if repeats > MAX_REPEATS:
+            return True
+    return False
+
+
 def _compile(text: str) -> Pattern | str:
+    if _too_costly(text):
+        return _TOO_LARGE
     try:
         return Pattern(text, re2.compile(text, _OPTIONS))
     except re2.error as e:

@@ -73,6 +73,23 @@ def test_invalid_regex_is_refused_with_kafkas_message(client: WireClient) -> Non
     assert describe(client, "rx-invalid").error_code == ErrorCode.group_id_not_found  # not made
 
 
+def test_a_costly_regex_is_refused_before_it_is_compiled(client: WireClient) -> None:
+    """RE2 compiles on the event loop: a pattern over the bounds of gregor/re2_pattern.py is
+    refused as one outgrowing RE2's memory; one within them is served."""
+    too_large = "pattern too large - compile failed"
+    for regex in ("rx-" + "a|" * 40_000, "a{1000}" * 11):
+        response = heartbeat(
+            client, "rx-costly", str(uuid.uuid4()), 0, regex=regex, owned={}, rebalance_ms=5000
+        )
+        assert response.error_code == ErrorCode.invalid_regular_expression
+        assert response.error_message.endswith(f"not a valid regular expression: {too_large}.")
+    within = "rx-costly-" + "a{1000}" * 9 + "|rx-costly-.*"
+    response = heartbeat(
+        client, "rx-costly", str(uuid.uuid4()), 0, regex=within, owned={}, rebalance_ms=5000
+    )
+    assert response.error_code == ErrorCode.none, response
+
+
 def test_regex_member_gets_the_matching_topics(client: WireClient) -> None:
     ids = topic_ids(client, "rx1-a", "rx1-b", "xrx1-c", "rx1")
     member = Member(client, "rx-match", topics=None, regex="rx1-.*")

@@ -575,3 +575,42 @@ def test_a_flood_of_malformed_frames_writes_a_few_log_lines(tmp_path: Path) -> N
         assert log.count("Closing connection from") <= 3, log[-2000:]
         assert "malformed" in log
         assert "unsupported API key 9999" in log
+
+
+def test_a_mega_request_is_decoded_while_others_are_served(broker: BrokerProcess) -> None:
+    """A 30 MB Metadata request (a million topic names) takes the schema walk about a second:
+    it is decoded off the event loop and answered in full, while another client's produce
+    round trips keep being answered; the same size with a body that does not decode closes
+    its connection with a log line."""
+    cls = request_type(METADATA, 12)
+    topic = nested(cls, "MetadataRequestTopic")
+    names = [f"mega-{i:024d}" for i in range(1_000_000)]
+    body = build(
+        cls,
+        topics=tuple(topic(name=n, topic_id=None) for n in names),
+        allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False,
+    )
+    frame = request_frame(METADATA, 12, 7, body)
+    assert len(frame) > 30 * 1_000_000
+    with ClosingClient(broker.port) as mega:
+        mega.sock.settimeout(120)
+        mega.send(frame)
+        slowest = max(answered_promptly(broker.port) for _ in range(5))
+        response = mega.read_response(METADATA, 12, 7)
+        probe_after = answered_promptly(broker.port)
+    assert [t.name for t in response.topics] == names
+    assert {t.error_code for t in response.topics} == {ErrorCode.unknown_topic_or_partition}
+    assert slowest < PROMPT_S and probe_after < PROMPT_S, (slowest, probe_after)
+
+    broken = bytearray(frame)
+    broken[-40:] = b"\xff" * 40  # a name length that runs past the frame
+    with ClosingClient(broker.port) as client:
+        client.sock.settimeout(120)
+        client.send(bytes(broken))
+        assert client.is_closed_by_peer()
+    wait_for(
+        lambda: "malformed MetadataRequest v12" in broker.log_path.read_text(errors="replace"),
+        10,
+        "the malformed request's log line",
+    )

@@ -37,8 +37,8 @@ INSTANCES = tuple(f"fuzz-instance-{i}" for i in range(3))  # few, so they are st
 INT32_MAX = 2**31 - 1
 INT32_MIN = -(2**31)
 EPOCHS = (1, 2, 3, 7, 1000, INT32_MAX, -3, -1000, INT32_MIN)  # around, ahead, invalid
-# Not near socket.request.max.bytes: RE2 parses a 10 MB alternation for seconds into
-# ~500 MB, on the broker's event loop; a cap before compiling is the broker's to add.
+# Over the broker's bound on a pattern's size (gregor/re2_pattern.py), which RE2 would
+# otherwise parse and compile on the event loop for tens of milliseconds.
 ENORMOUS = 1 << 20
 STEPS = 12  # most hostile requests after the joins
 

@@ -239,9 +239,19 @@ class Cluster:
         self.stop_all()
 
     def log_tails(self, lines: int = 30) -> str:
-        parts = [f"--- zookeeper ({self.zookeeper.log_path})\n{self.zookeeper.log_tail(lines)}"]
-        for broker_id, broker in self.brokers.items():
-            parts.append(f"--- broker {broker_id} ({broker.log_path})\n{broker.log_tail(lines)}")
+        """The brokers' log tails, those that exited first (with their exit status: the
+        first lines are what a truncated CI report keeps), then ZooKeeper's."""
+        exited = [(i, b) for i, b in self.brokers.items() if b.returncode is not None]
+        parts = [
+            f"--- broker {i} EXITED with status {b.returncode} ({b.log_path})\n{b.log_tail(lines)}"
+            for i, b in exited
+        ]
+        parts += [
+            f"--- broker {i} ({b.log_path})\n{b.log_tail(lines)}"
+            for i, b in self.brokers.items()
+            if b.returncode is None
+        ]
+        parts.append(f"--- zookeeper ({self.zookeeper.log_path})\n{self.zookeeper.log_tail(lines)}")
         return "\n".join(parts)
 
     # -- what the brokers say -------------------------------------------------------------
@@ -281,7 +291,7 @@ class Cluster:
                 described = "\n".join(f"  broker {i}: {v!r}" for i, v in sorted(views.items()))
                 raise ClusterTimeout(
                     f"Awaited for {timeout:.0f}s: {awaited}; the running brokers "
-                    f"{self.running()} last answered:\n{described}\n{self.log_tails()}"
+                    f"{self.running()}.\n{self.log_tails()}\nThey last answered:\n{described}"
                 )
             time.sleep(POLL_INTERVAL_S)
 

@@ -59,6 +59,10 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _I64 = struct.Struct(">q")
+# The heartbeat interval answered to a member waiting for partitions that others have yet to
+# release (Kafka answers the group's interval, 5 s by default): it learns of them only when it
+# heartbeats, so three members joining a new group at once would read 5 s later.
+WAITING_HEARTBEAT_INTERVAL_MS = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,12 +291,15 @@ class ConsumerMembership:
             or updated.assigned != previous.assigned
             or (r.owned is not None and r.owned != updated.assigned)
         )
+        interval = timing.heartbeat_interval_ms
+        if updated.state == MemberState.UNRELEASED_PARTITIONS:
+            interval = min(interval, WAITING_HEARTBEAT_INTERVAL_MS)
         return HeartbeatResult(
             ErrorCode.none,
             None,
             member_id,
             updated.member_epoch,
-            timing.heartbeat_interval_ms,
+            interval,
             updated.assigned if send else None,
         ), records
 

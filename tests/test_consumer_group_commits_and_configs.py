@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 
 import pytest
 from kio.schema.errors import ErrorCode
@@ -15,10 +16,17 @@ from kio.schema.errors import ErrorCode
 from compat_tests.broker import BrokerProcess
 from compat_tests.process_pool import ProcessPool
 from gregor.apis.context import build, nested
+from gregor.coordinator.consumer_membership import WAITING_HEARTBEAT_INTERVAL_MS
 from gregor.wire import versions as v
 from gregor.wire.schema import request_type
 from tests.kafka_wire import WireClient, create_topic
-from tests.test_consumer_group_protocol import BROKER_OVERRIDES, describe, heartbeat, join
+from tests.test_consumer_group_protocol import (
+    BROKER_OVERRIDES,
+    PARTITIONS,
+    describe,
+    heartbeat,
+    join,
+)
 from tests.test_consumer_group_protocol import commit as protocol_commit
 
 TOPIC = "cg-commit-topic"  # not test_consumer_group_protocol's, on the same shared broker
@@ -138,6 +146,28 @@ def test_consumer_groups_use_their_group_configs(client: WireClient) -> None:
     assert (joined.error_code, joined.heartbeat_interval.total_seconds()) == (ErrorCode.none, 0.3)
     beat = heartbeat(client, group, member_id, joined.member_epoch)
     assert beat.heartbeat_interval.total_seconds() == 0.3
+
+
+def test_a_member_waiting_for_partitions_heartbeats_sooner(client: WireClient) -> None:
+    """While the partitions a member is to get are another's still, it is asked to come back
+    within WAITING_HEARTBEAT_INTERVAL_MS, not the group's interval: it learns they are free
+    only when it heartbeats."""
+    group = new_group()
+    configs = {"consumer.session.timeout.ms": "10000", "consumer.heartbeat.interval.ms": "3000"}
+    assert alter_group(client, group, configs) == (ErrorCode.none, None)
+    first, joined = join(client, group, topics=(TOPIC,))
+    assert joined.heartbeat_interval.total_seconds() == 3.0
+    second, waiting = join(client, group, topics=(TOPIC,))
+    assert waiting.assignment is not None and not waiting.assignment.topic_partitions
+    assert waiting.heartbeat_interval == timedelta(milliseconds=WAITING_HEARTBEAT_INTERVAL_MS)
+    # The first revokes half (its answer names what it keeps), then owns only that.
+    revoking = heartbeat(client, group, first, joined.member_epoch)
+    kept = {t.topic_id: list(t.partitions) for t in revoking.assignment.topic_partitions}
+    assert revoking.heartbeat_interval.total_seconds() == 3.0
+    heartbeat(client, group, first, revoking.member_epoch, owned=kept)
+    got = heartbeat(client, group, second, waiting.member_epoch)
+    assert sum(len(t.partitions) for t in got.assignment.topic_partitions) == PARTITIONS // 2
+    assert got.heartbeat_interval.total_seconds() == 3.0
 
 
 # -- the consumer protocol switched off ------------------------------------------------------

@@ -20,8 +20,11 @@ if TYPE_CHECKING:
     from gregor.controller.metadata.cache import MetadataCache
     from gregor.controller.zk_broker import ZkBroker
     from gregor.coordinator.coordinator import GroupCoordinator
+    from gregor.coordinator.share_coordinator import ShareCoordinator
     from gregor.coordinator.txn_coordinator import TransactionCoordinator
     from gregor.replica.manager import ReplicaManager
+    from gregor.replica.share_partition_manager import SharePartitionManager
+    from gregor.replica.share_persister import SharePersister
     from gregor.server.config import BrokerConfig
     from gregor.server.metrics import BrokerMetrics
     from gregor.server.quotas import ClientQuotas
@@ -119,6 +122,12 @@ class Services:
     # The authorizer authorizer.class.name selects (controller/acls/authorizer.py), holding
     # every ACL; None without one (the ACL APIs answer SECURITY_DISABLED).
     authorizer: AclAuthorizer | None = None
+    # The share-partitions this broker leads and their share sessions (KIP-932).
+    share_partitions: SharePartitionManager | None = None
+    # The share coordinator (coordinator/share_coordinator.py) and the persister that reaches
+    # the share coordinator of any share-partition (server/share_persister.py).
+    share_coordinator: ShareCoordinator | None = None
+    share_persister: SharePersister | None = None
 
 
 @cache

@@ -47,6 +47,9 @@ from gregor.apis import (
     reassignments,
     sasl,
     scram_credentials,
+    share_fetch,
+    share_groups,
+    share_state,
     stop_replica,
     topics,
     transactions,
@@ -79,6 +82,8 @@ Handler = Callable[[Services, RequestContext, Any], Any]
 HANDLERS: dict[int, Handler] = {
     versions.PRODUCE: produce.handle,
     versions.FETCH: fetch.handle,
+    versions.SHARE_FETCH: share_fetch.handle_share_fetch,
+    versions.SHARE_ACKNOWLEDGE: share_fetch.handle_share_acknowledge,
     versions.LIST_OFFSETS: list_offsets.handle,
     versions.METADATA: metadata.handle,
     versions.API_VERSIONS: api_versions.handle,
@@ -110,6 +115,8 @@ HANDLERS: dict[int, Handler] = {
     versions.DELETE_GROUPS: groups.handle_delete,
     versions.CONSUMER_GROUP_HEARTBEAT: consumer_groups.handle_heartbeat,
     versions.CONSUMER_GROUP_DESCRIBE: consumer_groups.handle_describe,
+    versions.SHARE_GROUP_HEARTBEAT: share_groups.handle_heartbeat,
+    versions.SHARE_GROUP_DESCRIBE: share_groups.handle_describe,
     versions.ADD_PARTITIONS_TO_TXN: transactions.handle_add_partitions,
     versions.ADD_OFFSETS_TO_TXN: transactions.handle_add_offsets,
     versions.END_TXN: transactions.handle_end_txn,
@@ -134,6 +141,11 @@ HANDLERS: dict[int, Handler] = {
     versions.CONTROLLED_SHUTDOWN: controlled_shutdown.handle,
     versions.ALTER_PARTITION: alter_partition.handle,
     versions.WRITE_TXN_MARKERS: write_txn_markers.handle,
+    versions.INITIALIZE_SHARE_GROUP_STATE: share_state.handle_initialize,
+    versions.READ_SHARE_GROUP_STATE: share_state.handle_read,
+    versions.WRITE_SHARE_GROUP_STATE: share_state.handle_write,
+    versions.DELETE_SHARE_GROUP_STATE: share_state.handle_delete,
+    versions.READ_SHARE_GROUP_STATE_SUMMARY: share_state.handle_read_summary,
 }
 assert HANDLERS.keys() == versions.SUPPORTED.keys()
 
@@ -171,6 +183,11 @@ _INTER_BROKER = frozenset(
         versions.CONTROLLED_SHUTDOWN,
         versions.ALTER_PARTITION,
         versions.WRITE_TXN_MARKERS,
+        versions.INITIALIZE_SHARE_GROUP_STATE,
+        versions.READ_SHARE_GROUP_STATE,
+        versions.WRITE_SHARE_GROUP_STATE,
+        versions.DELETE_SHARE_GROUP_STATE,
+        versions.READ_SHARE_GROUP_STATE_SUMMARY,
     }
 )
 _I32 = struct.Struct(">i")

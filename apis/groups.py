@@ -41,6 +41,7 @@ from gregor.coordinator.coordinator import GroupCoordinator
 from gregor.coordinator.group import GroupState
 from gregor.coordinator.membership import JoinResult, SyncResult
 from gregor.coordinator.records import OFFSETS_TOPIC
+from gregor.coordinator.share_state_records import SHARE_GROUP_STATE_TOPIC
 from gregor.coordinator.txn_records import TRANSACTION_STATE_TOPIC
 from gregor.wire.schema import response_type
 from gregor.wire.versions import (
@@ -58,6 +59,7 @@ logger = logging.getLogger(__name__)
 
 GROUP_KEY = 0
 TRANSACTION_KEY = 1
+SHARE_KEY = 2  # "<group>:<topic id>:<partition>", sent by brokers only (KIP-932)
 T = TypeVar("T")
 
 
@@ -150,12 +152,42 @@ async def create_transaction_state_topic(services: Services) -> None:
         raise outcome
 
 
+async def create_share_state_topic(services: Services) -> None:
+    """Create ``__share_group_state`` with Kafka's settings for it (``share.coordinator.*``,
+    the delete policy with infinite retention KIP-932 gives it), as Kafka does on first use;
+    raises TopicError, but not when another request created it meanwhile."""
+    config = services.config
+    replication = config["share.coordinator.state.topic.replication.factor"]
+    min_isr = config["share.coordinator.state.topic.min.isr"]
+    if services.cluster is None:
+        replication = min(replication, len(services.metadata.brokers))
+        min_isr = min(min_isr, replication)
+    (outcome,) = await services.controller.create_topics(
+        [
+            NewTopic(
+                SHARE_GROUP_STATE_TOPIC,
+                config["share.coordinator.state.topic.num.partitions"],
+                replication,
+                {
+                    "cleanup.policy": "delete",
+                    "compression.type": "producer",
+                    "min.insync.replicas": str(min_isr),
+                    "retention.ms": "-1",
+                    "segment.bytes": str(config["share.coordinator.state.topic.segment.bytes"]),
+                },
+            )
+        ]
+    )
+    if isinstance(outcome, TopicError) and outcome.code != ErrorCode.topic_already_exists:
+        raise outcome
+
+
 def _locate(
     services: Services, ctx: RequestContext, key: str, key_type: int
 ) -> tuple[ErrorCode, str | None, int, str, int]:
     """(error, message, node id, host, port) of the coordinator of one key, once its
     topic exists."""
-    if key_type not in (GROUP_KEY, TRANSACTION_KEY):
+    if key_type not in (GROUP_KEY, TRANSACTION_KEY, SHARE_KEY):
         return ErrorCode.invalid_request, f"unknown key type {key_type}", -1, "", -1
     refused = _refused_key(services, ctx, key, key_type)
     if refused is not None:
@@ -164,6 +196,12 @@ def _locate(
         return ErrorCode.invalid_request, None, -1, "", -1
     if key_type == GROUP_KEY:
         info = services.metadata.partition(OFFSETS_TOPIC, coordinator(services).partition_for(key))
+    elif key_type == SHARE_KEY:
+        if services.share_coordinator is None:
+            return ErrorCode.coordinator_not_available, None, -1, "", -1
+        info = services.metadata.partition(
+            SHARE_GROUP_STATE_TOPIC, services.share_coordinator.partition_for_key(key)
+        )
     else:
         assert services.transactions is not None
         info = services.metadata.partition(
@@ -179,7 +217,12 @@ def _locate(
 def _refused_key(
     services: Services, ctx: RequestContext, key: str, key_type: int
 ) -> ErrorCode | None:
-    """FindCoordinator's check of one key: DESCRIBE on the group or transactional id."""
+    """FindCoordinator's check of one key: DESCRIBE on the group or transactional id,
+    CLUSTER_ACTION for a share-partition's (an inter-broker lookup)."""
+    if key_type == SHARE_KEY:
+        if authorize_cluster(services, ctx, AclOperation.CLUSTER_ACTION):
+            return None
+        return ErrorCode.cluster_authorization_failed
     if key_type == GROUP_KEY:
         if authorize(services, ctx, AclOperation.DESCRIBE, ResourceType.GROUP, key):
             return None
@@ -194,7 +237,11 @@ def handle_find_coordinator(services: Services, ctx: RequestContext, request: An
         key_type, keys = getattr(request, "key_type", GROUP_KEY), (request.key,)
     else:
         key_type, keys = request.key_type, request.coordinator_keys
-    topic = {GROUP_KEY: OFFSETS_TOPIC, TRANSACTION_KEY: TRANSACTION_STATE_TOPIC}.get(key_type)
+    topic = {
+        GROUP_KEY: OFFSETS_TOPIC,
+        TRANSACTION_KEY: TRANSACTION_STATE_TOPIC,
+        SHARE_KEY: SHARE_GROUP_STATE_TOPIC,
+    }.get(key_type)
     if services.authorizer is not None and topic is not None:
         # As Kafka: the coordinator topic is created for an authorized key only.
         keys = tuple(k for k in keys if _refused_key(services, ctx, k, key_type) is None)
@@ -209,6 +256,8 @@ async def _create_then_find(
     try:
         if key_type == GROUP_KEY:
             await create_offsets_topic(services)
+        elif key_type == SHARE_KEY:
+            await create_share_state_topic(services)
         else:
             await create_transaction_state_topic(services)
     except TopicError as e:
@@ -394,10 +443,9 @@ def handle_describe(services: Services, ctx: RequestContext, request: Any) -> An
             continue
         error, group = coordinator(services).membership.describe(group_id)
         message = None
-        if group_id in coordinator(services).runtime.consumer_groups and error in (
-            ErrorCode.none,
-            ErrorCode.group_id_not_found,
-        ):
+        runtime = coordinator(services).runtime
+        modern = group_id in runtime.consumer_groups or group_id in runtime.share_groups
+        if modern and error in (ErrorCode.none, ErrorCode.group_id_not_found):
             # As Kafka 4.1: DescribeGroups describes classic groups only.
             error, group = ErrorCode.group_id_not_found, None
             message = f"Group {group_id} is not a classic group."
@@ -486,6 +534,25 @@ def handle_list(services: Services, ctx: RequestContext, request: Any) -> Any:
                     group_type="consumer",
                 )
             )
+    if not types or "share" in types:
+        for share_group in coordinator(services).share_membership.groups():
+            state = share_group.state.value
+            if states and state.lower() not in states:
+                continue
+            group_id = share_group.group_id
+            if not every and not authorize(
+                services, ctx, AclOperation.DESCRIBE, ResourceType.GROUP, group_id
+            ):
+                continue
+            groups.append(
+                build(
+                    listed_cls,
+                    group_id=group_id,
+                    protocol_type="share",
+                    group_state=state,
+                    group_type="share",
+                )
+            )
     # As Kafka: the groups loaded so far, and the error while any partition is loading.
     error = (
         ErrorCode.coordinator_load_in_progress
@@ -513,4 +580,39 @@ def handle_delete(services: Services, ctx: RequestContext, request: Any) -> Any:
         )
 
     deleted = [g for g in names if g in allowed]
-    return then(coordinator(services).membership.delete_groups(deleted), respond)
+    group_coordinator = coordinator(services)
+    share_ids = [
+        g
+        for g in deleted
+        if group_coordinator.share_membership.get(g) is not None
+        and group_coordinator.owner_error(g) is None
+    ]
+    if not share_ids:
+        return then(coordinator(services).membership.delete_groups(deleted), respond)
+    return later(_delete_with_share_groups(services, deleted, share_ids, respond))
+
+
+async def _delete_with_share_groups(
+    services: Services,
+    group_ids: list[str],
+    share_ids: list[str],
+    respond: Callable[[dict[str, ErrorCode]], Any],
+) -> Any:
+    """DeleteGroups naming share groups: an empty one loses its share-partitions' state
+    and then its records, one with members is NON_EMPTY_GROUP."""
+    shares = coordinator(services).share_membership
+    pending: dict[str, asyncio.Future[ErrorCode]] = {}
+    results: dict[str, ErrorCode] = {}
+    for group_id in share_ids:
+        group = shares.get(group_id)
+        if group is None:
+            results[group_id] = ErrorCode.group_id_not_found
+        elif not group.is_empty():
+            results[group_id] = ErrorCode.non_empty_group
+        else:
+            pending[group_id] = shares.delete(group)
+    others = [g for g in group_ids if g not in share_ids]
+    results.update(await coordinator(services).membership.delete_groups(others))
+    for group_id, future in pending.items():
+        results[group_id] = await future
+    return respond(results)

@@ -10,6 +10,7 @@ from kio.schema.errors import ErrorCode
 from gregor.apis.context import RequestContext, Services, later
 from gregor.apis.inter_broker import cluster_action, cluster_member, stale_epoch
 from gregor.coordinator.records import OFFSETS_TOPIC
+from gregor.coordinator.share_state_records import SHARE_GROUP_STATE_TOPIC
 from gregor.coordinator.txn_records import TRANSACTION_STATE_TOPIC
 from gregor.replica.state import LeaderAndIsrState
 from gregor.wire.interbroker import (
@@ -82,6 +83,18 @@ async def _apply(services: Services, member: Any, request: Any) -> LeaderAndIsrR
                     transactions.on_become_leader(s.partition, s.leader_epoch)
                 else:
                     transactions.on_resign(s.partition)
+    shares = services.share_coordinator
+    if shares is not None:
+        # The share coordinator follows __share_group_state's.
+        for s in states:
+            if (
+                s.topic == SHARE_GROUP_STATE_TOPIC
+                and errors.get((s.topic, s.partition)) == ErrorCode.none
+            ):
+                if s.leader == member.broker_id:
+                    shares.on_become_leader(s.partition)
+                else:
+                    shares.on_resign(s.partition)
     return _response(request, lambda tp: errors.get(tp, ErrorCode.none), ErrorCode.none)
 
 

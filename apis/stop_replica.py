@@ -10,6 +10,7 @@ from kio.schema.errors import ErrorCode
 from gregor.apis.context import RequestContext, Services
 from gregor.apis.inter_broker import cluster_action, cluster_member, stale_epoch
 from gregor.coordinator.records import OFFSETS_TOPIC
+from gregor.coordinator.share_state_records import SHARE_GROUP_STATE_TOPIC
 from gregor.coordinator.txn_records import TRANSACTION_STATE_TOPIC
 from gregor.replica.state import StopReplicaState
 from gregor.wire.interbroker import StopReplicaPartitionError, StopReplicaResponse
@@ -41,6 +42,11 @@ def handle(services: Services, ctx: RequestContext, request: Any) -> StopReplica
         for s in states:
             if s.topic == TRANSACTION_STATE_TOPIC:
                 transactions.on_resign(s.partition)
+    shares = services.share_coordinator
+    if shares is not None:
+        for s in states:
+            if s.topic == SHARE_GROUP_STATE_TOPIC:
+                shares.on_resign(s.partition)
     errors = services.replicas.stop_replicas(request.controller_epoch, states)
     metrics = services.metrics
     if metrics is not None:

@@ -87,6 +87,7 @@ FEATURES = {
     "produce-consume": "produce/consume, all codecs",
     "groups": "consumer groups",
     "consumer-protocol": "consumer group protocol (KIP-848)",
+    "share-groups": "share groups (KIP-932)",
     "transactions": "transactions",
     "admin": "admin APIs",
     "quotas": "quotas",

@@ -47,7 +47,8 @@ DYNAMIC_BROKER_KEYS = frozenset(
 
 # Each bounded int group config (Kafka 4.1's GroupConfig.validateValues, in its order): the
 # broker keys of its lower and upper bound (None: not bounded there), and their defaults.
-# Gregor's broker has the group.consumer.* keys; the others stay at Kafka's defaults.
+# Gregor's broker has the group.consumer.* and group.share.* keys; the others stay at
+# Kafka's defaults.
 GROUP_CONFIG_BOUNDS: dict[str, tuple[str | None, int, str, int]] = {
     "consumer.heartbeat.interval.ms": (
         "group.consumer.min.heartbeat.interval.ms",
@@ -99,6 +100,10 @@ BROKER_GROUP_BOUND_KEYS = (
     "group.consumer.max.heartbeat.interval.ms",
     "group.consumer.min.session.timeout.ms",
     "group.consumer.max.session.timeout.ms",
+    "group.share.min.heartbeat.interval.ms",
+    "group.share.max.heartbeat.interval.ms",
+    "group.share.min.session.timeout.ms",
+    "group.share.max.session.timeout.ms",
 )
 
 GROUP_CONFIGS: dict[str, ConfigKey] = {

@@ -319,7 +319,7 @@ class ConsumerMembership:
         of the member towards its target; returns the member's new assignment."""
         previous = member.assignment
         # The group epoch moves with its members' subscriptions and their topics' metadata.
-        partitions, metadata_hash = subscribed_partitions(group, topics)
+        partitions, metadata_hash = subscribed_partitions(group.subscribed_topic_names(), topics)
         if bump or metadata_hash != group.metadata_hash:
             group.group_epoch += 1
             self.rebalances += 1
@@ -358,6 +358,10 @@ class ConsumerMembership:
                     ErrorCode.coordinator_not_available, "The coordinator is not available."
                 )
             return group
+        if group_id in self._runtime.share_groups:
+            raise KafkaError(
+                ErrorCode.group_id_not_found, f"Group {group_id} is not a consumer group."
+            )
         classic = self._runtime.groups.get(group_id)
         if classic is not None and (classic.members or classic.pending_members):
             if classic.members and r.member_epoch == 0 and self.migration is not None:
@@ -660,7 +664,9 @@ class ConsumerMembership:
         group = self._groups.get(group_id)
         if group is None or group.dead:
             classic = self._runtime.groups.get(group_id)
-            if classic is not None and classic.protocol_type:
+            if (
+                classic is not None and classic.protocol_type
+            ) or group_id in self._runtime.share_groups:
                 return (
                     ErrorCode.group_id_not_found,
                     f"Group {group_id} is not a consumer group.",
@@ -694,13 +700,14 @@ class ConsumerMembership:
 
 
 def subscribed_partitions(
-    group: ConsumerGroup, topics: Mapping[str, TopicInfo]
+    names: Iterable[str], topics: Mapping[str, TopicInfo]
 ) -> tuple[dict[uuid.UUID, int], int]:
-    """The partition count of each subscribed topic that exists, and a hash of the
-    subscriptions' metadata (names, ids, partition counts): a change bumps the group epoch."""
+    """The partition count of each subscribed topic (``names``) that exists, and a hash of
+    the subscriptions' metadata (names, ids, partition counts): a change bumps the group
+    epoch (of consumer and share groups alike)."""
     partitions: dict[uuid.UUID, int] = {}
     digest = hashlib.blake2b(digest_size=8)
-    for name in sorted(group.subscribed_topic_names()):
+    for name in sorted(names):
         info = topics.get(name)
         if info is None:
             continue

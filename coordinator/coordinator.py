@@ -1,13 +1,14 @@
-"""The group coordinator: the classic and the consumer (KIP-848) group protocols and
-committed offsets, for the groups whose ``__consumer_offsets`` partition this broker leads.
+"""The group coordinator: the classic, consumer (KIP-848) and share (KIP-932) group protocols
+and committed offsets, for the groups whose ``__consumer_offsets`` partition this broker leads.
 
-Four parts: the runtime (``runtime.py``) owns those partitions' groups, loads them from
+The parts: the runtime (``runtime.py``) owns those partitions' groups, loads them from
 the log and writes and applies their records; the classic membership (``membership.py``),
 the consumer-protocol membership (``consumer_membership.py``) and the offsets
-(``offsets.py``) serve the API handlers through it. A group id is a classic group or a
-consumer group, never both; the migration (``migration.py``) converts one into the other
-and serves a consumer group's classic members. This facade follows the partitions'
-leadership and runs the broker's periodic and shutdown work.
+(``offsets.py``) serve the API handlers through it. A group id is a classic group, a
+consumer group or a share group, never two of them; the migration (``migration.py``)
+converts a classic group into a consumer group and back and serves a consumer group's
+classic members. Share groups (``share_membership.py``) are never converted. This facade
+follows the partitions' leadership and runs the broker's periodic and shutdown work.
 """
 
 from __future__ import annotations
@@ -23,8 +24,10 @@ from gregor.coordinator.migration import Migration
 from gregor.coordinator.offsets import Offsets
 from gregor.coordinator.runtime import CoordinatorRuntime
 from gregor.coordinator.settings import Settings
+from gregor.coordinator.share_membership import ShareMembership
 from gregor.replica.manager import ReplicaManager
 from gregor.replica.purgatory import Purgatory
+from gregor.replica.share_persister import SharePersister
 
 __all__ = ["GroupCoordinator", "Settings"]
 
@@ -36,8 +39,12 @@ class GroupCoordinator:
         replicas: ReplicaManager,
         append_purgatory: Purgatory[Any],
         now_ms: Callable[[], int],
+        share_persister: SharePersister | None = None,
     ) -> None:
+        """``share_persister``: where share groups initialize and delete their
+        share-partitions' state (None: they do not)."""
         self.runtime = CoordinatorRuntime(settings, replicas, append_purgatory, now_ms)
+        self.share_membership = ShareMembership(settings, self.runtime, now_ms, share_persister)
         self.consumer_membership = ConsumerMembership(settings, self.runtime, now_ms)
         self.membership = Membership(settings, self.runtime, now_ms, self.consumer_membership)
         self.migration = Migration(
@@ -66,12 +73,22 @@ class GroupCoordinator:
 
     def on_become_leader(self, index: int) -> None:
         """Load the partition's groups (COORDINATOR_LOAD_IN_PROGRESS for them meanwhile)."""
-        self.runtime.load(index, self.membership.resume, self.consumer_membership.resume)
+        self.runtime.load(
+            index,
+            self.membership.resume,
+            self.consumer_membership.resume,
+            self.share_membership.resume,
+        )
 
     def on_resign(self, index: int) -> None:
         """Unload the partition's groups: parked joins and syncs and writes in flight answer
         NOT_COORDINATOR, their timers stop."""
-        self.runtime.unload(index, self.membership.unload, self.consumer_membership.unload)
+        self.runtime.unload(
+            index,
+            self.membership.unload,
+            self.consumer_membership.unload,
+            self.share_membership.unload,
+        )
 
     def on_txn_marker(
         self, partition_index: int, producer_id: int, commit: bool, marker_offset: int
@@ -82,6 +99,7 @@ class GroupCoordinator:
 
     def on_topic_deleted(self, topic: str) -> None:
         self.offsets.on_topic_deleted(topic)
+        self.share_membership.on_topic_deleted(topic)
 
     def expire_offsets(self, now_ms: int | None = None) -> int:
         return self.offsets.expire_offsets(now_ms)
@@ -91,4 +109,5 @@ class GroupCoordinator:
             self.on_resign(index)
         self.membership.shutdown()
         self.consumer_membership.shutdown()
+        self.share_membership.shutdown()
         self.migration.shutdown()

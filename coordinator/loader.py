@@ -45,6 +45,7 @@ class PartitionLoader:
         self._marker = marker
         self._chunk_bytes = chunk_bytes
         self._offset = partition.log.log_start_offset
+        self.record_offset = -1  # the offset of the record being replayed
 
     def step(self) -> bool:
         """Replay the next chunk; True once the whole log has been replayed. The whole log:
@@ -73,6 +74,7 @@ class PartitionLoader:
             for record in decode_records(data, header):
                 if record.offset < self._offset or record.key is None:
                     continue
+                self.record_offset = record.offset
                 try:
                     if transactional is not None:
                         transactional(header.producer_id, record.key, record.value)

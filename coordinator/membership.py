@@ -141,6 +141,8 @@ class Membership:
             <= self.settings.max_session_timeout_ms
         ):
             return fail(ErrorCode.invalid_session_timeout)
+        if group_id in self._runtime.share_groups:
+            return fail(ErrorCode.inconsistent_group_protocol)  # a share group's id
         if not self._consumer.make_way_for_classic(group_id):
             migration = self.migration
             consumer_group = None if migration is None else migration.serves(group_id)

@@ -124,6 +124,8 @@ class Offsets:
         error = self._runtime.owner_error(group_id)
         if error is not None:
             return error
+        if group_id in self._runtime.share_groups:
+            return ErrorCode.group_id_not_found  # a share group commits no offsets
         group = self._groups.get(group_id)
         if group_id in self._consumer_groups:
             return group or Group(group_id)  # its offsets' holder; the caller checks members
@@ -211,6 +213,8 @@ class Offsets:
         error = self._runtime.owner_error(group_id)
         if error is not None:
             return error, {}
+        if group_id in self._runtime.share_groups:
+            return ErrorCode.group_id_not_found, {}
         consumer_group = self._consumer_groups.get(group_id)
         if consumer_group is not None and not (member_id is None and member_epoch < 0):
             error = _consumer_member_error(consumer_group, member_epoch, member_id or "")

@@ -11,7 +11,8 @@ record is applied if and only if it is committed. Group metadata is the exceptio
 makes too: the membership keeps the live group in memory, writes its image with
 ``write_group``, and that record is only ever replayed at load. So are the records of
 consumer-protocol groups (KIP-848, ``consumer_groups``): their membership applies each
-change to the live group and writes its records with ``write_records``.
+change to the live group and writes its records with ``write_records``, and so are share
+groups' (KIP-932, ``share_groups``).
 """
 
 from __future__ import annotations
@@ -58,6 +59,13 @@ from gregor.coordinator.records import (
     partition_for,
 )
 from gregor.coordinator.settings import Settings
+from gregor.coordinator.share_group import (
+    SHARE_KEYS,
+    ShareGroup,
+    replay_share_record,
+    share_group_tombstones,
+)
+from gregor.coordinator.share_records import decode_value as decode_share_value
 from gregor.replica.manager import ReplicaManager
 from gregor.replica.purgatory import Purgatory
 
@@ -65,6 +73,7 @@ logger = logging.getLogger(__name__)
 
 GroupHook = Callable[[Group], None]
 ConsumerGroupHook = Callable[[ConsumerGroup], None]
+ShareGroupHook = Callable[[ShareGroup], None]
 # A partition's transactional offsets of one producer: (group, topic partition) -> when
 # the record was applied (a number that grows in log order) and its value, None once a
 # commit written after it superseded it.
@@ -78,9 +87,11 @@ def replay(
     value: bytes | None,
     txns: dict[int, TxnOffsets] | None = None,
     consumer_groups: dict[str, ConsumerGroup] | None = None,
+    share_groups: dict[str, ShareGroup] | None = None,
 ) -> None:
     """Apply one record read from the log (raises RecordFormatError if it won't parse).
-    Records of consumer-protocol groups go to ``consumer_groups`` (ignored without)."""
+    Records of consumer-protocol groups go to ``consumer_groups``, those of share groups to
+    ``share_groups`` (ignored without)."""
     decoded = decode_key(key)
     if isinstance(decoded, OffsetKey):
         offset = None if value is None else decode_offset_value(value)
@@ -91,6 +102,10 @@ def replay(
     elif consumer_groups is not None and isinstance(decoded, CONSUMER_KEYS):
         replay_record(
             consumer_groups, decoded, None if value is None else decode_value(decoded, value)
+        )
+    elif share_groups is not None and isinstance(decoded, SHARE_KEYS):
+        replay_share_record(
+            share_groups, decoded, None if value is None else decode_share_value(decoded, value)
         )
 
 
@@ -181,6 +196,7 @@ class CoordinatorRuntime:
         # in a Group of its id without metadata).
         self.groups: dict[str, Group] = {}
         self.consumer_groups: dict[str, ConsumerGroup] = {}
+        self.share_groups: dict[str, ShareGroup] = {}
         # Per partition, per producer id: offsets a transaction wrote (TxnOffsetCommit),
         # visible once its COMMIT marker is committed, dropped by its ABORT.
         self.txn_offsets: dict[int, dict[int, TxnOffsets]] = {}
@@ -203,14 +219,21 @@ class CoordinatorRuntime:
         """The partitions loaded or loading."""
         return self.log.partitions()
 
-    def load(self, index: int, loaded: GroupHook, consumer_loaded: ConsumerGroupHook) -> None:
-        """Replay the partition's log into its groups; ``loaded`` (``consumer_loaded``) is
-        called for each once they are all in place."""
+    def load(
+        self,
+        index: int,
+        loaded: GroupHook,
+        consumer_loaded: ConsumerGroupHook,
+        share_loaded: ShareGroupHook,
+    ) -> None:
+        """Replay the partition's log into its groups; ``loaded`` (``consumer_loaded``,
+        ``share_loaded``) is called for each once they are all in place."""
         partition = self.log.get(index)
         if partition is None:
             return
         groups: dict[str, Group] = {}
         consumer_groups: dict[str, ConsumerGroup] = {}
+        share_groups: dict[str, ShareGroup] = {}
         txns: dict[int, TxnOffsets] = {}
 
         def transactional(producer_id: int, key: bytes, value: bytes | None) -> None:
@@ -225,7 +248,7 @@ class CoordinatorRuntime:
 
         loader = PartitionLoader(
             partition,
-            lambda key, value: replay(groups, key, value, txns, consumer_groups),
+            lambda key, value: replay(groups, key, value, txns, consumer_groups, share_groups),
             transactional=transactional,
             marker=marker,
         )
@@ -233,30 +256,41 @@ class CoordinatorRuntime:
         def done() -> None:
             self.groups.update(groups)
             self.consumer_groups.update(consumer_groups)
+            self.share_groups.update(share_groups)
             self.txn_offsets[index] = txns
             for group in groups.values():
                 loaded(group)
             for consumer_group in consumer_groups.values():
                 consumer_loaded(consumer_group)
-            if groups or consumer_groups:
+            for share_group in share_groups.values():
+                share_loaded(share_group)
+            if groups or consumer_groups or share_groups:
                 logger.info(
                     "Loaded %d group(s) from %s-%d",
-                    len(groups.keys() | consumer_groups.keys()),
+                    len(groups.keys() | consumer_groups.keys() | share_groups.keys()),
                     OFFSETS_TOPIC,
                     index,
                 )
 
         self.log.load(index, loader, done)
 
-    def unload(self, index: int, unloaded: GroupHook, consumer_unloaded: ConsumerGroupHook) -> None:
+    def unload(
+        self,
+        index: int,
+        unloaded: GroupHook,
+        consumer_unloaded: ConsumerGroupHook,
+        share_unloaded: ShareGroupHook,
+    ) -> None:
         """Forget the partition: stop its load, drop its groups (``unloaded`` /
-        ``consumer_unloaded`` is called for each first, so their parked requests are
-        answered and their timers stop), and fail its writes in flight with
+        ``consumer_unloaded`` / ``share_unloaded`` is called for each first, so their parked
+        requests are answered and their timers stop), and fail its writes in flight with
         NOT_COORDINATOR: what of them the log keeps comes back with the next load."""
         for group_id in [g for g in self.groups if self.partition_for(g) == index]:
             unloaded(self.groups.pop(group_id))
         for group_id in [g for g in self.consumer_groups if self.partition_for(g) == index]:
             consumer_unloaded(self.consumer_groups.pop(group_id))
+        for group_id in [g for g in self.share_groups if self.partition_for(g) == index]:
+            share_unloaded(self.share_groups.pop(group_id))
         self.txn_offsets.pop(index, None)
         self.log.unload(index)
 
@@ -342,8 +376,8 @@ class CoordinatorRuntime:
             group.state, group.state_timestamp = state, since
 
     def write_records(self, group_id: str, records: Records, done: Done) -> bool:
-        """Records of a consumer-protocol group, whose live state has them already (they
-        are replayed at load only)."""
+        """Records of a consumer-protocol or share group, whose live state has them already
+        (they are replayed at load only)."""
         return self._append(group_id, records, done, None)
 
     def delete_consumer_group(self, group: ConsumerGroup, done: Done) -> None:
@@ -364,6 +398,18 @@ class CoordinatorRuntime:
                 del self.consumer_groups[group_id]
 
         if not self._append(group_id, records, done, apply):
+            group.dead = False
+
+    def delete_share_group(self, group: ShareGroup, done: Done) -> None:
+        """Tombstone an empty share group (DeleteGroups). It is Dead at once and gone once
+        they are committed; if nothing could be written it is as it was."""
+        group.dead = True
+
+        def apply() -> None:
+            if self.share_groups.get(group.group_id) is group:
+                del self.share_groups[group.group_id]
+
+        if not self._append(group.group_id, share_group_tombstones(group), done, apply):
             group.dead = False
 
     def drop_consumer_group(self, group: ConsumerGroup, done: Done) -> None:

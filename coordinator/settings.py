@@ -22,6 +22,10 @@ class Settings:
     consumer_max_size: int = 2**31 - 1
     consumer_assignors: tuple[str, ...] = ("uniform", "range")  # the first is the default
     consumer_migration_policy: str = "bidirectional"  # one of MIGRATION_POLICIES
+    # Share groups (KIP-932): group.share.*
+    share_session_timeout_ms: int = 45_000
+    share_heartbeat_interval_ms: int = 5_000
+    share_max_size: int = 200
 
     @classmethod
     def from_config(cls, config: Any) -> Settings:
@@ -40,6 +44,9 @@ class Settings:
             consumer_max_size=config["group.consumer.max.size"],
             consumer_assignors=tuple(assignor_name(a) for a in config["group.consumer.assignors"]),
             consumer_migration_policy=config["group.consumer.migration.policy"].lower(),
+            share_session_timeout_ms=config["group.share.session.timeout.ms"],
+            share_heartbeat_interval_ms=config["group.share.heartbeat.interval.ms"],
+            share_max_size=config["group.share.max.size"],
         )
 
 
@@ -50,6 +57,7 @@ MIGRATION_POLICIES = ("bidirectional", "upgrade", "downgrade", "disabled")
 ASSIGNOR_CLASSES = {
     "org.apache.kafka.coordinator.group.assignor.UniformAssignor": "uniform",
     "org.apache.kafka.coordinator.group.assignor.RangeAssignor": "range",
+    "org.apache.kafka.coordinator.group.assignor.SimpleAssignor": "simple",
 }
 
 

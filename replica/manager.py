@@ -116,6 +116,8 @@ class ReplicaManager:
         self._altering = False
         self._tasks: set[asyncio.Task[None]] = set()
         self.fetchers = FetcherManager(self, send, self.config) if send is not None else None
+        # Told of every change _on_data sees (the share-partition manager's windows).
+        self.change_listeners: list[Callable[[TopicPartition], None]] = []
 
     def get(self, topic: str, index: int) -> Partition | None:
         return self._partitions.get((topic, index))
@@ -565,6 +567,8 @@ class ReplicaManager:
             self.fetch_purgatory.check(session)
         self.fetch_purgatory.check(tp)
         self.produce_purgatory.check(tp)
+        for listener in self.change_listeners:
+            listener(tp)
         self.delete_records_purgatory.check(tp)
 
     def caught_up_ms(self, partition: Partition, replica: int) -> int:

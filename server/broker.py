@@ -8,6 +8,7 @@ import logging
 import socket
 import threading
 import time
+import uuid
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -21,6 +22,7 @@ from kio.static.primitive import i64
 
 from gregor.apis.context import Services, nested
 from gregor.apis.dispatch import Dispatcher
+from gregor.apis.groups import create_share_state_topic
 from gregor.apis.write_txn_markers import write_txn_markers
 from gregor.configdef import LONG_MAX
 from gregor.controller.acls.authorizer import configured_authorizer
@@ -38,6 +40,8 @@ from gregor.controller.zookeeper.client import AsyncZk
 from gregor.controller.zookeeper.data import BrokerIdInUseError, BrokerRegistration, KafkaZk
 from gregor.coordinator.coordinator import GroupCoordinator, Settings
 from gregor.coordinator.records import OFFSETS_TOPIC
+from gregor.coordinator.share_coordinator import ShareCoordinator, ShareCoordinatorSettings
+from gregor.coordinator.share_state_records import SHARE_GROUP_STATE_TOPIC
 from gregor.coordinator.txn_coordinator import TransactionCoordinator, TxnSettings
 from gregor.coordinator.txn_markers import TxnMarkerChannel
 from gregor.coordinator.txn_records import TRANSACTION_STATE_TOPIC
@@ -47,6 +51,7 @@ from gregor.log.cleaner_manager import CleanerConfig, LogCleaner
 from gregor.log.errors import KafkaStorageError
 from gregor.log.manager import DiskJobs, LogManager
 from gregor.replica.manager import ReplicaManager
+from gregor.replica.share_partition_manager import ShareFetchSettings, SharePartitionManager
 from gregor.replica.state import CommittedIsr, IsrProposal
 from gregor.server import listener_security
 from gregor.server.broker_client import InterBrokerClient, inter_broker_client_settings
@@ -74,6 +79,7 @@ from gregor.server.security.sasl.jwks import Jwks
 from gregor.server.security.sasl.mechanisms import jwks_sources
 from gregor.server.security.tls import SslConfigError
 from gregor.server.security.zk_client_security import zk_client_security
+from gregor.server.share_persister import BrokerSharePersister
 from gregor.wire.interbroker import ControlledShutdownRequest
 from gregor.wire.schema import request_type
 from gregor.wire.versions import ALTER_PARTITION
@@ -175,6 +181,33 @@ class Broker:
             self.replicas = ReplicaManager(
                 self.broker_id, self.logs, config.raw, validation_pool=self.validation_pool
             )
+        # The share coordinator, and the persister that reaches any share-partition's
+        # (share-partition leaders and share groups write their state through it).
+        self.share_client: InterBrokerClient | None = None
+        if config.cluster_mode:
+            self.share_client = InterBrokerClient(
+                f"broker-{self.broker_id}-share-state",
+                self._endpoint_of,
+                config["request.timeout.ms"],
+                client_settings=self.inter_broker_settings,
+            )
+        self.share_coordinator = ShareCoordinator(
+            ShareCoordinatorSettings.from_config(config),
+            self.replicas,
+            self.replicas.produce_purgatory,
+            now_ms,
+            self._partition_exists,
+        )
+        self.share_persister = BrokerSharePersister(
+            self.share_coordinator,
+            self.broker_id,
+            lambda index: self._leader_of(SHARE_GROUP_STATE_TOPIC, index),
+            self._create_share_state_topic,
+            None if self.share_client is None else self.share_client.send,
+        )
+        self.share_partitions = SharePartitionManager(
+            self.replicas, self.share_persister, ShareFetchSettings.from_config(config)
+        )
         self.cleaner = LogCleaner(
             self.logs,
             CleanerConfig(
@@ -192,6 +225,7 @@ class Broker:
             self.replicas,
             self.replicas.produce_purgatory,
             now_ms=now_ms,
+            share_persister=self.share_persister,
         )
         # Markers to other brokers, and the partitions' verification with other brokers'
         # transaction coordinators, go on connections of their own (cluster mode): a
@@ -247,6 +281,7 @@ class Broker:
             ),
             self.quotas,
         )
+        self.socket_server.closed_listeners.append(self.share_partitions.connection_closed)
         self.embedded: EmbeddedController | None = None
         self.bound_ports: dict[str, int] = {}
         # Recorded only when the Prometheus endpoint is on (metrics.prometheus.port).
@@ -413,6 +448,9 @@ class Broker:
             metrics=self.metrics,
             check_broker_props=self._check_broker_props,
             authorizer=self.authorizer,
+            share_partitions=self.share_partitions,
+            share_coordinator=self.share_coordinator,
+            share_persister=self.share_persister,
         )
         self.services = services
         self.replicas.metadata = self.cache
@@ -468,6 +506,16 @@ class Broker:
         """AddPartitionsToTxn v4 verify_only to the transactional id's coordinator."""
         assert self.verify_client is not None
         return await self.verify_client.send(node_id, request, 4)
+
+    def _partition_exists(self, topic_id: uuid.UUID, index: int) -> bool:
+        """Whether the metadata holds this partition of the topic with this id."""
+        cache = self.cache
+        name = None if cache is None else cache.topic_name(topic_id)
+        return name is not None and cache is not None and cache.partition(name, index) is not None
+
+    async def _create_share_state_topic(self) -> None:
+        assert self.services is not None
+        await create_share_state_topic(self.services)
 
     def _leader_of(self, topic: str, index: int) -> int | None:
         """The partition's leader for its markers: -1 while it has none, None once it is
@@ -652,6 +700,8 @@ class Broker:
                 self.groups.on_become_leader(info.index)
             elif topic.name == TRANSACTION_STATE_TOPIC:
                 self.transactions.on_become_leader(info.index, info.leader_epoch)
+            elif topic.name == SHARE_GROUP_STATE_TOPIC:
+                self.share_coordinator.on_become_leader(info.index)
 
     def _apply_configs(self, resource: ConfigResource) -> None:
         """A resource's dynamic configs changed: its logs take them at once. Group configs
@@ -730,6 +780,8 @@ class Broker:
                 self.groups.on_resign(index)
             elif topic.name == TRANSACTION_STATE_TOPIC:
                 self.transactions.on_resign(index)
+            elif topic.name == SHARE_GROUP_STATE_TOPIC:
+                self.share_coordinator.on_resign(index)
             self.replicas.remove(topic.name, index, delete=True)
         self.groups.on_topic_deleted(topic.name)
 
@@ -806,6 +858,11 @@ class Broker:
             txn = self.transactions.settings
             tg.start_soon(self._every, txn.abort_interval_ms, self.transactions.abort_timed_out)
             tg.start_soon(self._every, txn.remove_interval_ms, self.transactions.expire_ids)
+            tg.start_soon(
+                self._every,
+                self.share_coordinator.settings.prune_interval_ms,
+                self.share_coordinator.prune,
+            )
             if self.cleaner.config.enable:
                 tg.start_soon(self.cleaner.run, now_ms)
             if any(s.tls is not None for s in self.listener_securities.values()):
@@ -877,7 +934,9 @@ class Broker:
         self.validation_pool.shutdown(wait=False, cancel_futures=True)
         self.groups.shutdown()  # parked joins and syncs answer NOT_COORDINATOR
         self.transactions.shutdown()
+        self.share_coordinator.shutdown()
         self.replicas.shutdown()  # parked fetches answer with what they have
+        self.share_partitions.shutdown()
         await asyncio.sleep(0)
         await self.socket_server.drain(SHUTDOWN_GRACE_S)
         self.logs.shutdown(self.replicas.high_watermarks())
@@ -887,6 +946,7 @@ class Broker:
             self.channel_client,
             self.txn_client,
             self.verify_client,
+            self.share_client,
         ):
             if client is not None:
                 await client.close()

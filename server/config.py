@@ -38,6 +38,12 @@ TLS_PROTOCOLS = frozenset({"SSL", "SASL_SSL"})
 SASL_PROTOCOLS = frozenset({"SASL_PLAINTEXT", "SASL_SSL"})
 
 
+def _share_assignors(name: str, values: list[str]) -> None:
+    """group.share.assignors: Kafka 4.1 has the simple assignor only."""
+    if [assignor_name(v) for v in values] != ["simple"]:
+        raise invalid(name, values, "the only share group assignor is the simple assignor")
+
+
 def _known_assignors(name: str, values: list[str]) -> None:
     """group.consumer.assignors: the server assignors Gregor has, by class or short name."""
     if not values:
@@ -230,6 +236,53 @@ KEYS: dict[str, ConfigKey] = {
             Type.STRING,
             "bidirectional",
             _migration_policy,
+        ),
+        # share groups (KIP-932; Kafka's ShareGroupConfig): membership
+        # Kafka 4.1's internal gate, off there (share groups were a preview); on as from 4.2.
+        ConfigKey("group.share.enable", Type.BOOLEAN, "true"),
+        ConfigKey("group.share.session.timeout.ms", Type.INT, "45000", at_least(1)),
+        ConfigKey("group.share.min.session.timeout.ms", Type.INT, "45000", at_least(1)),
+        ConfigKey("group.share.max.session.timeout.ms", Type.INT, "60000", at_least(1)),
+        ConfigKey("group.share.heartbeat.interval.ms", Type.INT, "5000", at_least(1)),
+        ConfigKey("group.share.min.heartbeat.interval.ms", Type.INT, "5000", at_least(1)),
+        ConfigKey("group.share.max.heartbeat.interval.ms", Type.INT, "15000", at_least(1)),
+        ConfigKey("group.share.max.size", Type.INT, "200", between(10, 1000)),
+        ConfigKey(
+            "group.share.assignors",
+            Type.LIST,
+            "org.apache.kafka.coordinator.group.assignor.SimpleAssignor",
+            _share_assignors,
+        ),
+        # share groups: share-partitions, sessions and fetches
+        ConfigKey("group.share.record.lock.duration.ms", Type.INT, "30000", between(1000, 3600000)),
+        ConfigKey(
+            "group.share.min.record.lock.duration.ms", Type.INT, "15000", between(1000, 30000)
+        ),
+        ConfigKey(
+            "group.share.max.record.lock.duration.ms",
+            Type.INT,
+            "60000",
+            between(30000, 3600000),
+        ),
+        ConfigKey("group.share.delivery.count.limit", Type.INT, "5", between(2, 10)),
+        ConfigKey("group.share.partition.max.record.locks", Type.INT, "2000", between(100, 10000)),
+        ConfigKey("group.share.max.share.sessions", Type.INT, "2000", at_least(1)),
+        # the share coordinator (Kafka's ShareCoordinatorConfig)
+        ConfigKey("share.coordinator.state.topic.num.partitions", Type.INT, "50", at_least(1)),
+        ConfigKey("share.coordinator.state.topic.replication.factor", Type.INT, "3", at_least(1)),
+        ConfigKey("share.coordinator.state.topic.min.isr", Type.INT, "2", at_least(1)),
+        ConfigKey(
+            "share.coordinator.state.topic.segment.bytes", Type.INT, "104857600", at_least(1)
+        ),
+        ConfigKey(
+            "share.coordinator.snapshot.update.records.per.snapshot",
+            Type.INT,
+            "500",
+            between(0, 500),
+        ),
+        ConfigKey("share.coordinator.write.timeout.ms", Type.INT, "5000", at_least(1)),
+        ConfigKey(  # Kafka's internal key
+            "share.coordinator.state.topic.prune.interval.ms", Type.INT, "300000", at_least(1)
         ),
         # producers
         ConfigKey("producer.id.expiration.ms", Type.INT, "86400000", at_least(1)),
@@ -443,25 +496,25 @@ class BrokerConfig:
                 raise ConfigError("broker.id and node.id must match when both are set")
 
     def _check_consumer_groups(self) -> None:
-        """Kafka's GroupCoordinatorConfig rules for the consumer protocol's timeouts."""
-        for kind in ("session.timeout", "heartbeat.interval"):
-            key, low, high = (
-                f"group.consumer.{kind}.ms",
-                f"group.consumer.min.{kind}.ms",
-                f"group.consumer.max.{kind}.ms",
-            )
-            if self[high] < self[low]:
-                raise ConfigError(f"{high} must be greater than or equal to {low}")
-            if self[key] < self[low]:
-                raise ConfigError(f"{key} must be greater than or equal to {low}")
-            if self[key] > self[high]:
-                raise ConfigError(f"{key} must be less than or equal to {high}")
-        heartbeat, session = (
-            "group.consumer.heartbeat.interval.ms",
-            "group.consumer.session.timeout.ms",
-        )
-        if self[heartbeat] >= self[session]:
-            raise ConfigError(f"{heartbeat} must be less than {session}")
+        """Kafka's GroupCoordinatorConfig and ShareGroupConfig rules for the consumer and
+        share protocols' timeouts."""
+        for protocol in ("consumer", "share"):
+            for kind in ("session.timeout", "heartbeat.interval"):
+                key, low, high = (
+                    f"group.{protocol}.{kind}.ms",
+                    f"group.{protocol}.min.{kind}.ms",
+                    f"group.{protocol}.max.{kind}.ms",
+                )
+                if self[high] < self[low]:
+                    raise ConfigError(f"{high} must be greater than or equal to {low}")
+                if self[key] < self[low]:
+                    raise ConfigError(f"{key} must be greater than or equal to {low}")
+                if self[key] > self[high]:
+                    raise ConfigError(f"{key} must be less than or equal to {high}")
+            heartbeat = f"group.{protocol}.heartbeat.interval.ms"
+            session = f"group.{protocol}.session.timeout.ms"
+            if self[heartbeat] >= self[session]:
+                raise ConfigError(f"{heartbeat} must be less than {session}")
         if "classic" not in self["group.coordinator.rebalance.protocols"]:
             raise ConfigError("group.coordinator.rebalance.protocols must contain classic")
 

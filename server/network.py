@@ -850,6 +850,8 @@ class SocketServer:
         self.pool = MemoryPool(limits.queued_max_request_bytes)
         self.max_request_size = limits.max_request_size
         self.connections: set[Connection] = set()
+        # Told "<listener> <peer>" of each connection that closed (share sessions end).
+        self.closed_listeners: list[Callable[[str], None]] = []
         self._per_ip: collections.Counter[str] = collections.Counter()
         self._accepted = 0  # connections admitted and not yet closed
         self._listening: list[socket.socket] = []
@@ -1088,6 +1090,8 @@ class SocketServer:
 
     def connection_closed(self, connection: Connection) -> None:
         self.connections.discard(connection)
+        for listener in self.closed_listeners:
+            listener(f"{connection.listener} {connection.peer}")
         self._release(connection.ip)
 
     def _release(self, ip: str) -> None:

@@ -194,6 +194,8 @@ def broker(process_pool: ProcessPool) -> BrokerProcess:
             "group.initial.rebalance.delay.ms": "0",
             "offsets.topic.num.partitions": "3",
             "transaction.state.log.num.partitions": "3",
+            "share.coordinator.state.topic.num.partitions": "3",
+            "group.share.enable": "true",
         }
     )
 
@@ -1140,6 +1142,128 @@ def consumer_group_describe(case: Case) -> None:
     assert getattr(member, "member_type", 1) == 1
 
 
+def share_join(case: Case, group: str) -> Any:
+    """Join share group ``group`` as its only member, subscribed to TOPIC."""
+    return case.other(
+        v.SHARE_GROUP_HEARTBEAT,
+        1,
+        group_id=group,
+        member_id=str(uuid.uuid4()),
+        member_epoch=0,
+        subscribed_topic_names=(TOPIC,),
+    )
+
+
+def share_group_heartbeat(case: Case) -> None:
+    r = share_join(case, case.fresh("sg"))
+    assert (r.error_code, r.member_epoch) == (NONE, 1), r
+    assert r.assignment is not None
+    assert [(t.topic_id, t.partitions) for t in r.assignment.topic_partitions] == [
+        (case.state.topic_id, (0,))
+    ]
+
+
+def share_group_describe(case: Case) -> None:
+    group = case.fresh("sg")
+    joined = share_join(case, group)
+    (described,) = case.call(group_ids=(group,), include_authorized_operations=False).groups
+    assert (described.error_code, described.group_state, described.assignor_name) == (
+        NONE,
+        "Stable",
+        "simple",
+    )
+    assert [m.member_id for m in described.members] == [joined.member_id]
+
+
+def share_fetch(case: Case) -> None:
+    # Without a share session: refused.
+    answer = case.call(
+        group_id=case.fresh("sg"), member_id=str(uuid.uuid4()), share_session_epoch=4
+    )
+    assert answer.error_code == ErrorCode.share_session_not_found
+    assert answer.responses == ()
+
+
+def share_acknowledge(case: Case) -> None:
+    answer = case.call(
+        group_id=case.fresh("sg"), member_id=str(uuid.uuid4()), share_session_epoch=0
+    )
+    assert answer.error_code == ErrorCode.invalid_share_session_epoch
+
+
+# The topics entity of each share-group-state request (83-87, v0 only).
+_STATE_TOPICS = {
+    v.INITIALIZE_SHARE_GROUP_STATE: "InitializeStateData",
+    v.READ_SHARE_GROUP_STATE: "ReadStateData",
+    v.WRITE_SHARE_GROUP_STATE: "WriteStateData",
+    v.DELETE_SHARE_GROUP_STATE: "DeleteStateData",
+    v.READ_SHARE_GROUP_STATE_SUMMARY: "ReadStateSummaryData",
+}
+
+
+def share_state(case: Case, api_key: int, group: str, **partition: Any) -> Any:
+    """A share-group-state request for partition 0 of TOPIC: its one partition result."""
+    cls = request_type(api_key, 0)
+    topic = fill(
+        nested(cls, _STATE_TOPICS[api_key]),
+        topic_id=case.state.topic_id,
+        partitions=(fill(nested(cls, "PartitionData"), partition=0, **partition),),
+    )
+    (result,) = case.client.call(api_key, 0, fill(cls, group_id=group, topics=(topic,))).results
+    (answer,) = result.partitions
+    return answer
+
+
+def initialize_share_group_state(case: Case) -> None:
+    group = case.fresh("ss")
+    answer = share_state(case, v.INITIALIZE_SHARE_GROUP_STATE, group, state_epoch=1, start_offset=2)
+    assert answer.error_code == NONE
+    read = share_state(case, v.READ_SHARE_GROUP_STATE, group, leader_epoch=0)
+    assert (read.error_code, read.state_epoch, read.start_offset) == (NONE, 1, 2)
+
+
+def read_share_group_state(case: Case) -> None:
+    # Never initialized nor written: no state, as Kafka answers it.
+    read = share_state(case, v.READ_SHARE_GROUP_STATE, case.fresh("ss"), leader_epoch=0)
+    assert (read.error_code, read.start_offset, read.state_batches) == (NONE, -1, ())
+
+
+def write_share_group_state(case: Case) -> None:
+    group = case.fresh("ss")
+    batch_cls = nested(case.cls, "StateBatch")
+    batches = (batch_cls(first_offset=3, last_offset=4, delivery_state=2, delivery_count=1),)
+    answer = share_state(
+        case,
+        v.WRITE_SHARE_GROUP_STATE,
+        group,
+        state_epoch=0,
+        leader_epoch=0,
+        start_offset=3,
+        state_batches=batches,
+    )
+    assert answer.error_code == NONE
+    read = share_state(case, v.READ_SHARE_GROUP_STATE, group, leader_epoch=0)
+    assert (read.start_offset, [(b.first_offset, b.last_offset) for b in read.state_batches]) == (
+        3,
+        [(3, 4)],
+    )
+
+
+def delete_share_group_state(case: Case) -> None:
+    group = case.fresh("ss")
+    share_state(case, v.INITIALIZE_SHARE_GROUP_STATE, group, state_epoch=1, start_offset=2)
+    assert share_state(case, v.DELETE_SHARE_GROUP_STATE, group).error_code == NONE
+    read = share_state(case, v.READ_SHARE_GROUP_STATE, group, leader_epoch=0)
+    assert read.start_offset == -1
+
+
+def read_share_group_state_summary(case: Case) -> None:
+    group = case.fresh("ss")
+    share_state(case, v.INITIALIZE_SHARE_GROUP_STATE, group, state_epoch=4, start_offset=1)
+    summary = share_state(case, v.READ_SHARE_GROUP_STATE_SUMMARY, group, leader_epoch=0)
+    assert (summary.error_code, summary.state_epoch, summary.start_offset) == (NONE, 4, 1)
+
+
 CHECKS: dict[int, Callable[[Case], None]] = {
     v.PRODUCE: produce,
     v.FETCH: fetch,
@@ -1192,6 +1316,15 @@ CHECKS: dict[int, Callable[[Case], None]] = {
     v.DESCRIBE_TOPIC_PARTITIONS: describe_topic_partitions,
     v.CONSUMER_GROUP_HEARTBEAT: consumer_group_heartbeat,
     v.CONSUMER_GROUP_DESCRIBE: consumer_group_describe,
+    v.SHARE_GROUP_HEARTBEAT: share_group_heartbeat,
+    v.SHARE_GROUP_DESCRIBE: share_group_describe,
+    v.SHARE_FETCH: share_fetch,
+    v.SHARE_ACKNOWLEDGE: share_acknowledge,
+    v.INITIALIZE_SHARE_GROUP_STATE: initialize_share_group_state,
+    v.READ_SHARE_GROUP_STATE: read_share_group_state,
+    v.WRITE_SHARE_GROUP_STATE: write_share_group_state,
+    v.DELETE_SHARE_GROUP_STATE: delete_share_group_state,
+    v.READ_SHARE_GROUP_STATE_SUMMARY: read_share_group_state_summary,
 }
 
 

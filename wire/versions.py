@@ -68,6 +68,18 @@ CONSUMER_GROUP_HEARTBEAT = 68
 CONSUMER_GROUP_DESCRIBE = 69
 LIST_CONFIG_RESOURCES = 74
 DESCRIBE_TOPIC_PARTITIONS = 75
+SHARE_GROUP_HEARTBEAT = 76
+SHARE_GROUP_DESCRIBE = 77
+SHARE_FETCH = 78
+SHARE_ACKNOWLEDGE = 79
+INITIALIZE_SHARE_GROUP_STATE = 83
+READ_SHARE_GROUP_STATE = 84
+WRITE_SHARE_GROUP_STATE = 85
+DELETE_SHARE_GROUP_STATE = 86
+READ_SHARE_GROUP_STATE_SUMMARY = 87
+DESCRIBE_SHARE_GROUP_OFFSETS = 90
+ALTER_SHARE_GROUP_OFFSETS = 91
+DELETE_SHARE_GROUP_OFFSETS = 92
 
 SUPPORTED: dict[int, tuple[int, int]] = {
     # Served from v3; ApiVersions advertises v0 (ADVERTISED_MIN), as Kafka 4 does.
@@ -120,6 +132,19 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     # The consumer group protocol (KIP-848).
     CONSUMER_GROUP_HEARTBEAT: (0, 1),
     CONSUMER_GROUP_DESCRIBE: (0, 1),
+    # Share groups (KIP-932) at Kafka 4.1's versions; answered UNSUPPORTED_VERSION unless
+    # group.share.enable. Membership:
+    SHARE_GROUP_HEARTBEAT: (1, 1),
+    SHARE_GROUP_DESCRIBE: (1, 1),
+    # ShareFetch and ShareAcknowledge:
+    SHARE_FETCH: (1, 1),
+    SHARE_ACKNOWLEDGE: (1, 1),
+    # The share coordinator's state, sent by share-partition leaders and group coordinators:
+    INITIALIZE_SHARE_GROUP_STATE: (0, 0),
+    READ_SHARE_GROUP_STATE: (0, 0),
+    WRITE_SHARE_GROUP_STATE: (0, 0),
+    DELETE_SHARE_GROUP_STATE: (0, 0),
+    READ_SHARE_GROUP_STATE_SUMMARY: (0, 0),
     # SASL (server/security/authenticator.py; apis/sasl.py where no exchange is due).
     SASL_HANDSHAKE: (0, 1),
     SASL_AUTHENTICATE: (0, 2),

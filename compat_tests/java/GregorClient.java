@@ -22,6 +22,19 @@
 //                 record seen per partition, {"event": "commit-failed"} when a commit
 //                 fails with CommitFailedException (it consumes on), {"event": "closed",
 //                 "consumed"} at the end. stdin: any line or EOF closes the consumer cleanly.
+//   share-consume --group G [--ack implicit|explicit] [--release VALUE=N]... [--reject VALUE]...
+//                 [--hold-after N] [--config k=v]...   a KafkaShareConsumer (share group G)
+//                 subscribed to the topic, acknowledging as share.acknowledgement.mode says:
+//                 implicit (the default) accepts a poll's records at the next poll; explicit
+//                 ACCEPTs each record unless its value (decimal text) is named by --release
+//                 (RELEASE while its delivery count is at most N) or --reject (REJECT).
+//                 --hold-after N: once N records arrived, stops polling and acknowledging (the
+//                 last batch stays acquired) and prints {"event": "holding"}. stdout:
+//                 {"event": "record", "partition", "offset", "value", "delivery_count", "ack"}
+//                 per record ("ack": the type given, or "IMPLICIT"), {"event": "ack-failed",
+//                 "partition", "offsets", "error"} from the acknowledgement commit callback,
+//                 {"event": "closed", "received"} at the end. stdin: any line or EOF closes
+//                 the consumer cleanly (a held batch is then acknowledged as its mode says).
 //   group-commit  --group G --count N [--timeout-ms M] [--config k=v]...   subscribes in
 //                 group G, polls until N records, commits them, closes; stdout: {"consumed"}
 //   group-offsets --group G [--config k=v]...   the group's committed offsets (the Admin's
@@ -136,6 +149,8 @@ import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.consumer.KafkaShareConsumer;
+import org.apache.kafka.clients.consumer.AcknowledgeType;
 import org.apache.kafka.clients.consumer.OffsetAndTimestamp;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerRecord;
@@ -240,6 +255,7 @@ public final class GregorClient {
                 case "consume" -> c.consume();
                 case "list-offsets" -> c.listOffsets();
                 case "group-consume" -> c.groupConsume();
+                case "share-consume" -> c.shareConsume();
                 case "group-commit" -> c.groupCommit();
                 case "group-offsets" -> c.groupOffsets();
                 case "create-partitions" -> c.createPartitions();
@@ -550,6 +566,77 @@ public final class GregorClient {
             consumer.close();
         }
         System.out.println("{\"event\": \"closed\", \"consumed\": " + consumed + "}");
+        return 0;
+    }
+
+    private int shareConsume() throws Exception {
+        Properties p = props();
+        p.put("group.id", opt("group", null));
+        p.put("share.acknowledgement.mode", opt("ack", "implicit"));
+        p.put("key.deserializer", ByteArrayDeserializer.class.getName());
+        p.put("value.deserializer", ByteArrayDeserializer.class.getName());
+        boolean explicit = opt("ack", "implicit").equals("explicit");
+        Map<String, String> release = pairs("release");
+        Set<String> reject = Set.copyOf(opts.getOrDefault("reject", List.of()));
+        long holdAfter = Long.parseLong(opt("hold-after", "-1"));
+        KafkaShareConsumer<byte[], byte[]> consumer = new KafkaShareConsumer<>(p);
+        java.util.concurrent.CountDownLatch closing = new java.util.concurrent.CountDownLatch(1);
+        Thread stdin = new Thread(() -> {
+            try {
+                System.in.read();
+            } catch (java.io.IOException e) {
+                // EOF or a closed pipe: close the consumer either way
+            }
+            closing.countDown();
+            consumer.wakeup();
+        });
+        stdin.setDaemon(true);
+        stdin.start();
+        // Called on this thread, inside poll/close: printing needs no lock.
+        consumer.setAcknowledgementCommitCallback((offsets, error) -> {
+            if (error == null) {
+                return;
+            }
+            for (var e : offsets.entrySet()) {
+                System.out.println("{\"event\": \"ack-failed\", \"partition\": "
+                        + e.getKey().partition() + ", \"offsets\": " + e.getValue()
+                        + ", \"error\": " + str(error.getClass().getName() + ": "
+                        + error.getMessage()) + "}");
+            }
+            System.out.flush();
+        });
+        long received = 0;
+        try {
+            consumer.subscribe(List.of(opt("topic", null)));
+            while (holdAfter < 0 || received < holdAfter) {
+                for (ConsumerRecord<byte[], byte[]> r : consumer.poll(Duration.ofMillis(200))) {
+                    String value = new String(r.value(), StandardCharsets.UTF_8);
+                    int count = r.deliveryCount().orElse((short) -1);
+                    String ack = "IMPLICIT";
+                    if (explicit) {
+                        AcknowledgeType type = reject.contains(value) ? AcknowledgeType.REJECT
+                                : release.containsKey(value)
+                                        && count <= Integer.parseInt(release.get(value))
+                                ? AcknowledgeType.RELEASE : AcknowledgeType.ACCEPT;
+                        consumer.acknowledge(r, type);
+                        ack = type.name();
+                    }
+                    received++;
+                    System.out.println("{\"event\": \"record\", \"partition\": " + r.partition()
+                            + ", \"offset\": " + r.offset() + ", \"value\": " + str(value)
+                            + ", \"delivery_count\": " + count + ", \"ack\": " + str(ack) + "}");
+                }
+                System.out.flush();
+            }
+            System.out.println("{\"event\": \"holding\"}");
+            System.out.flush();
+            closing.await();
+        } catch (org.apache.kafka.common.errors.WakeupException e) {
+            // asked to stop
+        } finally {
+            consumer.close();
+        }
+        System.out.println("{\"event\": \"closed\", \"received\": " + received + "}");
         return 0;
     }
 

@@ -3,7 +3,7 @@ unified form under which two names collide ('.' and '_' clash in metric names)."
 
 from __future__ import annotations
 
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
 
 
 def unify_collision_chars(name: str) -> str:

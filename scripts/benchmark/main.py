@@ -35,7 +35,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         prog="scripts/bench",
         description="Gregor and Tansu side by side on this machine, with the same clients. "
         "`scripts/bench cluster --help`: the 3-broker cluster benchmarks; "
-        "`scripts/bench security --help`: TLS, SASL and ACLs.",
+        "`scripts/bench security --help`: TLS, SASL and ACLs; "
+        "`scripts/bench groups --help`: the group protocols.",
     )
     parser.add_argument(
         "--size",
@@ -149,6 +150,10 @@ def main(argv: list[str] | None = None) -> int:
         from .security import main as security
 
         return security(argv[1:])
+    if argv[:1] == ["groups"]:
+        from .group_protocols import main as group_protocols
+
+        return group_protocols(argv[1:])
     if argv[:1] == ["cluster-scale"]:
         from .cluster_scale import main as cluster_scale
 

@@ -87,7 +87,6 @@ def _consumer(broker: Broker, group: str, protocol: str) -> Consumer:
         "bootstrap.servers": broker.bootstrap,
         "group.id": group,
         "auto.offset.reset": "earliest",
-        "enable.auto.commit": False,
         **QUIET,
     }
     if protocol == "consumer":
@@ -166,7 +165,8 @@ def rebalance_pause(broker: Broker, protocol: str) -> float:
         while settled is None or time.monotonic() < settled + 1.0:
             before = list(last)
             _poll_round(staying, last, read_again, left + _DEADLINE_S)
-            longest = max(longest, *(b - a for a, b in zip(before, last, strict=True) if b > a))
+            gaps = (b - a for a, b in zip(before, last, strict=True) if b > a)
+            longest = max(longest, *gaps, 0.0)
             if settled is None and len(read_again) == PARTITIONS:
                 settled = time.monotonic()
         return max(longest, *(time.monotonic() - t for t in last))

@@ -95,88 +95,80 @@ def coordinator(services: Services) -> GroupCoordinator:
 # -- FindCoordinator ------------------------------------------------------------------------
 async def create_offsets_topic(services: Services) -> None:
     """Create ``__consumer_offsets`` with its internal settings, as Kafka does on first use
-    (whether FindCoordinator or a Metadata request asks first); raises TopicError, but not
-    when another request created it meanwhile."""
+    (whether FindCoordinator or a Metadata request asks first)."""
     config = services.config
-    replication = config["offsets.topic.replication.factor"]
-    if services.cluster is None:
-        # The embedded node is every replica there is. A cluster waits, as Kafka does,
-        # until enough brokers are registered (FindCoordinator answers
-        # COORDINATOR_NOT_AVAILABLE meanwhile), so offsets are never under-replicated.
-        replication = min(replication, len(services.metadata.brokers))
-    (outcome,) = await services.controller.create_topics(
-        [
-            NewTopic(
-                OFFSETS_TOPIC,
-                config["offsets.topic.num.partitions"],
-                replication,
-                {
-                    "cleanup.policy": "compact",
-                    "compression.type": "producer",
-                    "segment.bytes": str(config["offsets.topic.segment.bytes"]),
-                },
-            )
-        ]
+    await _create_internal_topic(
+        services,
+        OFFSETS_TOPIC,
+        config["offsets.topic.num.partitions"],
+        config["offsets.topic.replication.factor"],
+        {
+            "cleanup.policy": "compact",
+            "compression.type": "producer",
+            "segment.bytes": str(config["offsets.topic.segment.bytes"]),
+        },
     )
-    if isinstance(outcome, TopicError) and outcome.code != ErrorCode.topic_already_exists:
-        raise outcome
 
 
 async def create_transaction_state_topic(services: Services) -> None:
     """Create ``__transaction_state`` with its internal settings (Kafka's
-    ``transaction.state.log.*``), as Kafka does on first use; raises TopicError, but not
-    when another request created it meanwhile."""
+    ``transaction.state.log.*``), as Kafka does on first use."""
     config = services.config
-    replication = config["transaction.state.log.replication.factor"]
-    min_isr = config["transaction.state.log.min.isr"]
-    if services.cluster is None:
-        replication = min(replication, len(services.metadata.brokers))
-        min_isr = min(min_isr, replication)
-    (outcome,) = await services.controller.create_topics(
-        [
-            NewTopic(
-                TRANSACTION_STATE_TOPIC,
-                config["transaction.state.log.num.partitions"],
-                replication,
-                {
-                    "cleanup.policy": "compact",
-                    "compression.type": "uncompressed",
-                    "min.insync.replicas": str(min_isr),
-                    "segment.bytes": str(config["transaction.state.log.segment.bytes"]),
-                    "unclean.leader.election.enable": "false",
-                },
-            )
-        ]
+    await _create_internal_topic(
+        services,
+        TRANSACTION_STATE_TOPIC,
+        config["transaction.state.log.num.partitions"],
+        config["transaction.state.log.replication.factor"],
+        {
+            "cleanup.policy": "compact",
+            "compression.type": "uncompressed",
+            "segment.bytes": str(config["transaction.state.log.segment.bytes"]),
+            "unclean.leader.election.enable": "false",
+        },
+        config["transaction.state.log.min.isr"],
     )
-    if isinstance(outcome, TopicError) and outcome.code != ErrorCode.topic_already_exists:
-        raise outcome
 
 
 async def create_share_state_topic(services: Services) -> None:
     """Create ``__share_group_state`` with Kafka's settings for it (``share.coordinator.*``,
-    the delete policy with infinite retention KIP-932 gives it), as Kafka does on first use;
-    raises TopicError, but not when another request created it meanwhile."""
+    the delete policy with infinite retention KIP-932 gives it), as Kafka does on first use."""
     config = services.config
-    replication = config["share.coordinator.state.topic.replication.factor"]
-    min_isr = config["share.coordinator.state.topic.min.isr"]
+    await _create_internal_topic(
+        services,
+        SHARE_GROUP_STATE_TOPIC,
+        config["share.coordinator.state.topic.num.partitions"],
+        config["share.coordinator.state.topic.replication.factor"],
+        {
+            "cleanup.policy": "delete",
+            "compression.type": "producer",
+            "retention.ms": "-1",
+            "segment.bytes": str(config["share.coordinator.state.topic.segment.bytes"]),
+        },
+        config["share.coordinator.state.topic.min.isr"],
+    )
+
+
+async def _create_internal_topic(
+    services: Services,
+    topic: str,
+    partitions: int,
+    replication: int,
+    configs: dict[str, str],
+    min_isr: int | None = None,
+) -> None:
+    """Create an internal topic; raises TopicError, but not when another request created it
+    meanwhile."""
     if services.cluster is None:
+        # The embedded node is every replica there is. A cluster waits, as Kafka does,
+        # until enough brokers are registered (FindCoordinator answers
+        # COORDINATOR_NOT_AVAILABLE meanwhile), so the topic is never under-replicated.
         replication = min(replication, len(services.metadata.brokers))
-        min_isr = min(min_isr, replication)
+        if min_isr is not None:
+            min_isr = min(min_isr, replication)
+    if min_isr is not None:
+        configs = {**configs, "min.insync.replicas": str(min_isr)}
     (outcome,) = await services.controller.create_topics(
-        [
-            NewTopic(
-                SHARE_GROUP_STATE_TOPIC,
-                config["share.coordinator.state.topic.num.partitions"],
-                replication,
-                {
-                    "cleanup.policy": "delete",
-                    "compression.type": "producer",
-                    "min.insync.replicas": str(min_isr),
-                    "retention.ms": "-1",
-                    "segment.bytes": str(config["share.coordinator.state.topic.segment.bytes"]),
-                },
-            )
-        ]
+        [NewTopic(topic, partitions, replication, configs)]
     )
     if isinstance(outcome, TopicError) and outcome.code != ErrorCode.topic_already_exists:
         raise outcome
@@ -498,61 +490,33 @@ def handle_list(services: Services, ctx: RequestContext, request: Any) -> Any:
     # With DESCRIBE on the cluster every group is listed (Kafka keeps it for compatibility),
     # else those the request may DESCRIBE.
     every = authorize_cluster(services, ctx, AclOperation.DESCRIBE)
+
+    def add_listed(group_id: str, state: str, protocol_type: str, group_type: str) -> None:
+        if states and state.lower() not in states:
+            return
+        if not every and not authorize(
+            services, ctx, AclOperation.DESCRIBE, ResourceType.GROUP, group_id
+        ):
+            return
+        groups.append(
+            build(
+                listed_cls,
+                group_id=group_id,
+                protocol_type=protocol_type,
+                group_state=state,
+                group_type=group_type,
+            )
+        )
+
     if not types or "classic" in types:
         for group in coordinator(services).membership.groups():
-            if states and group.state.value.lower() not in states:
-                continue
-            if not every and not authorize(
-                services, ctx, AclOperation.DESCRIBE, ResourceType.GROUP, group.group_id
-            ):
-                continue
-            groups.append(
-                build(
-                    listed_cls,
-                    group_id=group.group_id,
-                    protocol_type=group.protocol_type or "",
-                    group_state=group.state.value,
-                    group_type="classic",
-                )
-            )
+            add_listed(group.group_id, group.state.value, group.protocol_type or "", "classic")
     if not types or "consumer" in types:
         for consumer_group in coordinator(services).consumer_membership.groups():
-            state = consumer_group.state.value
-            if states and state.lower() not in states:
-                continue
-            group_id = consumer_group.group_id
-            if not every and not authorize(
-                services, ctx, AclOperation.DESCRIBE, ResourceType.GROUP, group_id
-            ):
-                continue
-            groups.append(
-                build(
-                    listed_cls,
-                    group_id=group_id,
-                    protocol_type="consumer",
-                    group_state=state,
-                    group_type="consumer",
-                )
-            )
+            add_listed(consumer_group.group_id, consumer_group.state.value, "consumer", "consumer")
     if not types or "share" in types:
         for share_group in coordinator(services).share_membership.groups():
-            state = share_group.state.value
-            if states and state.lower() not in states:
-                continue
-            group_id = share_group.group_id
-            if not every and not authorize(
-                services, ctx, AclOperation.DESCRIBE, ResourceType.GROUP, group_id
-            ):
-                continue
-            groups.append(
-                build(
-                    listed_cls,
-                    group_id=group_id,
-                    protocol_type="share",
-                    group_state=state,
-                    group_type="share",
-                )
-            )
+            add_listed(share_group.group_id, share_group.state.value, "share", "share")
     # As Kafka: the groups loaded so far, and the error while any partition is loading.
     error = (
         ErrorCode.coordinator_load_in_progress

@@ -34,19 +34,15 @@ from gregor.wire.schema import response_type
 from gregor.wire.share_fetch import SharePartitionData, encode_share_fetch_response
 from gregor.wire.versions import SHARE_ACKNOWLEDGE
 
+ZERO_UUID = uuid.UUID(int=0)
 # (topic id, partition) -> its answer so far
 Answers = dict[tuple[uuid.UUID, int], SharePartitionData]
 
 
 def handle_share_fetch(services: Services, ctx: RequestContext, request: Any) -> Any:
-    manager = services.share_partitions
-    if not services.config["group.share.enable"] or manager is None:
-        return _fetch_error(ErrorCode.unsupported_version)
-    group_id = request.group_id or ""
-    if not authorize(services, ctx, AclOperation.READ, ResourceType.GROUP, group_id):
-        return _fetch_error(ErrorCode.group_authorization_failed)
-    if not request.member_id:
-        return _fetch_error(ErrorCode.invalid_request)
+    manager = _admitted(services, ctx, request)
+    if isinstance(manager, ErrorCode):
+        return _fetch_error(manager)
     acks = _acknowledgements(request.topics)
     epoch = request.share_session_epoch
     if epoch == INITIAL_EPOCH and acks:
@@ -152,18 +148,14 @@ def _rotated(session: ShareSession) -> list[tuple[uuid.UUID, int]]:
 
 def handle_share_acknowledge(services: Services, ctx: RequestContext, request: Any) -> Any:
     cls = response_type(SHARE_ACKNOWLEDGE, ctx.api_version)
-    manager = services.share_partitions
 
     def error(code: ErrorCode) -> Any:
         return cls(throttle_time=NO_THROTTLE, error_code=code, responses=(), node_endpoints=())
 
-    if not services.config["group.share.enable"] or manager is None:
-        return error(ErrorCode.unsupported_version)
+    manager = _admitted(services, ctx, request)
+    if isinstance(manager, ErrorCode):
+        return error(manager)
     group_id = request.group_id or ""
-    if not authorize(services, ctx, AclOperation.READ, ResourceType.GROUP, group_id):
-        return error(ErrorCode.group_authorization_failed)
-    if not request.member_id:
-        return error(ErrorCode.invalid_request)
     epoch = request.share_session_epoch
     if epoch == INITIAL_EPOCH:
         return error(ErrorCode.invalid_share_session_epoch)
@@ -185,6 +177,22 @@ def handle_share_acknowledge(services: Services, ctx: RequestContext, request: A
 
 
 # -- shared ----------------------------------------------------------------------------------
+def _admitted(
+    services: Services, ctx: RequestContext, request: Any
+) -> SharePartitionManager | ErrorCode:
+    """The manager that serves a ShareFetch or ShareAcknowledge, or why it is refused: share
+    groups are off, the group may not be READ, or the request names no member."""
+    manager = services.share_partitions
+    if not services.config["group.share.enable"] or manager is None:
+        return ErrorCode.unsupported_version
+    group_id = request.group_id or ""
+    if not authorize(services, ctx, AclOperation.READ, ResourceType.GROUP, group_id):
+        return ErrorCode.group_authorization_failed
+    if not request.member_id:
+        return ErrorCode.invalid_request
+    return manager
+
+
 def _connection(ctx: RequestContext) -> str:
     return f"{ctx.listener} {ctx.peer}"
 
@@ -264,7 +272,8 @@ def _hints(services: Services, ctx: RequestContext, answers: Answers) -> list[No
 def _by_topic(answers: Answers) -> list[tuple[uuid.UUID, list[SharePartitionData]]]:
     topics: dict[uuid.UUID, list[SharePartitionData]] = {}
     for (topic_id, _), answer in answers.items():
-        topics.setdefault(topic_id, []).append(answer)
+        # kio reads the zero topic id as None (UNKNOWN_TOPIC_ID): answered as it came
+        topics.setdefault(topic_id or ZERO_UUID, []).append(answer)
     return list(topics.items())
 
 

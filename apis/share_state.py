@@ -49,10 +49,12 @@ def _serve(
     request: Any,
     call: Callable[[ShareCoordinator, uuid.UUID, Any], Awaitable[ShareState | None]],
     answer: Answer,
-    topic_result: Callable[[uuid.UUID | None, tuple[Any, ...]], Any],
-    response: Callable[[tuple[Any, ...]], Any],
+    topic_result: Callable[..., Any],
+    response: Callable[..., Any],
 ) -> Any:
-    """Each partition's ``call`` at once, answered together in the request's order."""
+    """Each partition's ``call`` at once, answered together in the request's order: each
+    partition's ``answer`` in its topic's ``topic_result`` (topic_id, partitions), those in
+    the ``response`` (results)."""
     refused = _refusal(services, ctx)
     if refused is None and not request.group_id:
         refused = ErrorCode.invalid_group_id
@@ -74,14 +76,21 @@ def _serve(
         topics = []
         for topic in request.topics:
             results = await asyncio.gather(*(one(topic.topic_id, p) for p in topic.partitions))
-            topics.append(topic_result(topic.topic_id, tuple(results)))
-        return response(tuple(topics))
+            topics.append(topic_result(topic_id=topic.topic_id, partitions=tuple(results)))
+        return response(results=tuple(topics))
 
     return later(all_of())
 
 
 def _message(error: ErrorCode) -> str | None:
     return None if error == ErrorCode.none else error.name
+
+
+def _error_only(partition_result: Callable[..., Any]) -> Answer:
+    """The answer of an API whose partition results carry only the error."""
+    return lambda partition, error, _state: partition_result(
+        partition=i32(partition), error_code=error, error_message=_message(error)
+    )
 
 
 def handle_initialize(services: Services, ctx: RequestContext, request: Any) -> Any:
@@ -93,13 +102,9 @@ def handle_initialize(services: Services, ctx: RequestContext, request: Any) -> 
         ctx,
         request,
         call,
-        lambda partition, error, _state: initialize_v0.PartitionResult(
-            partition=i32(partition), error_code=error, error_message=_message(error)
-        ),
-        lambda topic_id, results: initialize_v0.InitializeStateResult(
-            topic_id=topic_id, partitions=results
-        ),
-        lambda topics: initialize_v0.InitializeShareGroupStateResponse(results=topics),
+        _error_only(initialize_v0.PartitionResult),
+        initialize_v0.InitializeStateResult,
+        initialize_v0.InitializeShareGroupStateResponse,
     )
 
 
@@ -133,8 +138,8 @@ def handle_read(services: Services, ctx: RequestContext, request: Any) -> Any:
         request,
         call,
         answer,
-        lambda topic_id, results: read_v0.ReadStateResult(topic_id=topic_id, partitions=results),
-        lambda topics: read_v0.ReadShareGroupStateResponse(results=topics),
+        read_v0.ReadStateResult,
+        read_v0.ReadShareGroupStateResponse,
     )
 
 
@@ -159,11 +164,9 @@ def handle_write(services: Services, ctx: RequestContext, request: Any) -> Any:
         ctx,
         request,
         call,
-        lambda partition, error, _state: write_v0.PartitionResult(
-            partition=i32(partition), error_code=error, error_message=_message(error)
-        ),
-        lambda topic_id, results: write_v0.WriteStateResult(topic_id=topic_id, partitions=results),
-        lambda topics: write_v0.WriteShareGroupStateResponse(results=topics),
+        _error_only(write_v0.PartitionResult),
+        write_v0.WriteStateResult,
+        write_v0.WriteShareGroupStateResponse,
     )
 
 
@@ -176,13 +179,9 @@ def handle_delete(services: Services, ctx: RequestContext, request: Any) -> Any:
         ctx,
         request,
         call,
-        lambda partition, error, _state: delete_v0.PartitionResult(
-            partition=i32(partition), error_code=error, error_message=_message(error)
-        ),
-        lambda topic_id, results: delete_v0.DeleteStateResult(
-            topic_id=topic_id, partitions=results
-        ),
-        lambda topics: delete_v0.DeleteShareGroupStateResponse(results=topics),
+        _error_only(delete_v0.PartitionResult),
+        delete_v0.DeleteStateResult,
+        delete_v0.DeleteShareGroupStateResponse,
     )
 
 
@@ -206,8 +205,6 @@ def handle_read_summary(services: Services, ctx: RequestContext, request: Any) -
         request,
         call,
         answer,
-        lambda topic_id, results: summary_v0.ReadStateSummaryResult(
-            topic_id=topic_id, partitions=results
-        ),
-        lambda topics: summary_v0.ReadShareGroupStateSummaryResponse(results=topics),
+        summary_v0.ReadStateSummaryResult,
+        summary_v0.ReadShareGroupStateSummaryResponse,
     )

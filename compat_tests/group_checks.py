@@ -1,10 +1,12 @@
-"""Shared checks for the consumer-group tests: who owns which partition, and waiting."""
+"""Shared checks for the consumer-group tests: who owns which partition, a group as its
+coordinator describes it, and waiting."""
 
 from __future__ import annotations
 
+import json
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import ClassVar, Protocol
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, ClassVar, Protocol
 
 from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition as ConfluentTopicPartition
@@ -12,6 +14,10 @@ from kafka import KafkaAdminClient, TopicPartition
 from kafka.admin import NewTopic
 
 from compat_tests.broker import BrokerProcess
+from gregor.apis.context import build
+from gregor.wire import versions as v
+from gregor.wire.schema import request_type
+from tests.kafka_wire import WireClient
 
 SESSION_OVERRIDES = {
     # Clients may then use short session timeouts, so the expiry tests stay quick.
@@ -32,6 +38,14 @@ def wait_until(
             step()
         else:
             time.sleep(0.05)
+
+
+def driver_events(lines: Iterable[str]) -> Iterator[dict]:
+    """The events a member's driver process prints, a JSON object a line (its other lines
+    are the client's own logging)."""
+    for line in lines:
+        if line.startswith("{"):
+            yield json.loads(line)
 
 
 def balanced(owned: Sequence[Iterable[int]], partitions: int) -> bool:
@@ -69,6 +83,25 @@ def create_topic(broker: BrokerProcess, name: str, partitions: int) -> str:
     finally:
         admin.close()
     return name
+
+
+def describe_at_coordinator(broker: BrokerProcess, group: str, api: int) -> Any:
+    """The group as ``api`` v1 (ConsumerGroupDescribe, ShareGroupDescribe) shows it, asked
+    of the group's coordinator."""
+    finder = WireClient(broker.port)
+    try:
+        found = finder.call(
+            v.FIND_COORDINATOR, 0, build(request_type(v.FIND_COORDINATOR, 0), key=group)
+        )
+    finally:
+        finder.close()
+    client = WireClient(found.port)
+    try:
+        body = build(request_type(api, 1), group_ids=(group,), include_authorized_operations=False)
+        (described,) = client.call(api, 1, body).groups
+    finally:
+        client.close()
+    return described
 
 
 class Closable(Protocol):

@@ -1,15 +1,18 @@
-"""Shared checks for the share-group tests (KIP-932): a share consumer runs as a process of its
+"""The share-group tests (KIP-932) of every client: a share consumer runs as a process of its
 own (killable with SIGKILL) that prints one JSON line per record it receives with the record's
 delivery count (``GregorClient share-consume`` for Java, ``confluent_share_member.py`` for
-confluent-kafka: the same options and lines), and the checks read a topic through them as a
+confluent-kafka: the same options and lines), and the tests read a topic through them as a
 queue: every record delivered, none twice while nothing fails, RELEASE redelivers, REJECT
 does not, a record released past the delivery count limit is archived, and a consumer that
-stops acknowledging (alive or killed) has its records redelivered to another."""
+stops acknowledging (alive or killed) has its records redelivered to another.
+
+A client's module (``test_share_groups_java.py``, ``test_share_groups_confluent.py``)
+imports the tests and their fixtures, and gives its ShareClient as the fixture
+``share_client``."""
 
 from __future__ import annotations
 
 import base64
-import json
 import subprocess
 import tempfile
 import threading
@@ -20,13 +23,19 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import pytest
 from kafka import KafkaProducer
 from kio.schema.share_group_describe.v1.response import DescribedGroup
 
 from compat_tests.broker import BrokerProcess
-from compat_tests.group_checks import wait_until
+from compat_tests.cluster import ClusterBroker
+from compat_tests.group_checks import (
+    create_topic,
+    describe_at_coordinator,
+    driver_events,
+    wait_until,
+)
 from gregor.apis.context import build
-from gregor.server.harness.cluster import Cluster
 from gregor.wire import versions as v
 from gregor.wire.schema import request_type
 from tests.kafka_wire import WireClient
@@ -52,6 +61,8 @@ SMALL_POLLS = {"max.poll.records": "10"}
 class ShareClient(Protocol):
     """How one client's share consumer process is started, and its group made to start
     from the earliest offset."""
+
+    name: str  # the start of its tests' topic names
 
     def command(self, bootstrap: str, topic: str, group: str, options: list[str]) -> list[str]: ...
 
@@ -110,10 +121,7 @@ class ShareMember:
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            if not line.startswith("{"):
-                continue
-            event = json.loads(line)
+        for event in driver_events(self.proc.stdout):
             now = time.monotonic()
             with self._lock:
                 self.events.append(event)
@@ -198,23 +206,7 @@ def produce(broker: BrokerProcess, topic: str, values: range, partitions: int) -
 
 def describe(broker: BrokerProcess, group: str) -> DescribedGroup:
     """The share group as ShareGroupDescribe shows it, asked of its coordinator."""
-    finder = WireClient(broker.port)
-    try:
-        found = finder.call(
-            v.FIND_COORDINATOR, 0, build(request_type(v.FIND_COORDINATOR, 0), key=group)
-        )
-    finally:
-        finder.close()
-    client = WireClient(found.port)
-    try:
-        body = build(
-            request_type(v.SHARE_GROUP_DESCRIBE, 1),
-            group_ids=(group,),
-            include_authorized_operations=False,
-        )
-        (described,) = client.call(v.SHARE_GROUP_DESCRIBE, 1, body).groups
-    finally:
-        client.close()
+    described = describe_at_coordinator(broker, group, v.SHARE_GROUP_DESCRIBE)
     assert isinstance(described, DescribedGroup)
     return described
 
@@ -243,8 +235,29 @@ def _failures(group: list[ShareMember]) -> str:
     return "\n".join(m.diagnosis() for m in group)
 
 
-# -- the checks --------------------------------------------------------------------------------
-def check_queue(members: Members, consumers: int, partitions: int) -> None:
+# -- the tests ---------------------------------------------------------------------------------
+@pytest.fixture
+def partitions() -> int:
+    """The topic's partitions; a test parametrised with ``partitions`` overrides it."""
+    return 1
+
+
+@pytest.fixture
+def members(
+    share_client: ShareClient,
+    broker: BrokerProcess,
+    new_topic: Callable[[str], str],
+    partitions: int,
+) -> Iterator[Members]:
+    topic = create_topic(broker, new_topic(f"{share_client.name}-share"), partitions)
+    with members_of(share_client, broker, topic) as members:
+        yield members
+
+
+@pytest.mark.parametrize(("consumers", "partitions"), [(2, 1), (3, 1), (3, 4)])
+def test_share_consumers_read_a_topic_as_a_queue(
+    members: Members, consumers: int, partitions: int
+) -> None:
     """``consumers`` share consumers read ``partitions`` partitions as a queue: every record
     is delivered once (delivery count 1), and more than one consumer gets records."""
     group = [members.start(configs=SMALL_POLLS) for _ in range(consumers)]
@@ -269,7 +282,7 @@ def check_queue(members: Members, consumers: int, partitions: int) -> None:
     assert [m.failures() for m in group] == [[]] * consumers, _failures(group)
 
 
-def check_release_and_reject(members: Members) -> None:
+def test_explicit_release_redelivers_and_reject_does_not(members: Members) -> None:
     """Explicit acknowledgement: a RELEASEd record comes back with delivery count 2 (and is
     then accepted), a REJECTed one never comes back."""
     member = members.start(ack="explicit", release={"7": 1}, reject=("5",))
@@ -287,7 +300,9 @@ def check_release_and_reject(members: Members) -> None:
     assert member.failures() == [], member.diagnosis()
 
 
-def check_delivery_count_limit(members: Members) -> None:
+def test_a_record_released_past_the_delivery_count_limit_is_archived(
+    members: Members,
+) -> None:
     """A record released at every delivery is archived once delivered
     ``group.share.delivery.count.limit`` times."""
     member = members.start(ack="explicit", release={"3": 99})
@@ -305,7 +320,7 @@ def check_delivery_count_limit(members: Members) -> None:
     assert member.failures() == [], member.diagnosis()
 
 
-def check_held_records_redelivered_after_the_lock(members: Members) -> None:
+def test_held_records_are_redelivered_after_the_lock_duration(members: Members) -> None:
     """A consumer that stops polling (alive, its session open) keeps its acquired records
     only for the record lock duration; then another consumer gets them, delivery count 2."""
     holder = members.start(hold_after=1)
@@ -325,7 +340,7 @@ def check_held_records_redelivered_after_the_lock(members: Members) -> None:
     assert other.failures() == [], other.diagnosis()
 
 
-def check_killed_consumer_records_redelivered(members: Members) -> None:
+def test_a_killed_consumers_records_are_redelivered(members: Members) -> None:
     """A consumer killed (SIGKILL) mid-batch: its acquired records go to another consumer
     with delivery count 2, every record is delivered, none twice to the survivor."""
     victim = members.start(hold_after=1)
@@ -370,7 +385,10 @@ def share_coordinator(broker: BrokerProcess, group: str, topic: str, partition: 
     return node_id
 
 
-def check_acknowledgements_survive_kills(members: Members, cluster: Cluster) -> None:
+@pytest.mark.parametrize("broker", ["cluster"], indirect=True)  # kills brokers of 3
+def test_acknowledgements_survive_kill9_of_the_share_coordinator_and_the_leader(
+    broker: ClusterBroker, members: Members
+) -> None:
     """On 3 brokers, acknowledged records stay acknowledged through a kill -9 of the share
     coordinator of the share-partition's state, then of the share-partition's leader (each
     started again before the next): a consumer started afterwards gets only the records
@@ -381,6 +399,7 @@ def check_acknowledgements_survive_kills(members: Members, cluster: Cluster) -> 
     wait_until(all_received([first], range(20)), TIMEOUT, "the first records")
     first.close()  # its acknowledgements are committed before it leaves
     assert first.failures() == [], first.diagnosis()
+    cluster = broker.cluster
     try:
         victim = share_coordinator(members.broker, members.group, members.topic, 0)
         cluster.kill(victim)

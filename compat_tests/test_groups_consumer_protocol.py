@@ -3,8 +3,10 @@ Java client (kafka-clients 4.3) and confluent-kafka (librdkafka 2.16): members s
 topic, a leaving member's and a killed member's partitions move to the others (the latter
 after the broker's ``group.consumer.session.timeout.ms``), a static member comes back to its
 partitions without moving anyone else's, the ``range`` server assignor, committed offsets
-outlive a broker restart, and a regex subscription the broker resolves picks up a topic
-created later.
+outlive a broker's kill -9, a regex subscription the broker resolves picks up a topic
+created later, partitions added while the members consume are assigned and read, and a
+group migrates online from the classic protocol to the consumer protocol and back under
+continuous production, losing no record and reading none again after its commit.
 """
 
 from __future__ import annotations
@@ -13,10 +15,15 @@ import subprocess
 import sys
 import threading
 import time
+from bisect import bisect_left
 from collections.abc import Callable, Iterator
+from itertools import accumulate
 
 import pytest
+from confluent_kafka import KafkaException
+from confluent_kafka import TopicPartition as ConfluentTopicPartition
 from kafka import KafkaAdminClient, KafkaProducer
+from kafka.admin import NewPartitions
 from kio.schema.consumer_group_describe.v1.response import DescribedGroup
 
 from compat_tests.broker import BrokerProcess
@@ -170,8 +177,7 @@ def test_java_range_assignor(
 
 
 @compat("java", "consumer-protocol")
-@pytest.mark.parametrize("broker", ["single"], indirect=True)  # kills the broker process
-def test_java_committed_offsets_survive_a_broker_restart(
+def test_java_committed_offsets_survive_a_broker_kill9(
     broker: BrokerProcess, topic: str, java_members: list[JavaMember]
 ) -> None:
     group = f"{topic}-resume"
@@ -179,7 +185,7 @@ def test_java_committed_offsets_survive_a_broker_restart(
     ends = commit_everything(
         broker, topic, group, PARTITIONS, lambda: java(java_members, broker, topic, group), TIMEOUT
     )
-    broker.kill()
+    broker.kill()  # kill -9: the commits must have reached the log, not a clean shutdown
     broker.start()
     produce(broker, topic, 5)
     resumed = java(java_members, broker, topic, group)
@@ -379,6 +385,33 @@ def member_types(broker: BrokerProcess, group: str) -> list[int] | None:
     return sorted(m.member_type for m in described.members)
 
 
+def reread_after_commit(reads: list[dict]) -> list[tuple[dict, int]]:
+    """The driver's ``read`` events that began below the partition's committed position as
+    it stood when they were read (by any member), with that position: records read again
+    after their commit. (The commit times are taken after commitSync returned, so a late
+    one can only hide a case, never invent one.)"""
+    found: list[tuple[dict, int]] = []
+    for p in {r["partition"] for r in reads}:
+        on_p = [r for r in reads if r["partition"] == p]
+        commits = sorted((r["committed_at"], r["to"] + 1) for r in on_p if r["committed_at"])
+        times = [t for t, _ in commits]
+        positions = list(accumulate((pos for _, pos in commits), max))
+        for r in on_p:
+            before = bisect_left(times, r["read_at"])  # commits strictly before the read
+            if before and r["from"] < positions[before - 1]:
+                found.append((r, positions[before - 1]))
+    return found
+
+
+def unread(reads: list[dict], ends: dict[int, int]) -> dict[int, list[int]]:
+    """Each partition's offsets below its end that no ``read`` event covers."""
+    seen: dict[int, set[int]] = {p: set() for p in ends}
+    for r in reads:
+        assert r["count"] == r["to"] - r["from"] + 1, r  # a batch's offsets are contiguous
+        seen[r["partition"]].update(range(r["from"], r["to"] + 1))
+    return {p: missing for p in ends if (missing := sorted(set(range(ends[p])) - seen[p]))}
+
+
 @compat("java", "consumer-protocol")
 def test_java_group_migrates_to_the_consumer_protocol_and_back(
     broker: BrokerProcess, topic: str, java_members: list[JavaMember]
@@ -386,10 +419,9 @@ def test_java_group_migrates_to_the_consumer_protocol_and_back(
     """Three classic members under continuous production are restarted one by one with
     ``group.protocol=consumer`` (the first upgrades the group, the others join the mixed
     group), then back to classic (the last consumer-protocol member's leave downgrades
-    it). Every record is consumed, committed offsets never go backwards, and a member
-    taking a partition resumes at its committed offset, never before."""
+    it). Every record is read, committed offsets never go backwards, and no record is read
+    again after its commit (only a batch whose commit failed may come again)."""
     group = f"{topic}-migrate"
-    starts: list[dict[int, int]] = []  # committed offsets when each restarted member began
     production = Production(broker, topic)
     watch = CommitWatch(broker, group)
     try:
@@ -399,7 +431,6 @@ def test_java_group_migrates_to_the_consumer_protocol_and_back(
         for protocol, types in ((CONSUMER_PROTOCOL, [1, 1, 1]), (CLASSIC_PROTOCOL, None)):
             for i in range(3):
                 trio[i].close()
-                starts.append(watch.sample())  # the new member may not start before these
                 trio[i] = JavaMember(broker, topic, group, protocol)
                 java_members.append(trio[i])
                 java_balanced(trio, f"member {i} restarted with {protocol['group.protocol']}")
@@ -414,8 +445,201 @@ def test_java_group_migrates_to_the_consumer_protocol_and_back(
     assert watch.backwards == []
     for member in trio:
         member.close()
-    for member, committed_then in zip(java_members[3:], starts, strict=True):
-        for p, first in member.first.items():
-            assert first >= committed_then[p], (p, first, committed_then[p])
-    consumed = sum(e["consumed"] for m in java_members for e in m.events if e["event"] == "closed")
-    assert consumed >= sum(ends.values())  # at least once; duplicates only around handovers
+    reads = [e for m in java_members for e in m.events if e["event"] == "read"]
+    assert unread(reads, ends) == {}
+    assert reread_after_commit(reads) == []
+
+
+# -- a partition added while the members consume ------------------------------------------------
+GROWN = PARTITIONS + 2
+
+
+def add_partitions(broker: BrokerProcess, topic: str, total: int) -> None:
+    """CreatePartitions up to ``total``; wait until every broker knows them."""
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        admin.create_partitions({topic: NewPartitions(total_count=total)})
+    finally:
+        admin.close()
+    broker.wait_for_topic(topic, total)
+
+
+def produce_to(broker: BrokerProcess, topic: str, partitions: range, per_partition: int) -> None:
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=5)
+    for p in partitions:
+        for i in range(per_partition):
+            producer.send(topic, value=b"%d" % i, partition=p)
+    producer.flush()
+    producer.close()
+
+
+@compat("java", "consumer-protocol")
+def test_java_new_partition_is_assigned_and_read(
+    broker: BrokerProcess, topic: str, java_members: list[JavaMember]
+) -> None:
+    group = f"{topic}-grow"
+    pair = [java(java_members, broker, topic, group) for _ in range(2)]
+    produce(broker, topic, 3)
+    java_balanced(pair, "2 members")
+    wait_until(lambda: sum(len(m.first) for m in pair) == PARTITIONS, TIMEOUT, "the first records")
+    add_partitions(broker, topic, GROWN)
+    wait_until(lambda: balanced([m.snapshot() for m in pair], GROWN), TIMEOUT, "the new partitions")
+    produce_to(broker, topic, range(PARTITIONS, GROWN), 3)
+    wait_until(
+        lambda: all(any(p in m.first for m in pair) for p in range(PARTITIONS, GROWN)),
+        TIMEOUT,
+        "records of the new partitions",
+    )
+    for p in range(PARTITIONS, GROWN):
+        assert [m.first[p] for m in pair if p in m.first] == [0]  # read from the start
+
+
+class Reader(Member):
+    """A member that keeps what it consumed, (partition, offset) in order, and commits it
+    after every batch."""
+
+    def __init__(self, broker: BrokerProcess, topic: str, group: str, **configs: object) -> None:
+        super().__init__(broker, topic, group, **configs)
+        self.read: list[tuple[int, int]] = []
+
+    def step(self) -> list[tuple[int, int]]:
+        """One batch, committed; the (partition, offset)s whose commit failed."""
+        batch = [m for m in self.consumer.consume(100, 0.05) if m.error() is None]
+        self.read += [(m.partition(), m.offset()) for m in batch]
+        if not batch:
+            return []
+        positions = {(m.topic(), m.partition()): m.offset() + 1 for m in batch}
+        try:
+            self.consumer.commit(
+                offsets=[ConfluentTopicPartition(t, p, o) for (t, p), o in positions.items()],
+                asynchronous=False,
+            )
+        except KafkaException:  # a rebalance moved on meanwhile: the batch may come again
+            return [(m.partition(), m.offset()) for m in batch]
+        return []
+
+
+def read_all(readers: list[Reader]) -> None:
+    for r in readers:
+        r.step()
+
+
+@compat("confluent", "consumer-protocol")
+def test_confluent_new_partition_is_assigned_and_read(
+    broker: BrokerProcess, topic: str, members: list[Member]
+) -> None:
+    group = f"{topic}-grow"
+    pair = [Reader(broker, topic, group) for _ in range(2)]
+    members += pair
+    produce_to(broker, topic, range(PARTITIONS), 3)
+
+    def read() -> set[tuple[int, int]]:
+        return {r for m in pair for r in m.read}
+
+    old = {(p, o) for p in range(PARTITIONS) for o in range(3)}
+    wait_until(lambda: read() == old, TIMEOUT, "the records", lambda: read_all(pair))
+    add_partitions(broker, topic, GROWN)
+    wait_until(
+        lambda: balanced([m.owned() for m in pair], GROWN),
+        TIMEOUT,
+        "the new partitions",
+        lambda: read_all(pair),
+    )
+    produce_to(broker, topic, range(PARTITIONS, GROWN), 3)
+    grown = old | {(p, o) for p in range(PARTITIONS, GROWN) for o in range(3)}
+    wait_until(
+        lambda: read() == grown, TIMEOUT, "the new partitions' records", lambda: read_all(pair)
+    )
+
+
+@compat("confluent", "consumer-protocol")
+def test_confluent_committed_offsets_survive_a_broker_kill9(
+    broker: BrokerProcess, topic: str, members: list[Member]
+) -> None:
+    group = f"{topic}-resume"
+    produce_to(broker, topic, range(PARTITIONS), 20)
+    ends = end_offsets(broker.bootstrap, topic, PARTITIONS)
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        first = Reader(broker, topic, group)
+        wait_until(
+            lambda: committed(admin, group) == ends, TIMEOUT, "everything committed", first.step
+        )
+        first.consumer.close()
+    finally:
+        admin.close()
+    broker.kill()  # kill -9: the commits must have reached the log, not a clean shutdown
+    broker.start()
+    produce_to(broker, topic, range(PARTITIONS), 5)
+    resumed = Reader(broker, topic, group)
+    members.append(resumed)
+
+    def firsts() -> dict[int, int]:
+        out: dict[int, int] = {}
+        for p, o in resumed.read:
+            out.setdefault(p, o)
+        return out
+
+    wait_until(
+        lambda: len(firsts()) == PARTITIONS, TIMEOUT, "records after the restart", resumed.step
+    )
+    assert firsts() == ends  # exactly where the group left off
+
+
+@compat("confluent", "consumer-protocol")
+def test_confluent_group_migrates_to_the_consumer_protocol_and_back(
+    broker: BrokerProcess, topic: str, members: list[Member]
+) -> None:
+    """The Java migration test's rolling restarts with librdkafka members, all polled from
+    this thread, so the order of every read and commit is known: no committed record is
+    read again, and every record is read."""
+    group = f"{topic}-migrate"
+    committed_at: dict[int, int] = {p: 0 for p in range(PARTITIONS)}  # this thread's commits
+    reread: list[tuple[int, int]] = []  # read again after its commit
+    everyone: list[Reader] = []
+
+    def step(readers: list[Reader]) -> None:
+        for r in readers:
+            start = len(r.read)
+            failed = r.step()
+            done = r.read[start:]
+            reread.extend((p, o) for p, o in done if o < committed_at[p])
+            if not failed:
+                for p, o in done:
+                    committed_at[p] = max(committed_at[p], o + 1)
+
+    def balanced_readers(readers: list[Reader], what: str) -> None:
+        wait_until(
+            lambda: balanced([r.owned() for r in readers], PARTITIONS),
+            TIMEOUT,
+            what,
+            lambda: step(readers),
+        )
+
+    production = Production(broker, topic)
+    try:
+        trio = [Reader(broker, topic, group, **CLASSIC_PROTOCOL) for _ in range(3)]
+        members += trio
+        everyone += trio
+        balanced_readers(trio, "3 classic members")
+        for protocol, types in ((CONSUMER_PROTOCOL, [1, 1, 1]), (CLASSIC_PROTOCOL, None)):
+            for i in range(3):
+                trio[i].consumer.close()
+                members.remove(trio[i])
+                trio[i] = Reader(broker, topic, group, **protocol)
+                members.append(trio[i])
+                everyone.append(trio[i])
+                balanced_readers(trio, f"member {i} restarted with {protocol['group.protocol']}")
+            assert member_types(broker, group) == types
+    finally:
+        production.stop()
+    ends = end_offsets(broker.bootstrap, topic, PARTITIONS)
+    wait_until(lambda: committed_at == ends, TIMEOUT, "every record committed", lambda: step(trio))
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        assert committed(admin, group) == ends
+    finally:
+        admin.close()
+    assert reread == []  # duplicates only of records whose commit had failed
+    read = {(p, o) for m in everyone for p, o in m.read}
+    assert read == {(p, o) for p in range(PARTITIONS) for o in range(ends[p])}  # none lost

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
 import threading
 from collections.abc import Callable, Iterator
@@ -17,6 +16,7 @@ from compat_tests.group_checks import (
     balanced,
     commit_everything,
     create_topic,
+    driver_events,
     wait_until,
 )
 from compat_tests.matrix import compat
@@ -72,10 +72,7 @@ class JavaMember:
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            if not line.startswith("{"):
-                continue
-            event = json.loads(line)
+        for event in driver_events(self.proc.stdout):
             with self._lock:
                 self.events.append(event)
                 kind = event.get("event")

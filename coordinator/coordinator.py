@@ -25,6 +25,7 @@ from gregor.coordinator.offsets import Offsets
 from gregor.coordinator.runtime import CoordinatorRuntime
 from gregor.coordinator.settings import Settings
 from gregor.coordinator.share_membership import ShareMembership
+from gregor.coordinator.share_offsets import ShareOffsets
 from gregor.replica.manager import ReplicaManager
 from gregor.replica.purgatory import Purgatory
 from gregor.replica.share_persister import SharePersister
@@ -45,6 +46,9 @@ class GroupCoordinator:
         share-partitions' state (None: they do not)."""
         self.runtime = CoordinatorRuntime(settings, replicas, append_purgatory, now_ms)
         self.share_membership = ShareMembership(settings, self.runtime, now_ms, share_persister)
+        self.share_offsets = ShareOffsets(
+            self.share_membership, self.runtime, share_persister, now_ms
+        )
         self.consumer_membership = ConsumerMembership(settings, self.runtime, now_ms)
         self.membership = Membership(settings, self.runtime, now_ms, self.consumer_membership)
         self.migration = Migration(

@@ -36,6 +36,8 @@ ShareKey = tuple[str, uuid.UUID, int]  # group id, topic id, partition
 Record = tuple[ShareStateKey, ShareStateValue | None]
 
 UNINITIALIZED = -1  # a start offset or epoch the request leaves unchanged or not chosen
+# The delivery states a batch may persist: AVAILABLE, ACKNOWLEDGED, ARCHIVED (never ACQUIRED).
+PERSISTED_STATES = frozenset({0, 2, 4})
 # What a share-partition without state reads as (Kafka's PartitionFactory defaults).
 NO_STATE = ShareSnapshotValue(0, 0, UNINITIALIZED, UNINITIALIZED, 0, 0, ())
 
@@ -105,7 +107,7 @@ class ShareShard:
         batches: Sequence[StateBatch],
         now_ms: int,
     ) -> ErrorCode | Record:
-        if key[2] < 0:
+        if key[2] < 0 or not _valid(start_offset, batches):
             return ErrorCode.invalid_request
         recorded = self.leader_epochs.get(key)
         if leader_epoch != UNINITIALIZED and recorded is not None and recorded > leader_epoch:
@@ -140,7 +142,7 @@ class ShareShard:
         self, key: ShareKey, state_epoch: int, start_offset: int, now_ms: int
     ) -> ErrorCode | Record:
         """A fresh ShareSnapshot: the start offset, no batches, the new state epoch."""
-        if key[2] < 0:
+        if key[2] < 0 or not _valid(start_offset, ()):
             return ErrorCode.invalid_request
         current = self.states.get(key)
         if current is not None and current.state_epoch > state_epoch:
@@ -211,3 +213,14 @@ class ShareShard:
             current.snapshot_epoch, leader_epoch, start_offset, combine((), batches, start_offset)
         )
         return ShareUpdateKey(*key), value
+
+
+def _valid(start_offset: int, batches: Sequence[StateBatch]) -> bool:
+    """A start offset and batches a share-partition leader can load (a client may send any):
+    anything else is refused with INVALID_REQUEST rather than persisted."""
+    return start_offset >= UNINITIALIZED and all(
+        0 <= b.first_offset <= b.last_offset
+        and b.delivery_state in PERSISTED_STATES
+        and b.delivery_count >= 0
+        for b in batches
+    )

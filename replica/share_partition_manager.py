@@ -203,13 +203,17 @@ class SharePartitionManager:
             start, batches = state.start_offset, state.batches
         if partition.leader_epoch != leader_epoch or not partition.is_leader:
             raise ShareStateError(ErrorCode.not_leader_or_follower)
-        window = SharePartition(
-            start,
-            batches,
-            max_record_locks=self.settings.max_record_locks,
-            delivery_count_limit=self.settings.delivery_count_limit,
-            record_lock_duration_ms=self.lock_duration_ms(group_id),
-        )
+        try:
+            window = SharePartition(
+                start,
+                batches,
+                max_record_locks=self.settings.max_record_locks,
+                delivery_count_limit=self.settings.delivery_count_limit,
+                record_lock_duration_ms=self.lock_duration_ms(group_id),
+            )
+        except ValueError as e:  # state no leader writes (a client's WriteShareGroupState)
+            logger.warning("The persisted state of share-partition %s is invalid: %s", key, e)
+            raise ShareStateError(ErrorCode.unknown_server_error, str(e)) from None
         loaded = ShareWindow(key, partition, leader_epoch, state_epoch, window, window.export())
         self._windows[key] = loaded
         self._by_tp.setdefault(loaded.tp, set()).add(key)
@@ -279,12 +283,30 @@ class SharePartitionManager:
     def release_member(
         self, group_id: str, member_id: str, keys: Sequence[SharePartitionKey]
     ) -> None:
-        """The member's share session ended: its acquired records here are released."""
+        """The member's share session ended: its acquired records here are released. When
+        it was the group's last session here, the group's share-partitions here are
+        unloaded once written (Kafka's onGroupEmpty): while nobody reads them an admin may
+        alter or delete their state (AlterShareGroupOffsets needs an Empty group), which
+        the next reader then loads."""
         for topic_id, index in keys:
             window = self._current((group_id, topic_id, index))
             if window is not None and window.window.release_member(member_id):
                 self._write_later(window)
                 self.purgatory.check(window.tp)
+        if not self.sessions.serves_group(group_id):
+            for key, window in list(self._windows.items()):
+                if key[0] == group_id:
+                    self._unload_later(window)
+
+    def _unload_later(self, window: ShareWindow) -> None:
+        async def unload() -> None:
+            await self.write(window)
+            if not self.sessions.serves_group(window.key[0]):
+                self._drop(window)
+
+        task = asyncio.ensure_future(unload())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def connection_closed(self, connection: str) -> None:
         for session in self.sessions.connection_closed(connection):

@@ -62,6 +62,10 @@ class ShareSessionCache:
     def get(self, group_id: str, member_id: str) -> ShareSession | None:
         return self._sessions.get((group_id, member_id))
 
+    def serves_group(self, group_id: str) -> bool:
+        """Some member of the group has a session here."""
+        return any(group == group_id for group, _ in self._sessions)
+
     def open(
         self,
         group_id: str,

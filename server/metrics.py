@@ -34,6 +34,7 @@ from prometheus_client.utils import floatToGoString
 from gregor.apis.timing import END, FOLLOWER_FETCH, RequestTiming
 from gregor.coordinator.consumer_group import ConsumerGroupState
 from gregor.coordinator.group import GroupState
+from gregor.coordinator.share_group import ShareGroupState
 from gregor.server._histograms import count
 from gregor.wire import versions
 from gregor.wire.schema import request_type
@@ -258,6 +259,7 @@ class AuthorizerMetrics:
 _GROUP_COORDINATOR = "kafka_server_group_coordinator_metrics_"
 _CLASSIC_STATES = tuple(s.value for s in GroupState)
 _CONSUMER_STATES = tuple(s.value for s in ConsumerGroupState)
+_SHARE_STATES = tuple(s.value for s in ShareGroupState)
 
 
 class GroupCoordinatorMetrics:
@@ -280,6 +282,10 @@ class GroupCoordinatorMetrics:
             offsets += len(group.offsets)
             if group_id not in modern:  # else only its offsets' holder
                 classic[group.state.value] += 1
+        shares = self.coordinator.share_membership
+        share = dict.fromkeys(_SHARE_STATES, 0)
+        for share_group in shares.groups():
+            share[share_group.state.value] += 1
         family = GaugeMetricFamily(
             f"{_GROUP_COORDINATOR}group_count",
             "Groups by rebalance protocol (group-count)",
@@ -287,10 +293,12 @@ class GroupCoordinatorMetrics:
         )
         family.add_metric(["classic"], sum(classic.values()))
         family.add_metric(["consumer"], sum(consumer.values()))
+        family.add_metric(["share"], sum(share.values()))
         yield family
         for name, doc, counts in (
             ("classic_group_count", "Classic groups by state (classic-group-count)", classic),
             ("consumer_group_count", "Consumer groups by state (consumer-group-count)", consumer),
+            ("share_group_count", "Share groups by state (share-group-count)", share),
         ):
             family = GaugeMetricFamily(f"{_GROUP_COORDINATOR}{name}", doc, labels=["state"])
             for state, n in counts.items():
@@ -305,6 +313,11 @@ class GroupCoordinatorMetrics:
                 "consumer_group_rebalance",
                 "Consumer group epoch bumps (consumer-group-rebalance-count)",
                 membership.rebalances,
+            ),
+            (
+                "share_group_rebalance",
+                "Share group epoch bumps (share-group-rebalance-count)",
+                shares.rebalances,
             ),
             ("offset_commit", "Offsets committed (offset-commit-count)", committed.committed),
             ("offset_expiration", "Offsets expired (offset-expiration-count)", committed.expired),

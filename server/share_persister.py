@@ -81,19 +81,15 @@ class BrokerSharePersister:
         state_epoch: int,
         start_offset: int,
     ) -> None:
-        request = initialize_v0.InitializeShareGroupStateRequest(
-            group_id=group_id,
-            topics=(
-                initialize_v0.InitializeStateData(
-                    topic_id=topic_id,
-                    partitions=(
-                        initialize_v0.PartitionData(
-                            partition=i32(partition),
-                            state_epoch=i32(state_epoch),
-                            start_offset=i64(start_offset),
-                        ),
-                    ),
-                ),
+        request = _one_partition(
+            initialize_v0.InitializeShareGroupStateRequest,
+            initialize_v0.InitializeStateData,
+            group_id,
+            topic_id,
+            initialize_v0.PartitionData(
+                partition=i32(partition),
+                state_epoch=i32(state_epoch),
+                start_offset=i64(start_offset),
             ),
         )
         await self._call(
@@ -108,18 +104,12 @@ class BrokerSharePersister:
     async def read(
         self, group_id: str, topic_id: uuid.UUID, partition: int, leader_epoch: int
     ) -> ShareState | None:
-        request = read_v0.ReadShareGroupStateRequest(
-            group_id=group_id,
-            topics=(
-                read_v0.ReadStateData(
-                    topic_id=topic_id,
-                    partitions=(
-                        read_v0.PartitionData(
-                            partition=i32(partition), leader_epoch=i32(leader_epoch)
-                        ),
-                    ),
-                ),
-            ),
+        request = _one_partition(
+            read_v0.ReadShareGroupStateRequest,
+            read_v0.ReadStateData,
+            group_id,
+            topic_id,
+            read_v0.PartitionData(partition=i32(partition), leader_epoch=i32(leader_epoch)),
         )
         state = await self._call(
             group_id,
@@ -157,28 +147,24 @@ class BrokerSharePersister:
         start_offset: int,
         batches: Sequence[StateBatch],
     ) -> None:
-        request = write_v0.WriteShareGroupStateRequest(
-            group_id=group_id,
-            topics=(
-                write_v0.WriteStateData(
-                    topic_id=topic_id,
-                    partitions=(
-                        write_v0.PartitionData(
-                            partition=i32(partition),
-                            state_epoch=i32(state_epoch),
-                            leader_epoch=i32(leader_epoch),
-                            start_offset=i64(start_offset),
-                            state_batches=tuple(
-                                write_v0.StateBatch(
-                                    first_offset=i64(b.first_offset),
-                                    last_offset=i64(b.last_offset),
-                                    delivery_state=i8(b.delivery_state),
-                                    delivery_count=i16(b.delivery_count),
-                                )
-                                for b in batches
-                            ),
-                        ),
-                    ),
+        request = _one_partition(
+            write_v0.WriteShareGroupStateRequest,
+            write_v0.WriteStateData,
+            group_id,
+            topic_id,
+            write_v0.PartitionData(
+                partition=i32(partition),
+                state_epoch=i32(state_epoch),
+                leader_epoch=i32(leader_epoch),
+                start_offset=i64(start_offset),
+                state_batches=tuple(
+                    write_v0.StateBatch(
+                        first_offset=i64(b.first_offset),
+                        last_offset=i64(b.last_offset),
+                        delivery_state=i8(b.delivery_state),
+                        delivery_count=i16(b.delivery_count),
+                    )
+                    for b in batches
                 ),
             ),
         )
@@ -195,14 +181,12 @@ class BrokerSharePersister:
         )
 
     async def delete(self, group_id: str, topic_id: uuid.UUID, partition: int) -> None:
-        request = delete_v0.DeleteShareGroupStateRequest(
-            group_id=group_id,
-            topics=(
-                delete_v0.DeleteStateData(
-                    topic_id=topic_id,
-                    partitions=(delete_v0.PartitionData(partition=i32(partition)),),
-                ),
-            ),
+        request = _one_partition(
+            delete_v0.DeleteShareGroupStateRequest,
+            delete_v0.DeleteStateData,
+            group_id,
+            topic_id,
+            delete_v0.PartitionData(partition=i32(partition)),
         )
         await self._call(
             group_id,
@@ -216,16 +200,12 @@ class BrokerSharePersister:
     async def read_summary(
         self, group_id: str, topic_id: uuid.UUID, partition: int
     ) -> ShareState | None:
-        request = summary_v0.ReadShareGroupStateSummaryRequest(
-            group_id=group_id,
-            topics=(
-                summary_v0.ReadStateSummaryData(
-                    topic_id=topic_id,
-                    partitions=(
-                        summary_v0.PartitionData(partition=i32(partition), leader_epoch=i32(-1)),
-                    ),
-                ),
-            ),
+        request = _one_partition(
+            summary_v0.ReadShareGroupStateSummaryRequest,
+            summary_v0.ReadStateSummaryData,
+            group_id,
+            topic_id,
+            summary_v0.PartitionData(partition=i32(partition), leader_epoch=i32(-1)),
         )
         state = await self._call(
             group_id,
@@ -292,3 +272,17 @@ class BrokerSharePersister:
         if result.error_code != ErrorCode.none:
             raise ShareStateError(result.error_code, result.error_message or "")
         return result
+
+
+def _one_partition(
+    request: Callable[..., Any],
+    topic_data: Callable[..., Any],
+    group_id: str,
+    topic_id: uuid.UUID,
+    partition_data: Any,
+) -> Any:
+    """The ``request`` of one share-partition's ``partition_data``."""
+    return request(
+        group_id=group_id,
+        topics=(topic_data(topic_id=topic_id, partitions=(partition_data,)),),
+    )

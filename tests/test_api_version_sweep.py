@@ -56,6 +56,7 @@ from gregor.wire import versions as v
 from gregor.wire.records import build_batch
 from gregor.wire.schema import request_type
 from tests.kafka_wire import WireClient, create_topic, request_frame
+from tests.test_share_group_offsets import alter_offsets, describe_offsets
 
 INTER_BROKER = {
     v.LEADER_AND_ISR: "LeaderAndIsr",
@@ -1264,6 +1265,67 @@ def read_share_group_state_summary(case: Case) -> None:
     assert (summary.error_code, summary.state_epoch, summary.start_offset) == (NONE, 4, 1)
 
 
+def empty_share_group(case: Case) -> str:
+    """A share group that had a member subscribed to TOPIC, which left: Empty."""
+    group = case.fresh("sg")
+    joined = share_join(case, group)
+    left = case.other(
+        v.SHARE_GROUP_HEARTBEAT,
+        1,
+        group_id=group,
+        member_id=joined.member_id,
+        member_epoch=-1,
+        subscribed_topic_names=None,
+    )
+    assert left.error_code == NONE, left
+    return group
+
+
+def describe_share_group_offsets(case: Case) -> None:
+    group = empty_share_group(case)
+    assert alter_offsets(case.client, group, TOPIC, {0: 0}).error_code == NONE
+    for partitions in ((0,), None):  # TOPIC's partition 0, then every topic
+        described = describe_offsets(case.client, group, TOPIC, partitions)
+        assert described.error_code == NONE, described
+        (topic,) = described.topics
+        assert (topic.topic_name, topic.topic_id) == (TOPIC, case.state.topic_id)
+        assert [(p.partition_index, p.start_offset) for p in topic.partitions] == [(0, 0)]
+    unknown = describe_offsets(case.client, case.fresh("sg"), TOPIC, None)
+    assert unknown.error_code == ErrorCode.group_id_not_found
+
+
+def start_offset(case: Case, group: str) -> int:
+    (topic,) = describe_offsets(case.client, group, TOPIC, (0,)).topics
+    offset: int = topic.partitions[0].start_offset
+    return offset
+
+
+def alter_share_group_offsets(case: Case) -> None:
+    group = case.fresh("sg")
+    share_join(case, group)
+    busy = alter_offsets(case.client, group, TOPIC, {0: 0})
+    assert busy.error_code == ErrorCode.non_empty_group
+    group = empty_share_group(case)
+    r = alter_offsets(case.client, group, TOPIC, {0: 1, 7: 0})
+    assert r.error_code == NONE, r
+    (topic,) = r.responses
+    assert [(p.partition_index, p.error_code) for p in topic.partitions] == [
+        (0, NONE),
+        (7, ErrorCode.unknown_topic_or_partition),
+    ]
+    assert start_offset(case, group) == 1
+
+
+def delete_share_group_offsets(case: Case) -> None:
+    group = empty_share_group(case)
+    assert alter_offsets(case.client, group, TOPIC, {0: 0}).error_code == NONE
+    topic_cls = case.n("DeleteShareGroupOffsetsRequestTopic")
+    r = case.call(group_id=group, topics=(topic_cls(topic_name=TOPIC),))
+    assert r.error_code == NONE, r
+    assert [(t.topic_name, t.error_code) for t in r.responses] == [(TOPIC, NONE)]
+    assert start_offset(case, group) == -1
+
+
 CHECKS: dict[int, Callable[[Case], None]] = {
     v.PRODUCE: produce,
     v.FETCH: fetch,
@@ -1320,6 +1382,9 @@ CHECKS: dict[int, Callable[[Case], None]] = {
     v.SHARE_GROUP_DESCRIBE: share_group_describe,
     v.SHARE_FETCH: share_fetch,
     v.SHARE_ACKNOWLEDGE: share_acknowledge,
+    v.DESCRIBE_SHARE_GROUP_OFFSETS: describe_share_group_offsets,
+    v.ALTER_SHARE_GROUP_OFFSETS: alter_share_group_offsets,
+    v.DELETE_SHARE_GROUP_OFFSETS: delete_share_group_offsets,
     v.INITIALIZE_SHARE_GROUP_STATE: initialize_share_group_state,
     v.READ_SHARE_GROUP_STATE: read_share_group_state,
     v.WRITE_SHARE_GROUP_STATE: write_share_group_state,

@@ -55,7 +55,6 @@ KAFKA_4_1: dict[int, tuple[int, int]] = {
 }  # fmt: skip
 
 TOKENS = "no issue yet: delegation tokens (KIP-48)"
-GROUP_PROTOCOLS = "#20 Kafka 4's group protocols"
 KRAFT = "none: KRaft only (Gregor's cluster mode is ZooKeeper's)"
 # The 4.1 APIs Gregor does not serve, and what will bring them.
 NOT_SERVED: dict[int, str] = {
@@ -63,9 +62,6 @@ NOT_SERVED: dict[int, str] = {
     39: f"{TOKENS} (RenewDelegationToken)",
     40: f"{TOKENS} (ExpireDelegationToken)",
     41: f"{TOKENS} (DescribeDelegationToken)",
-    90: f"{GROUP_PROTOCOLS} (DescribeShareGroupOffsets, KIP-932)",
-    91: f"{GROUP_PROTOCOLS} (AlterShareGroupOffsets, KIP-932)",
-    92: f"{GROUP_PROTOCOLS} (DeleteShareGroupOffsets, KIP-932)",
     55: f"{KRAFT} (DescribeQuorum)",
     64: f"{KRAFT} (UnregisterBroker)",
     80: f"{KRAFT} (AddRaftVoter)",

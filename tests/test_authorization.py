@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime
 import ssl
 import time
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -31,6 +32,8 @@ from gregor.wire.schema import request_type
 from tests.kafka_wire import WireClient, create_topic
 from tests.test_acl_apis import Acl, allow, create, delete, filter_fields
 from tests.test_client_quotas import produce_request
+from tests.test_share_group_membership import heartbeat as share_heartbeat
+from tests.test_share_group_offsets import alter_offsets, delete_offsets, describe_offsets
 from tests.test_tls_listeners import RULES, TlsWireClient, port_of, prefixed
 
 TAF = ErrorCode.topic_authorization_failed
@@ -422,3 +425,43 @@ def test_inter_broker_apis_need_cluster_action_and_change_nothing(c: Clients) ->
     assert c.alice.call(v.CONTROLLED_SHUTDOWN, 3, shutdown).error_code == CAF
     assert leader_epoch(c) == epoch
     assert produce(c.admin) == ErrorCode.none  # still the leader
+
+
+def test_share_group_offsets_need_describe_read_or_delete_and_the_topics(c: Clients) -> None:
+    """Kafka's KafkaApis: Describe DESCRIBE on the group and the topics (topics denied are
+    left out of "all"), Alter READ on both, Delete DELETE on the group and READ on topics."""
+    group, member = "sg-authz", str(uuid.uuid4())
+
+    def alter() -> Any:
+        return alter_offsets(c.alice, group, TOPIC, {0: 0})
+
+    def delete() -> Any:
+        return delete_offsets(c.alice, group, TOPIC)
+
+    await_coordinator(c.admin, group)
+    assert share_heartbeat(c.admin, group, member, 0, (TOPIC,)).error_code == ErrorCode.none
+    assert share_heartbeat(c.admin, group, member, -1).error_code == ErrorCode.none
+    # Partition 0's state initialized now, not in the background.
+    assert alter_offsets(c.admin, group, TOPIC, {0: 0}).error_code == ErrorCode.none
+
+    assert describe_offsets(c.alice, group, TOPIC, (0,)).error_code == GAF
+    assert (alter().error_code, delete().error_code) == (GAF, GAF)
+
+    grant(c, allow(Res.GROUP, group, Pat.LITERAL, ALICE, Op.DESCRIBE))
+    (topic,) = describe_offsets(c.alice, group, TOPIC, (0,)).topics
+    assert [p.error_code for p in topic.partitions] == [TAF]
+    assert describe_offsets(c.alice, group, TOPIC, None).topics == ()
+    grant(c, allow(Res.TOPIC, TOPIC, Pat.LITERAL, ALICE, Op.DESCRIBE))
+    (topic,) = describe_offsets(c.alice, group, TOPIC, None).topics
+    assert (0, 0) in {(p.partition_index, p.start_offset) for p in topic.partitions}
+
+    grant(c, allow(Res.GROUP, group, Pat.LITERAL, ALICE, Op.READ))
+    altered = alter()
+    assert altered.error_code == ErrorCode.none
+    assert [p.error_code for t in altered.responses for p in t.partitions] == [TAF]
+    assert delete().error_code == GAF  # READ is not DELETE
+    grant(c, allow(Res.GROUP, group, Pat.LITERAL, ALICE, Op.DELETE))
+    assert [t.error_code for t in delete().responses] == [TAF]
+    grant(c, allow(Res.TOPIC, TOPIC, Pat.LITERAL, ALICE, Op.READ))
+    assert [p.error_code for t in alter().responses for p in t.partitions] == [ErrorCode.none]
+    assert [t.error_code for t in delete().responses] == [ErrorCode.none]

@@ -71,8 +71,8 @@ def test_a_consumer_protocol_group_through_its_life(broker: BrokerProcess, topic
     assert group not in groups(broker, "--list", "--type", "classic")
     assert group not in groups(broker, "--list", "--state", "Empty")
     assert group in groups(broker, "--list", "--type", "Consumer", "--state", "stable")
-    bad = gregor("groups", "--bootstrap-server", broker.bootstrap, "--list", "--type", "share")
-    assert bad.code == 1 and "Invalid types list 'share'" in bad.err
+    bad = gregor("groups", "--bootstrap-server", broker.bootstrap, "--list", "--type", "streams")
+    assert bad.code == 1 and "Invalid types list 'streams'" in bad.err
 
     # --describe: what ConsumerGroupDescribe tells, with offsets and lag.
     (described,) = ok(

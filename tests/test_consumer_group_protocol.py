@@ -31,14 +31,24 @@ SESSION_MS = 1500
 HEARTBEAT_MS = 200
 MAX_SIZE = 4
 _groups = itertools.count()
+
+
+def group_overrides(protocol: str, max_size: int) -> dict[str, str]:
+    """The broker keys of a suite of ``protocol``'s groups (``consumer``, ``share``): one
+    offsets partition, sessions of SESSION_MS, heartbeats every HEARTBEAT_MS."""
+    return {
+        "offsets.topic.num.partitions": "1",
+        f"group.{protocol}.min.session.timeout.ms": "1000",
+        f"group.{protocol}.session.timeout.ms": str(SESSION_MS),
+        f"group.{protocol}.min.heartbeat.interval.ms": "100",
+        f"group.{protocol}.heartbeat.interval.ms": str(HEARTBEAT_MS),
+        f"group.{protocol}.max.size": str(max_size),
+    }
+
+
 BROKER_OVERRIDES = {
-    "offsets.topic.num.partitions": "1",
+    **group_overrides("consumer", MAX_SIZE),
     "group.initial.rebalance.delay.ms": "0",
-    "group.consumer.min.session.timeout.ms": "1000",
-    "group.consumer.session.timeout.ms": str(SESSION_MS),
-    "group.consumer.min.heartbeat.interval.ms": "100",
-    "group.consumer.heartbeat.interval.ms": str(HEARTBEAT_MS),
-    "group.consumer.max.size": str(MAX_SIZE),
 }
 
 
@@ -47,10 +57,11 @@ def broker(process_pool: ProcessPool) -> BrokerProcess:
     return process_pool.broker(BROKER_OVERRIDES)
 
 
-@pytest.fixture(scope="module")
-def topic_id(broker: BrokerProcess) -> uuid.UUID:
+def topic_with_coordinator(broker: BrokerProcess, topic: str, partitions: int) -> uuid.UUID:
+    """Create ``topic`` and the group coordinator (FindCoordinator creates its topic); the
+    topic's id."""
     client = WireClient(broker.port)
-    created = create_topic(client, TOPIC, PARTITIONS)
+    created = create_topic(client, topic, partitions)
     assert created.error_code == ErrorCode.none
     found = client.call(
         v.FIND_COORDINATOR, 0, build(request_type(v.FIND_COORDINATOR, 0), key="any")
@@ -61,8 +72,14 @@ def topic_id(broker: BrokerProcess) -> uuid.UUID:
     return topic_id
 
 
+@pytest.fixture(scope="module")
+def topic_id(broker: BrokerProcess) -> uuid.UUID:
+    return topic_with_coordinator(broker, TOPIC, PARTITIONS)
+
+
 @pytest.fixture
 def client(broker: BrokerProcess, topic_id: uuid.UUID) -> Iterator[WireClient]:
+    """A connection to the module's broker, once its topic and coordinator exist."""
     c = WireClient(broker.port)
     yield c
     c.close()
@@ -540,6 +557,19 @@ def test_group_and_offsets_reload_after_a_restart(
     assert commit(client, group, first.member_id, first.epoch) == ErrorCode.none
     before = describe(client, group)
     client.close()
+    client = restart_and_check_reloaded(broker, group, before, describe)
+    assert fetch(client, group) == 7
+    for m in (first, second):
+        m.client = client
+        assert m.beat().member_epoch == before.group_epoch
+    client.close()
+
+
+def restart_and_check_reloaded(
+    broker: BrokerProcess, group: str, before: Any, describe: Callable[[WireClient, str], Any]
+) -> WireClient:
+    """Restart the broker and check the group reloads as ``describe`` showed it ``before``
+    (its epochs and members' assignments, Stable); a client of the restarted broker."""
     broker.restart()
     client = WireClient(broker.port)
     wait_until(lambda: describe(client, group).error_code == ErrorCode.none)
@@ -552,11 +582,7 @@ def test_group_and_offsets_reload_after_a_restart(
     assert sorted((m.member_id, m.member_epoch, m.assignment) for m in after.members) == sorted(
         (m.member_id, m.member_epoch, m.assignment) for m in before.members
     )
-    assert fetch(client, group) == 7
-    for m in (first, second):
-        m.client = client
-        assert m.beat().member_epoch == before.group_epoch
-    client.close()
+    return client
 
 
 # -- the broker's keys --------------------------------------------------------------------------

@@ -1,10 +1,12 @@
 """Kafka's group coordinator metrics (group-coordinator-metrics) on a real broker's
 Prometheus endpoint, while raw requests drive a consumer-protocol group (KIP-848) and a
-simple classic group: groups by protocol and state, the offsets held, and the counters of
-consumer group rebalances and of offsets committed and deleted."""
+simple classic group, and a share group (KIP-932): groups by protocol and state, the offsets
+held, and the counters of consumer and share group rebalances and of offsets committed and
+deleted."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -19,6 +21,7 @@ from tests.prometheus_scrape import Scrape
 from tests.test_consumer_group_commits_and_configs import TOPIC, commit
 from tests.test_consumer_group_protocol import heartbeat, join
 from tests.test_metrics_hostile import start_with_metrics
+from tests.test_share_group_membership import heartbeat as share_heartbeat
 
 M = "kafka_server_group_coordinator_metrics_"
 
@@ -32,7 +35,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
         proc.stop()
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def client(broker: BrokerProcess) -> Iterator[WireClient]:
     c = WireClient(broker.port)
     assert create_topic(c, TOPIC, 2).error_code == ErrorCode.none
@@ -84,3 +87,25 @@ def test_groups_by_protocol_and_state_and_the_coordinator_counters(
     assert s.value(f"{M}offset_expiration_total") == 0
     # Leaving bumps the group epoch too, but Kafka counts only its heartbeats' bumps.
     assert s.value(f"{M}consumer_group_rebalance_total") == 2
+
+
+def test_share_groups_by_state_and_their_rebalances(
+    broker: BrokerProcess, client: WireClient
+) -> None:
+    before = Scrape(broker)
+    assert before.types[f"{M}share_group_rebalance"] == "counter"
+    assert before.value(f"{M}group_count", protocol="share") == 0
+
+    member = str(uuid.uuid4())
+    joined = share_heartbeat(client, "sg-metrics", member, 0, (TOPIC,))
+    assert joined.error_code == ErrorCode.none
+    s = Scrape(broker)
+    assert s.value(f"{M}group_count", protocol="share") == 1
+    assert s.value(f"{M}share_group_count", state="Stable") == 1
+    assert s.value(f"{M}share_group_rebalance_total") == 1  # the join bumped the epoch
+
+    assert share_heartbeat(client, "sg-metrics", member, -1).error_code == ErrorCode.none
+    s = Scrape(broker)
+    assert s.value(f"{M}share_group_count", state="Empty") == 1
+    assert s.value(f"{M}share_group_count", state="Stable") == 0
+    assert s.value(f"{M}share_group_rebalance_total") == 1  # leaving is not counted

@@ -578,13 +578,13 @@ def test_a_flood_of_malformed_frames_writes_a_few_log_lines(tmp_path: Path) -> N
 
 
 def test_a_mega_request_is_decoded_while_others_are_served(broker: BrokerProcess) -> None:
-    """A 30 MB Metadata request (a million topic names) takes the schema walk about a second:
-    it is decoded off the event loop and answered in full, while another client's produce
-    round trips keep being answered; the same size with a body that does not decode closes
-    its connection with a log line."""
+    """A 12 MB Metadata request (400,000 topic names) takes the schema walk seconds: it is
+    decoded off the event loop (on it, other clients waited 3 s) and answered in full, while
+    another client's produce round trips keep being answered promptly; the same size with a
+    body that does not decode closes its connection with a log line."""
     cls = request_type(METADATA, 12)
     topic = nested(cls, "MetadataRequestTopic")
-    names = [f"mega-{i:024d}" for i in range(1_000_000)]
+    names = [f"mega-{i:024d}" for i in range(400_000)]
     body = build(
         cls,
         topics=tuple(topic(name=n, topic_id=None) for n in names),
@@ -592,7 +592,7 @@ def test_a_mega_request_is_decoded_while_others_are_served(broker: BrokerProcess
         include_topic_authorized_operations=False,
     )
     frame = request_frame(METADATA, 12, 7, body)
-    assert len(frame) > 30 * 1_000_000
+    assert len(frame) > 12 * 1_000_000
     with ClosingClient(broker.port) as mega:
         mega.sock.settimeout(120)
         mega.send(frame)
@@ -601,7 +601,7 @@ def test_a_mega_request_is_decoded_while_others_are_served(broker: BrokerProcess
         probe_after = answered_promptly(broker.port)
     assert [t.name for t in response.topics] == names
     assert {t.error_code for t in response.topics} == {ErrorCode.unknown_topic_or_partition}
-    assert slowest < PROMPT_S and probe_after < PROMPT_S, (slowest, probe_after)
+    assert slowest < PROMPT_S / 2 and probe_after < PROMPT_S, (slowest, probe_after)
 
     broken = bytearray(frame)
     broken[-40:] = b"\xff" * 40  # a name length that runs past the frame

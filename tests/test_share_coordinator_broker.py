@@ -87,19 +87,32 @@ def call(client: WireClient, api: int, group: str, topic_id: uuid.UUID, **fields
         time.sleep(0.05)
 
 
-def batches(*specs: tuple[int, int, int, int]) -> tuple[Any, ...]:
-    cls = nested(request_type(v.WRITE_SHARE_GROUP_STATE, 0), "StateBatch")
-    return tuple(
-        cls(first_offset=f, last_offset=last, delivery_state=s, delivery_count=n)
-        for f, last, s, n in specs
-    )
-
-
 def write(
-    client: WireClient, group: str, topic_id: uuid.UUID, partition: int, **fields: Any
+    client: WireClient,
+    group: str,
+    topic_id: uuid.UUID,
+    partition: int,
+    *specs: tuple[int, int, int, int],
+    leader_epoch: int,
+    start_offset: int,
 ) -> Any:
-    fields.setdefault("state_batches", ())
-    return call(client, v.WRITE_SHARE_GROUP_STATE, group, topic_id, partition=partition, **fields)
+    """WriteShareGroupState of one partition at state epoch 0, its batches given as (first
+    offset, last offset, delivery state, delivery count)."""
+    batch_cls = nested(request_type(v.WRITE_SHARE_GROUP_STATE, 0), "StateBatch")
+    return call(
+        client,
+        v.WRITE_SHARE_GROUP_STATE,
+        group,
+        topic_id,
+        partition=partition,
+        state_epoch=0,
+        leader_epoch=leader_epoch,
+        start_offset=start_offset,
+        state_batches=tuple(
+            batch_cls(first_offset=f, last_offset=last, delivery_state=s, delivery_count=n)
+            for f, last, s, n in specs
+        ),
+    )
 
 
 def read(client: WireClient, group: str, topic_id: uuid.UUID, partition: int, epoch: int) -> Any:
@@ -150,30 +163,14 @@ def test_write_merges_batches_and_read_returns_them(
 ) -> None:
     group = "g-write"
     assert read(client, group, topic_id, 0, 1).start_offset == -1  # no state yet
-    result = write(
-        client,
-        group,
-        topic_id,
-        0,
-        state_epoch=0,
-        leader_epoch=1,
-        start_offset=0,
-        state_batches=batches((0, 9, AVAILABLE, 1)),
-    )
+    result = write(client, group, topic_id, 0, (0, 9, AVAILABLE, 1), leader_epoch=1, start_offset=0)
     assert result.error_code == ErrorCode.none
     for offset in (0, 1, 2, 5):  # updates, and a snapshot after two of them
         result = write(
-            client,
-            group,
-            topic_id,
-            0,
-            state_epoch=0,
-            leader_epoch=1,
-            start_offset=-1,
-            state_batches=batches((offset, offset, ACKED, 1)),
+            client, group, topic_id, 0, (offset, offset, ACKED, 1), leader_epoch=1, start_offset=-1
         )
         assert result.error_code == ErrorCode.none
-    result = write(client, group, topic_id, 0, state_epoch=0, leader_epoch=1, start_offset=2)
+    result = write(client, group, topic_id, 0, leader_epoch=1, start_offset=2)
     assert result.error_code == ErrorCode.none
     state = read(client, group, topic_id, 0, 1)
     assert (state.error_code, state.state_epoch, state.start_offset) == (ErrorCode.none, 0, 2)
@@ -184,14 +181,14 @@ def test_write_merges_batches_and_read_returns_them(
 
 def test_fencing_of_older_leader_and_state_epochs(client: WireClient, topic_id: uuid.UUID) -> None:
     group = "g-fence"
-    ok = write(client, group, topic_id, 1, state_epoch=0, leader_epoch=3, start_offset=0)
+    ok = write(client, group, topic_id, 1, leader_epoch=3, start_offset=0)
     assert ok.error_code == ErrorCode.none
-    stale = write(client, group, topic_id, 1, state_epoch=0, leader_epoch=2, start_offset=0)
+    stale = write(client, group, topic_id, 1, leader_epoch=2, start_offset=0)
     assert stale.error_code == ErrorCode.fenced_leader_epoch
     assert read(client, group, topic_id, 1, 2).error_code == ErrorCode.fenced_leader_epoch
     # A newer leader's read records its epoch: the previous leader is fenced from then on.
     assert read(client, group, topic_id, 1, 4).error_code == ErrorCode.none
-    stale = write(client, group, topic_id, 1, state_epoch=0, leader_epoch=3, start_offset=0)
+    stale = write(client, group, topic_id, 1, leader_epoch=3, start_offset=0)
     assert stale.error_code == ErrorCode.fenced_leader_epoch
     init = call(
         client,
@@ -203,7 +200,7 @@ def test_fencing_of_older_leader_and_state_epochs(client: WireClient, topic_id: 
         start_offset=50,
     )
     assert init.error_code == ErrorCode.none
-    stale = write(client, group, topic_id, 1, state_epoch=0, leader_epoch=4, start_offset=60)
+    stale = write(client, group, topic_id, 1, leader_epoch=4, start_offset=60)
     assert stale.error_code == ErrorCode.fenced_state_epoch
     state = read(client, group, topic_id, 1, 4)
     assert (state.state_epoch, state.start_offset, as_tuples(state)) == (1, 50, [])
@@ -219,26 +216,17 @@ def test_fencing_of_older_leader_and_state_epochs(client: WireClient, topic_id: 
 
 
 def test_unknown_partition_and_bad_requests(client: WireClient, topic_id: uuid.UUID) -> None:
-    unknown = write(client, "g-bad", uuid.uuid4(), 0, state_epoch=0, leader_epoch=0, start_offset=0)
+    unknown = write(client, "g-bad", uuid.uuid4(), 0, leader_epoch=0, start_offset=0)
     assert unknown.error_code == ErrorCode.unknown_topic_or_partition
-    beyond = write(client, "g-bad", topic_id, 7, state_epoch=0, leader_epoch=0, start_offset=0)
+    beyond = write(client, "g-bad", topic_id, 7, leader_epoch=0, start_offset=0)
     assert beyond.error_code == ErrorCode.unknown_topic_or_partition
-    empty_group = write(client, "", topic_id, 0, state_epoch=0, leader_epoch=0, start_offset=0)
+    empty_group = write(client, "", topic_id, 0, leader_epoch=0, start_offset=0)
     assert empty_group.error_code == ErrorCode.invalid_group_id
 
 
 def test_delete_forgets_the_state(client: WireClient, topic_id: uuid.UUID) -> None:
     group = "g-delete"
-    result = write(
-        client,
-        group,
-        topic_id,
-        0,
-        state_epoch=0,
-        leader_epoch=1,
-        start_offset=10,
-        state_batches=batches((10, 12, ACKED, 1)),
-    )
+    result = write(client, group, topic_id, 0, (10, 12, ACKED, 1), leader_epoch=1, start_offset=10)
     assert result.error_code == ErrorCode.none
     deleted = call(client, v.DELETE_SHARE_GROUP_STATE, group, topic_id, partition=0)
     assert deleted.error_code == ErrorCode.none
@@ -250,7 +238,7 @@ def test_delete_forgets_the_state(client: WireClient, topic_id: uuid.UUID) -> No
         [],
     )
     # A write at an old leader epoch is accepted again: nothing is left to fence it.
-    again = write(client, group, topic_id, 0, state_epoch=0, leader_epoch=0, start_offset=0)
+    again = write(client, group, topic_id, 0, leader_epoch=0, start_offset=0)
     assert again.error_code == ErrorCode.none
 
 
@@ -260,7 +248,7 @@ def test_disabled_share_groups_answer_unsupported_version(
     disabled = process_pool.broker(SHARE_GROUPS_OFF)
     c = WireClient(disabled.port)
     try:
-        result = write(c, "g", topic_id, 0, state_epoch=0, leader_epoch=0, start_offset=0)
+        result = write(c, "g", topic_id, 0, leader_epoch=0, start_offset=0)
         assert result.error_code == ErrorCode.unsupported_version
         summary = call(
             c, v.READ_SHARE_GROUP_STATE_SUMMARY, "g", topic_id, partition=0, leader_epoch=-1
@@ -275,28 +263,10 @@ def test_state_survives_a_kill_and_restart(
 ) -> None:
     group = "g-restart"
     expected = [(0, 0, ACKED, 1), (1, 1, ARCHIVED, 2), (2, 3, AVAILABLE, 1), (4, 4, ACKED, 1)]
-    first = write(
-        client,
-        group,
-        topic_id,
-        1,
-        state_epoch=0,
-        leader_epoch=6,
-        start_offset=0,
-        state_batches=batches((0, 4, AVAILABLE, 1)),
-    )
+    first = write(client, group, topic_id, 1, (0, 4, AVAILABLE, 1), leader_epoch=6, start_offset=0)
     assert first.error_code == ErrorCode.none
     for spec in ((0, 0, ACKED, 1), (1, 1, ARCHIVED, 2), (4, 4, ACKED, 1)):
-        result = write(
-            client,
-            group,
-            topic_id,
-            1,
-            state_epoch=0,
-            leader_epoch=6,
-            start_offset=-1,
-            state_batches=batches(spec),
-        )
+        result = write(client, group, topic_id, 1, spec, leader_epoch=6, start_offset=-1)
         assert result.error_code == ErrorCode.none
     assert as_tuples(read(client, group, topic_id, 1, 6)) == expected
     client.close()
@@ -310,7 +280,7 @@ def test_state_survives_a_kill_and_restart(
             0,
             expected,
         )
-        stale = write(c, group, topic_id, 1, state_epoch=0, leader_epoch=5, start_offset=0)
+        stale = write(c, group, topic_id, 1, leader_epoch=5, start_offset=0)
         assert stale.error_code == ErrorCode.fenced_leader_epoch
     finally:
         c.close()

@@ -21,7 +21,7 @@ from gregor.server.harness.cluster import Cluster
 from gregor.wire import versions as v
 from gregor.wire.schema import request_type
 from tests.kafka_wire import WireClient, create_topic
-from tests.test_share_coordinator_broker import ACKED, AVAILABLE, as_tuples, batches, read, write
+from tests.test_share_coordinator_broker import ACKED, AVAILABLE, as_tuples, read, write
 
 STATE_PARTITIONS = 3
 
@@ -74,7 +74,7 @@ def test_a_write_survives_a_kill_of_the_coordinators_broker(cluster: Cluster) ->
     other = next(i for i in cluster.brokers if i != coordinator)
     c = WireClient(cluster.brokers[other].port)
     try:
-        refused = write(c, group, topic_id, 0, state_epoch=0, leader_epoch=1, start_offset=0)
+        refused = write(c, group, topic_id, 0, leader_epoch=1, start_offset=0)
         assert refused.error_code == ErrorCode.not_coordinator
     finally:
         c.close()
@@ -84,14 +84,7 @@ def test_a_write_survives_a_kill_of_the_coordinators_broker(cluster: Cluster) ->
         for start, spec in ((0, (0, 4, AVAILABLE, 1)), (-1, (0, 1, ACKED, 1))):
             result = until_coordinator(
                 lambda start=start, spec=spec: write(
-                    c,
-                    group,
-                    topic_id,
-                    0,
-                    state_epoch=0,
-                    leader_epoch=1,
-                    start_offset=start,
-                    state_batches=batches(spec),
+                    c, group, topic_id, 0, spec, leader_epoch=1, start_offset=start
                 )
             )
             assert result.error_code == ErrorCode.none

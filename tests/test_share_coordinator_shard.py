@@ -247,3 +247,23 @@ def test_redundant_offset_is_the_oldest_last_snapshot() -> None:
     assert fresh.states == log.shard.states
     log.commit(log.shard.delete(KEY))  # 5
     assert log.shard.redundant_offset() == 6
+
+
+def test_state_no_leader_can_load_is_refused() -> None:
+    """Start offsets below -1, reversed or negative batches, delivery states that are never
+    persisted (ACQUIRED) or unknown, negative delivery counts: INVALID_REQUEST, nothing
+    written (a client's WriteShareGroupState once failed every later load of the state)."""
+    log = Log()
+    for start, batches in (
+        (-(2**63), ()),
+        (-2, ()),
+        (0, (b(5, 2, ACKED, 1),)),
+        (-1, (b(-3, 2, ACKED, 1),)),
+        (0, (b(0, 2, 1, 1),)),
+        (0, (b(0, 2, 127, 1),)),
+        (0, (b(0, 2, ACKED, -1),)),
+    ):
+        assert log.write(0, 0, start, *batches) == ErrorCode.invalid_request
+    assert log.shard.initialize(KEY, 0, -5, 1) == ErrorCode.invalid_request
+    assert log.records == []
+    assert isinstance(log.write(0, 0, 2**63 - 1, b(0, 2**63 - 1, ARCHIVED, 0)), tuple)

@@ -6,16 +6,15 @@ partitions (type 15) reloaded with the group."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
 from gregor.coordinator.consumer_membership import GroupTiming
 from gregor.coordinator.coordinator import GroupCoordinator, Settings
 from gregor.coordinator.share_membership import ShareHeartbeatRequest, ShareHeartbeatResult
-from gregor.replica.share_partition import StateBatch
-from gregor.replica.share_persister import UNINITIALIZED_OFFSET, ShareState, ShareStateError
+from gregor.replica.share_persister import UNINITIALIZED_OFFSET, ShareState
+from tests.share_memory_persister import MemoryPersister
 from tests.test_coordinator import PARTITIONS, Stack, run, stack, until
 
 __all__ = ["stack"]  # the fixture, shared with tests/test_coordinator.py
@@ -30,59 +29,7 @@ class Topic:
     partitions: range
 
 
-@dataclass
-class Persister:
-    """The share coordinator's state in memory: initialize and delete are what the group
-    coordinator calls; ``failing`` share-partitions refuse."""
-
-    states: dict[tuple[str, uuid.UUID, int], ShareState] = field(default_factory=dict)
-    initialized: list[tuple[str, uuid.UUID, int, int, int]] = field(default_factory=list)
-    deleted: list[tuple[str, uuid.UUID, int]] = field(default_factory=list)
-    failing: set[int] = field(default_factory=set)
-
-    async def initialize(
-        self,
-        group_id: str,
-        topic_id: uuid.UUID,
-        partition: int,
-        state_epoch: int,
-        start_offset: int,
-    ) -> None:
-        if partition in self.failing:
-            raise ShareStateError(ErrorCode.coordinator_not_available)
-        self.initialized.append((group_id, topic_id, partition, state_epoch, start_offset))
-        self.states[group_id, topic_id, partition] = ShareState(state_epoch, -1, start_offset)
-
-    async def read(
-        self, group_id: str, topic_id: uuid.UUID, partition: int, leader_epoch: int
-    ) -> ShareState | None:
-        return self.states.get((group_id, topic_id, partition))
-
-    async def write(
-        self,
-        group_id: str,
-        topic_id: uuid.UUID,
-        partition: int,
-        state_epoch: int,
-        leader_epoch: int,
-        start_offset: int,
-        batches: Sequence[StateBatch],
-    ) -> None:
-        self.states[group_id, topic_id, partition] = ShareState(
-            state_epoch, leader_epoch, start_offset
-        )
-
-    async def delete(self, group_id: str, topic_id: uuid.UUID, partition: int) -> None:
-        self.deleted.append((group_id, topic_id, partition))
-        self.states.pop((group_id, topic_id, partition), None)
-
-    async def read_summary(
-        self, group_id: str, topic_id: uuid.UUID, partition: int
-    ) -> ShareState | None:
-        return self.states.get((group_id, topic_id, partition))
-
-
-def coordinator(stack: Stack, persister: Persister) -> GroupCoordinator:
+def coordinator(stack: Stack, persister: MemoryPersister) -> GroupCoordinator:
     c = GroupCoordinator(
         Settings(partitions=PARTITIONS),
         stack.replicas,
@@ -119,7 +66,7 @@ def initialized(c: GroupCoordinator, group: str) -> set[int]:
 
 
 def test_new_partitions_are_initialized_and_recorded(stack: Stack) -> None:
-    persister = Persister()
+    persister = MemoryPersister()
 
     async def scenario() -> None:
         c = coordinator(stack, persister)
@@ -148,7 +95,7 @@ def test_new_partitions_are_initialized_and_recorded(stack: Stack) -> None:
 
 
 def test_existing_state_is_kept_and_failures_are_retried(stack: Stack) -> None:
-    persister = Persister(failing={1})
+    persister = MemoryPersister(failing={1})
     persister.states["g", TOPIC_ID, 0] = ShareState(0, 3, 42)  # its leader was first
 
     async def scenario() -> None:
@@ -167,7 +114,7 @@ def test_existing_state_is_kept_and_failures_are_retried(stack: Stack) -> None:
 
 
 def test_deletion_of_the_group_and_of_its_topic(stack: Stack) -> None:
-    persister = Persister()
+    persister = MemoryPersister()
 
     async def scenario() -> None:
         c = coordinator(stack, persister)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import itertools
 import uuid
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -21,27 +20,27 @@ from compat_tests.process_pool import ProcessPool
 from gregor.apis.context import build, nested
 from gregor.wire import versions as v
 from gregor.wire.schema import request_type
-from tests.kafka_wire import WireClient, create_topic
+from tests.kafka_wire import WireClient
 from tests.share_groups_off import SHARE_GROUPS_OFF
 from tests.test_consumer_group_commits_and_configs import alter_group
-from tests.test_consumer_group_protocol import fetch_group, wait_until
+from tests.test_consumer_group_protocol import (
+    HEARTBEAT_MS,
+    PARTITIONS,
+    client,
+    fetch_group,
+    group_overrides,
+    restart_and_check_reloaded,
+    topic_with_coordinator,
+    wait_until,
+)
 from tests.test_consumer_group_protocol import join as consumer_join
 
+__all__ = ["client"]  # the fixture, shared with tests/test_consumer_group_protocol.py
+
 TOPIC = "sg-topic"
-PARTITIONS = 6
-SESSION_MS = 1500
-HEARTBEAT_MS = 200
 MAX_SIZE = 10  # Kafka's lowest group.share.max.size
 _groups = itertools.count()
-BROKER_OVERRIDES = {
-    "offsets.topic.num.partitions": "1",
-    "group.share.enable": "true",
-    "group.share.min.session.timeout.ms": "1000",
-    "group.share.session.timeout.ms": str(SESSION_MS),
-    "group.share.min.heartbeat.interval.ms": "100",
-    "group.share.heartbeat.interval.ms": str(HEARTBEAT_MS),
-    "group.share.max.size": str(MAX_SIZE),
-}
+BROKER_OVERRIDES = {**group_overrides("share", MAX_SIZE), "group.share.enable": "true"}
 
 
 @pytest.fixture(scope="module")
@@ -51,23 +50,7 @@ def broker(process_pool: ProcessPool) -> BrokerProcess:
 
 @pytest.fixture(scope="module")
 def topic_id(broker: BrokerProcess) -> uuid.UUID:
-    client = WireClient(broker.port)
-    created = create_topic(client, TOPIC, PARTITIONS)
-    assert created.error_code == ErrorCode.none
-    found = client.call(
-        v.FIND_COORDINATOR, 0, build(request_type(v.FIND_COORDINATOR, 0), key="any")
-    )
-    assert found.error_code == ErrorCode.none
-    client.close()
-    topic_id: uuid.UUID = created.topic_id
-    return topic_id
-
-
-@pytest.fixture
-def client(broker: BrokerProcess, topic_id: uuid.UUID) -> Iterator[WireClient]:
-    c = WireClient(broker.port)
-    yield c
-    c.close()
+    return topic_with_coordinator(broker, TOPIC, PARTITIONS)
 
 
 @pytest.fixture
@@ -279,18 +262,7 @@ def test_a_share_group_reloads_after_a_restart(broker: BrokerProcess, topic_id: 
     first.beat()
     before = describe(client, group)
     client.close()
-    broker.restart()
-    client = WireClient(broker.port)
-    wait_until(lambda: describe(client, group).error_code == ErrorCode.none)
-    after = describe(client, group)
-    assert (after.group_epoch, after.assignment_epoch, after.group_state) == (
-        before.group_epoch,
-        before.assignment_epoch,
-        "Stable",
-    )
-    assert sorted((m.member_id, m.member_epoch, m.assignment) for m in after.members) == sorted(
-        (m.member_id, m.member_epoch, m.assignment) for m in before.members
-    )
+    client = restart_and_check_reloaded(broker, group, before, describe)
     for m in (first, second):
         m.client = client
         assert m.beat().member_epoch == before.group_epoch

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,8 +24,9 @@ from gregor.replica.share_partition_manager import (
     SharePartitionManager,
     ShareWindow,
 )
-from gregor.replica.share_persister import ShareState, ShareStateError
+from gregor.replica.share_persister import ShareState
 from gregor.wire.records import build_batch
+from tests.share_memory_persister import MemoryPersister
 
 NOW = 1_700_000_000_000
 TOPIC = "t"
@@ -33,58 +34,6 @@ TOPIC_ID = uuid.uuid4()
 KEY = ("g", TOPIC_ID, 0)
 SETTINGS = ShareFetchSettings(delivery_count_limit=3, max_record_locks=100, max_share_sessions=10)
 ACCEPT, RELEASE, REJECT = 1, 2, 3
-
-
-class MemoryPersister:
-    """The persister's contract in memory, fencing older leader epochs."""
-
-    def __init__(self) -> None:
-        self.states: dict[tuple[str, uuid.UUID, int], ShareState] = {}
-        self.writes = 0
-        self.fail: ErrorCode | None = None
-
-    async def initialize(
-        self, group_id: str, topic_id: uuid.UUID, partition: int, state_epoch: int, start: int
-    ) -> None:
-        self.states[(group_id, topic_id, partition)] = ShareState(state_epoch, -1, start)
-
-    async def read(
-        self, group_id: str, topic_id: uuid.UUID, partition: int, leader_epoch: int
-    ) -> ShareState | None:
-        state = self.states.get((group_id, topic_id, partition))
-        if state is not None:
-            state = self.states[(group_id, topic_id, partition)] = ShareState(
-                state.state_epoch, leader_epoch, state.start_offset, state.batches
-            )
-        return state
-
-    async def write(
-        self,
-        group_id: str,
-        topic_id: uuid.UUID,
-        partition: int,
-        state_epoch: int,
-        leader_epoch: int,
-        start_offset: int,
-        batches: Sequence[StateBatch],
-    ) -> None:
-        await asyncio.sleep(0)
-        if self.fail is not None:
-            raise ShareStateError(self.fail)
-        key = (group_id, topic_id, partition)
-        state = self.states.get(key)
-        if state is not None and leader_epoch < state.leader_epoch:
-            raise ShareStateError(ErrorCode.fenced_leader_epoch)
-        self.writes += 1
-        self.states[key] = ShareState(state_epoch, leader_epoch, start_offset, tuple(batches))
-
-    async def delete(self, group_id: str, topic_id: uuid.UUID, partition: int) -> None:
-        self.states.pop((group_id, topic_id, partition), None)
-
-    async def read_summary(
-        self, group_id: str, topic_id: uuid.UUID, partition: int
-    ) -> ShareState | None:
-        return self.states.get((group_id, topic_id, partition))
 
 
 @pytest.fixture
@@ -268,5 +217,33 @@ def test_markers_and_aborted_transactions_are_never_delivered(replicas: ReplicaM
         got = manager.acquire(window, "a", 10, 1 << 20, True)
         assert got.acquired == [AcquiredRecords(3, 3, 1)]
         assert window.window.start_offset == 3
+
+    run(replicas, persister, scenario)
+
+
+@pytest.mark.parametrize(
+    "state",
+    [
+        ShareState(0, -1, -(2**63)),  # a negative start offset
+        ShareState(0, -1, 0, (StateBatch(0, 5, 0, 1), StateBatch(3, 7, 2, 1))),  # overlapping
+        ShareState(0, -1, 0, (StateBatch(0, 5, 127, 1),)),  # an unknown delivery state
+        ShareState(0, -1, 0, (StateBatch(0, 5, 1, 1),)),  # ACQUIRED, never persisted
+    ],
+)
+def test_invalid_persisted_state_is_an_error_not_a_crash(
+    replicas: ReplicaManager, state: ShareState
+) -> None:
+    """State no leader writes (a client may send WriteShareGroupState) fails the
+    share-partition's load with UNKNOWN_SERVER_ERROR, as Kafka's initialization does."""
+    persister = MemoryPersister(states={KEY: state})
+    produce(replicas, 8)
+
+    async def scenario(manager: SharePartitionManager) -> None:
+        assert await manager.share_partition(KEY) == (None, ErrorCode.unknown_server_error)
+        persister.states[KEY] = ShareState(0, -1, 2)  # repaired: the next use loads it
+        window = await loaded(manager)
+        assert manager.acquire(window, "m", 10, 1 << 20, True).acquired == [
+            AcquiredRecords(2, 7, 1)
+        ]
 
     run(replicas, persister, scenario)

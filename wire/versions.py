@@ -4,9 +4,8 @@ Bounded by what our handlers implement, not by what kio can parse. The client AP
 one Kafka release, 4.1: every API Gregor serves at exactly 4.1's range (so a client that
 infers the broker's release from the ranges, as kafka-python does, gets one coherent
 answer), plus the ZooKeeper-era inter-broker APIs of cluster mode. APIs Gregor does not
-serve at all (delegation tokens, features, KRaft, the KIP-932/1071
-group protocols, telemetry) are left out of ApiVersions, as tests/test_api_versions_release.py
-lists.
+serve at all (delegation tokens, features, KRaft, telemetry) are left out of ApiVersions,
+as tests/test_api_versions_release.py lists.
 """
 
 from __future__ import annotations
@@ -139,6 +138,10 @@ SUPPORTED: dict[int, tuple[int, int]] = {
     # ShareFetch and ShareAcknowledge:
     SHARE_FETCH: (1, 1),
     SHARE_ACKNOWLEDGE: (1, 1),
+    # The admin APIs of share groups' offsets:
+    DESCRIBE_SHARE_GROUP_OFFSETS: (0, 0),
+    ALTER_SHARE_GROUP_OFFSETS: (0, 0),
+    DELETE_SHARE_GROUP_OFFSETS: (0, 0),
     # The share coordinator's state, sent by share-partition leaders and group coordinators:
     INITIALIZE_SHARE_GROUP_STATE: (0, 0),
     READ_SHARE_GROUP_STATE: (0, 0),

@@ -20,7 +20,9 @@
 //                 (each partition's topic)} on every rebalance
 //                 callback, {"event": "first", "partition", "offset"} for the first
 //                 record seen per partition, {"event": "commit-failed"} when a commit
-//                 fails with CommitFailedException (it consumes on), {"event": "closed",
+//                 fails with CommitFailedException (it consumes on), {"event": "read",
+//                 "partition", "from", "to", "count", "read_at", "committed_at" (ms, null
+//                 if the commit failed)} per partition of every batch, {"event": "closed",
 //                 "consumed"} at the end. stdin: any line or EOF closes the consumer cleanly.
 //   share-consume --group G [--ack implicit|explicit] [--release VALUE=N]... [--reject VALUE]...
 //                 [--hold-after N] [--config k=v]...   a KafkaShareConsumer (share group G)
@@ -35,6 +37,17 @@
 //                 "partition", "offsets", "error"} from the acknowledgement commit callback,
 //                 {"event": "closed", "received"} at the end. stdin: any line or EOF closes
 //                 the consumer cleanly (a held batch is then acknowledged as its mode says).
+//   share-admin   --group G --action list|describe|alter|delete-offsets|delete-group
+//                 [--offset P=N]...   the Admin's share group calls: list prints
+//                 {"event": "listed", "group", "type", "state"} per group listGroups (type
+//                 SHARE) lists; describe {"event": "described", "state", "group_epoch",
+//                 "assignment_epoch", "members": [{"client_id", "member_epoch",
+//                 "partitions"}]} (describeShareGroups) and {"event": "offset", "partition",
+//                 "start_offset", "leader_epoch"} per partition (listShareGroupOffsets);
+//                 alter (alterShareGroupOffsets of the --offset partitions) prints
+//                 {"event": "altered", "partition", "error"} each; delete-offsets
+//                 (deleteShareGroupOffsets of the topic) and delete-group
+//                 (deleteShareGroups) print {"event": "deleted", "error"}
 //   group-commit  --group G --count N [--timeout-ms M] [--config k=v]...   subscribes in
 //                 group G, polls until N records, commits them, closes; stdout: {"consumed"}
 //   group-offsets --group G [--config k=v]...   the group's committed offsets (the Admin's
@@ -256,6 +269,7 @@ public final class GregorClient {
                 case "list-offsets" -> c.listOffsets();
                 case "group-consume" -> c.groupConsume();
                 case "share-consume" -> c.shareConsume();
+                case "share-admin" -> c.shareAdmin();
                 case "group-commit" -> c.groupCommit();
                 case "group-offsets" -> c.groupOffsets();
                 case "create-partitions" -> c.createPartitions();
@@ -542,20 +556,39 @@ public final class GregorClient {
             }
             while (true) {
                 var records = consumer.poll(Duration.ofMillis(200));
+                long readAt = System.currentTimeMillis();
+                // Each partition's offsets in this batch, to print with the commit's outcome.
+                Map<Integer, long[]> ranges = new java.util.TreeMap<>();
                 for (ConsumerRecord<byte[], byte[]> r : records) {
                     if (seen.add(r.partition())) {
                         System.out.println("{\"event\": \"first\", \"partition\": "
                                 + r.partition() + ", \"offset\": " + r.offset() + "}");
                     }
+                    ranges.computeIfAbsent(r.partition(), k -> new long[] {r.offset(), 0, 0});
+                    long[] range = ranges.get(r.partition());
+                    range[1] = r.offset();
+                    range[2]++;
                     consumed++;
                 }
                 if (!records.isEmpty()) {
+                    // null unless the commit is known to have succeeded (a wakeup may stop
+                    // commitSync after it sent the commit).
+                    String committedAt = "null";
                     try {
                         consumer.commitSync();
+                        committedAt = Long.toString(System.currentTimeMillis());
                     } catch (org.apache.kafka.clients.consumer.CommitFailedException e) {
                         // A rebalance moved on meanwhile (e.g. a member epoch bumped while
                         // the commit was in flight): as an application does, consume on.
                         System.out.println("{\"event\": \"commit-failed\"}");
+                    } finally {
+                        for (var e : ranges.entrySet()) {
+                            long[] range = e.getValue();
+                            System.out.println("{\"event\": \"read\", \"partition\": "
+                                    + e.getKey() + ", \"from\": " + range[0] + ", \"to\": "
+                                    + range[1] + ", \"count\": " + range[2] + ", \"read_at\": "
+                                    + readAt + ", \"committed_at\": " + committedAt + "}");
+                        }
                     }
                 }
                 System.out.flush();
@@ -637,6 +670,76 @@ public final class GregorClient {
             consumer.close();
         }
         System.out.println("{\"event\": \"closed\", \"received\": " + received + "}");
+        return 0;
+    }
+
+    private int shareAdmin() throws Exception {
+        String group = opt("group", null);
+        String topic = opt("topic", null);
+        try (Admin admin = Admin.create(props())) {
+            switch (opt("action", null)) {
+                case "list" -> {
+                    var options = new org.apache.kafka.clients.admin.ListGroupsOptions()
+                            .withTypes(Set.of(org.apache.kafka.common.GroupType.SHARE));
+                    for (var g : admin.listGroups(options).all().get()) {
+                        System.out.println("{\"event\": \"listed\", \"group\": "
+                                + str(g.groupId()) + ", \"type\": "
+                                + str(g.type().map(Enum::name).orElse(null)) + ", \"state\": "
+                                + str(g.groupState().map(Enum::name).orElse(null)) + "}");
+                    }
+                }
+                case "describe" -> {
+                    var d = admin.describeShareGroups(List.of(group)).describedGroups()
+                            .get(group).get();
+                    StringBuilder members = new StringBuilder();
+                    for (var m : d.members()) {
+                        List<Integer> parts = new ArrayList<>();
+                        m.assignment().topicPartitions().forEach(tp -> parts.add(tp.partition()));
+                        parts.sort(null);
+                        members.append(members.length() > 0 ? ", " : "")
+                                .append("{\"client_id\": ").append(str(m.clientId()))
+                                .append(", \"member_epoch\": ").append(m.memberEpoch())
+                                .append(", \"partitions\": ").append(parts).append("}");
+                    }
+                    System.out.println("{\"event\": \"described\", \"state\": "
+                            + str(d.groupState().name()) + ", \"group_epoch\": "
+                            + d.groupEpoch() + ", \"assignment_epoch\": "
+                            + d.targetAssignmentEpoch() + ", \"members\": [" + members + "]}");
+                    var spec = new org.apache.kafka.clients.admin.ListShareGroupOffsetsSpec();
+                    var offsets = admin.listShareGroupOffsets(Map.of(group, spec))
+                            .partitionsToOffsetInfo(group).get();
+                    for (var e : offsets.entrySet()) {
+                        var info = e.getValue();
+                        System.out.println("{\"event\": \"offset\", \"partition\": "
+                                + e.getKey().partition() + ", \"start_offset\": "
+                                + (info == null ? "null" : info.startOffset())
+                                + ", \"leader_epoch\": " + (info == null ? "null"
+                                        : info.leaderEpoch().map(String::valueOf).orElse("null"))
+                                + "}");
+                    }
+                }
+                case "alter" -> {
+                    Map<TopicPartition, Long> wanted = new LinkedHashMap<>();
+                    for (String spec : opts.getOrDefault("offset", List.of())) {
+                        String[] kv = spec.split("=", 2);
+                        wanted.put(new TopicPartition(topic, Integer.parseInt(kv[0])),
+                                Long.parseLong(kv[1]));
+                    }
+                    var result = admin.alterShareGroupOffsets(group, wanted);
+                    for (TopicPartition tp : wanted.keySet()) {
+                        System.out.println("{\"event\": \"altered\", \"partition\": "
+                                + tp.partition() + ", \"error\": "
+                                + errorOf(result.partitionResult(tp)) + "}");
+                    }
+                }
+                case "delete-offsets" -> System.out.println("{\"event\": \"deleted\", \"error\": "
+                        + errorOf(admin.deleteShareGroupOffsets(group, Set.of(topic))
+                                .topicResult(topic)) + "}");
+                case "delete-group" -> System.out.println("{\"event\": \"deleted\", \"error\": "
+                        + errorOf(admin.deleteShareGroups(List.of(group)).all()) + "}");
+                default -> throw new IllegalArgumentException("unknown --action");
+            }
+        }
         return 0;
     }
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from fuzzing.share_canary import share_group_problems, share_member_problems
 from gregor.apis.context import build, nested
 from gregor.wire.records import build_batch, decode_records, split_batches
 from gregor.wire.schema import request_type
@@ -297,10 +298,16 @@ class Canary:
             time.sleep(PAUSE_S)
 
 
-def verify(connect: Connect, state: CanaryState, groups: tuple[str, ...] = ()) -> list[str]:
+def verify(
+    connect: Connect,
+    state: CanaryState,
+    groups: tuple[str, ...] = (),
+    share_groups: tuple[str, ...] = (),
+) -> list[str]:
     """What differs between the broker's data and what the canary was acknowledged; a
-    fresh consumer group must still work, and ``groups`` keep the epochs (recorded in
-    ``state`` by the first call) at which the fuzz left them."""
+    fresh consumer group must still work, ``groups`` keep the epochs (recorded in
+    ``state`` by the first call) at which the fuzz left them; a fresh share group's member
+    must get every stored record exactly once, and ``share_groups`` stay describable."""
     problems = []
     client = connect()
     try:
@@ -338,6 +345,9 @@ def verify(connect: Connect, state: CanaryState, groups: tuple[str, ...] = ()) -
         lost = {g: e for g, e in state.group_epochs.items() if epochs.get(g, -1) < e}
         if lost:
             problems.append(f"consumer groups lost or behind their epochs {lost}: {epochs}")
+        [topic] = metadata(client).topics
+        problems += share_member_problems(client, TOPIC, topic.topic_id, offsets)
+        problems += share_group_problems(client, share_groups)
     finally:
         client.close()
     return problems

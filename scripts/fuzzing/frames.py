@@ -13,7 +13,7 @@ from functools import cache
 
 import zstandard
 
-from fuzzing import admin_mega, consumer_groups, metrics_http
+from fuzzing import admin_mega, consumer_groups, metrics_http, share_groups
 from fuzzing.bodies import INT32_MAX, BodyWriter, crc32c_of
 from gregor.wire.compression import GZIP, LZ4, ZSTD, compress
 from gregor.wire.records import build_batch
@@ -191,6 +191,7 @@ FAMILIES: dict[str, tuple[Family, float]] = {
     "compression_bombs": (compression_bombs, 0.001),
     "pipelining_flood": (pipelining_flood, 0.0004),
     consumer_groups.FAMILY: (consumer_groups.consumer_groups, 0.03),
+    share_groups.FAMILY: (share_groups.share_groups, 0.03),
     metrics_http.FAMILY: (metrics_http.placeholder, 0.01),
     admin_mega.FAMILY: (admin_mega.placeholder, 0.0002),  # episodes of seconds each
 }

@@ -18,7 +18,7 @@ from pathlib import Path
 from benchmark.procstats import cpu_seconds, memory_kib
 
 from compat_tests.broker import BrokerProcess
-from fuzzing import admin_mega, consumer_groups, metrics_http, secured
+from fuzzing import admin_mega, consumer_groups, metrics_http, secured, share_groups
 from fuzzing.canary import TOPIC, Canary, CanaryState, Connect, create_topic, plaintext, verify
 from fuzzing.frames import BOMB_TOPICS, FAMILIES, FUZZ_TOPICS, bomb_batches
 from fuzzing.secured import Targets
@@ -141,6 +141,7 @@ def _create_topics(port: int) -> None:
             create_topic(client, name)
         for name, configs in BOMB_TOPICS.items():
             create_topic(client, name, configs)
+        share_groups.prepare(client)
     finally:
         client.close()
 
@@ -229,7 +230,7 @@ def _fuzz(broker: BrokerProcess, canary: Canary, result: RunResult, plan: Plan) 
 
 def _verify(connect: Connect, state: CanaryState) -> list[str]:
     try:
-        return verify(connect, state, consumer_groups.GROUPS)
+        return verify(connect, state, consumer_groups.GROUPS, share_groups.GROUPS)
     except (OSError, ValueError) as e:
         return [f"could not read the data back: {type(e).__name__}: {e}"]
 

@@ -242,11 +242,12 @@ def _groups(commands: _Commands) -> None:
         commands,
         "groups",
         "gregor.server.cli.groups",
-        help="list, describe, reset offsets of and delete consumer groups "
-        "(like kafka-consumer-groups.sh)",
+        help="list, describe, reset offsets of and delete consumer and share groups "
+        "(like kafka-consumer-groups.sh and kafka-share-groups.sh)",
         description="Talks to any Kafka-compatible broker over the wire. --reset-offsets "
         "prints the new offsets and changes nothing unless --execute is given; the group "
-        "must have no active members.",
+        "must have no active members. Share groups (--type share) have start offsets "
+        "instead of committed ones.",
     )
     _bootstrap(groups)
     _actions(
@@ -256,6 +257,7 @@ def _groups(commands: _Commands) -> None:
             ("--describe", "describe --group(s): committed offsets, log end offsets and lag"),
             ("--reset-offsets", "reset --group's committed offsets (a dry run unless --execute)"),
             ("--delete", "delete --group(s)"),
+            ("--delete-offsets", "delete a share --group's offsets of --topic(s)"),
         ],
     )
     groups.add_argument("--group", action="append", default=[], help="a group (may be repeated)")
@@ -277,7 +279,7 @@ def _groups(commands: _Commands) -> None:
         nargs="?",
         const="",
         metavar="TYPE[,TYPE...]",
-        help="list: each group's type, classic or consumer (only these types, if given)",
+        help="list: each group's type, classic, consumer or share (only these types, if given)",
     )
     groups.add_argument(
         "--verbose",
@@ -290,12 +292,12 @@ def _groups(commands: _Commands) -> None:
         action="append",
         default=[],
         metavar="TOPIC[:P,P...]",
-        help="reset-offsets: a topic, or some of its partitions (may be repeated)",
+        help="reset-offsets, delete-offsets: a topic, or some of its partitions (may be repeated)",
     )
     groups.add_argument(
         "--all-topics",
         action="store_true",
-        help="reset-offsets: every topic the group has committed offsets for",
+        help="reset-offsets: every topic the group has committed (share group: start) offsets for",
     )
     to = groups.add_mutually_exclusive_group()
     to.add_argument("--to-earliest", action="store_true", help="reset to the log start")

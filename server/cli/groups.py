@@ -2,7 +2,10 @@
 reset the offsets of and delete consumer groups on any Kafka-compatible broker over the
 wire, in the habits of ``kafka-consumer-groups.sh``: classic groups and those of the
 consumer protocol (KIP-848), which ConsumerGroupDescribe describes (with member epochs and
-target assignments) where DescribeGroups reports them Dead."""
+target assignments) where DescribeGroups reports them Dead. Share groups (KIP-932) as
+``kafka-share-groups.sh`` has them: listed with ``--type share``, described by
+ShareGroupDescribe with their start offsets and lag, their start offsets reset
+(AlterShareGroupOffsets) and deleted (``--delete-offsets``, DeleteShareGroupOffsets)."""
 
 from __future__ import annotations
 
@@ -26,13 +29,20 @@ from gregor.server.cli.client.records import (
     error_name,
     list_offsets,
 )
+from gregor.server.cli.client.share_offsets import (
+    StartOffset,
+    alter_start_offsets,
+    delete_start_offsets,
+    start_offsets,
+)
 from gregor.server.cli.output import print_json, print_table
 
 OFFSET_COMMIT, OFFSET_FETCH, DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS = 8, 9, 15, 16, 42
-API_VERSIONS, CONSUMER_GROUP_DESCRIBE = 18, 69
+API_VERSIONS, CONSUMER_GROUP_DESCRIBE, SHARE_GROUP_DESCRIBE = 18, 69, 77
 GROUP_ID_NOT_FOUND = 69
-# kafka-consumer-groups.sh's --type values (Kafka's GroupType names).
-GROUP_TYPES = {"classic": "Classic", "consumer": "Consumer"}
+# --type values (Kafka's GroupType names): kafka-consumer-groups.sh's, and share groups.
+GROUP_TYPES = {"classic": "Classic", "consumer": "Consumer", "share": "Share"}
+SHARE = "share"  # a share group's type and protocol type
 INACTIVE = ("Empty", "Dead")  # the states in which a group's offsets may be reset
 NO_OFFSET = -1
 
@@ -42,7 +52,7 @@ class ListedGroup:
     group: str
     state: str
     protocol_type: str
-    group_type: str | None = None  # "classic", "consumer"; None: not asked (ListGroups v4)
+    group_type: str | None = None  # "classic", "consumer", "share"; None: not asked (v4)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,8 +88,8 @@ def list_groups(
 ) -> list[ListedGroup]:
     """The consumer groups of every broker (each lists the groups it coordinates) in
     ``states`` (any when empty); groups of other protocols (Connect's, for one) are left
-    out, as Kafka's tool does. With ``types`` (ListGroups v5, Kafka 3.8+; empty: classic
-    and consumer) each group's type is asked and filtered by."""
+    out, as Kafka's tool does. With ``types`` (ListGroups v5, Kafka 3.8+; empty: every
+    type) each group's type is asked and filtered by, share groups among them."""
     if types is None:
         request = schema(LIST_GROUPS, 4)(states_filter=states)
     else:
@@ -92,7 +102,8 @@ def list_groups(
         if answer.error_code.value != 0:
             raise ClientError(f"ListGroups on {broker.address}: {error_name(answer.error_code)}")
         for g in answer.groups:
-            if g.protocol_type in (PROTOCOL_TYPE, ""):
+            share = types is not None and g.protocol_type == SHARE
+            if g.protocol_type in (PROTOCOL_TYPE, "") or share:
                 group_type = getattr(g, "group_type", None)
                 groups[g.group_id] = ListedGroup(
                     g.group_id, g.group_state, g.protocol_type, group_type
@@ -102,8 +113,8 @@ def list_groups(
 
 def describe_group(client: Client, group: str) -> Group:
     """The group's state and members (DescribeGroups through its coordinator, else
-    ConsumerGroupDescribe for a consumer-protocol group); a group that does not exist is
-    "Dead", as Kafka reports it."""
+    ConsumerGroupDescribe for a consumer-protocol group, ShareGroupDescribe for a share
+    group); a group that does not exist is "Dead", as Kafka reports it."""
     request = schema(DESCRIBE_GROUPS, 5)(groups=(group,), include_authorized_operations=False)
     (described,) = client.call_coordinator(group, request).groups
     if described.error_code.value != 0:
@@ -114,6 +125,10 @@ def describe_group(client: Client, group: str) -> Group:
         modern = _describe_consumer_group(client, group)
         if modern is not None:
             return modern
+        if _serves(client.coordinator(group), SHARE_GROUP_DESCRIBE):
+            share = _describe_share_group(client, group)
+            if share is not None:
+                return share
     consumer = described.protocol_type == PROTOCOL_TYPE
     members = [
         Member(
@@ -174,6 +189,46 @@ def _describe_consumer_group(client: Client, group: str) -> Group | None:
         client.coordinator(group),
         sorted(members, key=lambda m: m.member_id),
         "consumer",
+        described.group_epoch,
+        described.assignment_epoch,
+    )
+
+
+def _describe_share_group(client: Client, group: str) -> Group | None:
+    """A share group as ShareGroupDescribe tells it (a member's target is its assignment:
+    share groups have no revocation); None if there is none."""
+    request = schema(SHARE_GROUP_DESCRIBE, 1)(
+        group_ids=(group,), include_authorized_operations=False
+    )
+    (described,) = client.call_coordinator(group, request).groups
+    if described.error_code.value == GROUP_ID_NOT_FOUND:
+        return None
+    if described.error_code.value != 0:
+        raise ClientError(f"group {group!r}: {error_name(described.error_code)}")
+    members = []
+    for m in described.members:
+        assigned = sorted(
+            (t.topic_name, p) for t in m.assignment.topic_partitions for p in t.partitions
+        )
+        members.append(
+            Member(
+                m.member_id,
+                None,
+                m.client_id,
+                m.client_host,
+                assigned,
+                m.member_epoch,
+                assigned,
+            )
+        )
+    return Group(
+        group,
+        described.group_state,
+        SHARE,
+        described.assignor_name,
+        client.coordinator(group),
+        sorted(members, key=lambda m: m.member_id),
+        SHARE,
         described.group_epoch,
         described.assignment_epoch,
     )
@@ -250,6 +305,7 @@ class PartitionLag:
     current_offset: int | None
     log_end_offset: int
     member: Member | None
+    leader_epoch: int | None = None  # a share-partition's, as DescribeShareGroupOffsets has it
 
     @property
     def lag(self) -> int | None:
@@ -273,14 +329,41 @@ def group_lag(client: Client, group: Group) -> list[PartitionLag]:
     ]
 
 
+def share_group_lag(client: Client, group: Group) -> list[PartitionLag]:
+    """Each share-partition the group has a start offset for or a member on, its start
+    offset as ``current_offset`` and the lag behind the high watermark, as
+    kafka-share-groups.sh shows it."""
+    starts = start_offsets(client, group.group)
+    tps = set(starts) | {tp for m in group.members for tp in m.partitions}
+    if not tps:
+        return []
+    view = ClusterView(client, {t for t, _ in tps})
+    ends = list_offsets(view, dict.fromkeys(tps, LATEST))
+    none = StartOffset(None, 0)
+    return [
+        PartitionLag(
+            t,
+            p,
+            starts.get((t, p), none).offset,
+            ends[(t, p)],
+            group.owner((t, p)),
+            starts.get((t, p), none).leader_epoch,
+        )
+        for t, p in sorted(tps)
+    ]
+
+
 def _target_partitions(
     client: Client, group: Group, topics: list[str], all_topics: bool
 ) -> ClusterView:
     if all_topics == bool(topics):
         raise ClientError("--reset-offsets needs --topic or --all-topics (one of them)")
     if all_topics:
-        committed = committed_offsets(client, group.group)
-        return ClusterView(client, {t for t, _ in committed})
+        if group.group_type == SHARE:
+            offsets: Any = start_offsets(client, group.group)
+        else:
+            offsets = committed_offsets(client, group.group)
+        return ClusterView(client, {t for t, _ in offsets})
     return ClusterView(client, {spec.partition(":")[0] for spec in topics})
 
 
@@ -328,11 +411,20 @@ def parse_duration(text: str) -> int:
 
 def plan_reset(client: Client, group: Group, args: Any) -> dict[TopicPartition, int]:
     """The new offset of each selected partition: within its log's offsets, except that
-    --to-current keeps the committed one as it is, as Kafka's tool does."""
+    --to-current keeps the committed one as it is, as Kafka's tool does. A share group
+    takes --to-earliest, --to-latest, --to-offset and --to-datetime (its start offsets
+    are not committed offsets: nothing to shift or keep)."""
     if group.state not in INACTIVE:
         raise ClientError(
             f"Assignments can only be reset if the group '{group.group}' is inactive, but "
             f"the current state is {group.state}."
+        )
+    if group.group_type == SHARE and (
+        args.to_current or args.shift_by is not None or args.by_duration is not None
+    ):
+        raise ClientError(
+            "a share group's offsets are reset with --to-earliest, --to-latest, "
+            "--to-offset or --to-datetime"
         )
     view = _target_partitions(client, group, args.topic, args.all_topics)
     tps = _selected(view, args.topic)
@@ -392,6 +484,8 @@ def run(args: argparse.Namespace) -> int:
                 return _describe(client, groups, args)
             if args.delete:
                 return _delete(client, groups, args)
+            if args.delete_offsets:
+                return _delete_offsets(client, groups, args)
             return _reset(client, groups, args)
     except ClientError as e:
         print(f"Error: {e}", file=sys.stderr)
@@ -478,7 +572,8 @@ def _describe(client: Client, names: list[str], args: Any) -> int:
             print(f"Error: Consumer group '{name}' does not exist.", file=sys.stderr)
             status = 1
             continue
-        lags = group_lag(client, group)
+        lag_of = share_group_lag if group.group_type == SHARE else group_lag
+        lags = lag_of(client, group)
         described.append((group, lags))
     if args.json:
         print_json({"groups": [_group_json(g, lags) for g, lags in described]})
@@ -494,12 +589,22 @@ def _describe(client: Client, names: list[str], args: Any) -> int:
                 row += [group.group_epoch, group.assignment_epoch]
             print_table([*columns, "#MEMBERS"], [[*row, len(group.members)]])
             continue
+        kind = "Share" if group.group_type == SHARE else "Consumer"
         if not group.members:
-            print(f"Consumer group '{group.group}' has no active members.\n")
+            print(f"{kind} group '{group.group}' has no active members.\n")
         elif group.state != "Stable":
             print(f"Warning: Consumer group '{group.group}' is rebalancing.\n")
         if args.members:
             _print_members(group, args.verbose)
+            continue
+        if group.group_type == SHARE:
+            print_table(
+                ["GROUP", "TOPIC", "PARTITION", "LEADER-EPOCH", "START-OFFSET", "LAG"],
+                [
+                    (group.group, x.topic, x.partition, x.leader_epoch, x.current_offset, x.lag)
+                    for x in lags
+                ],
+            )
             continue
         rows = [
             (
@@ -566,11 +671,15 @@ def _group_json(group: Group, lags: list[PartitionLag]) -> dict[str, Any]:
             {
                 "topic": lag.topic,
                 "partition": lag.partition,
-                "currentOffset": lag.current_offset,
                 "logEndOffset": lag.log_end_offset,
                 "lag": lag.lag,
                 "memberId": lag.member.member_id if lag.member else None,
             }
+            | (
+                {"startOffset": lag.current_offset, "leaderEpoch": lag.leader_epoch}
+                if group.group_type == SHARE
+                else {"currentOffset": lag.current_offset}
+            )
             for lag in lags
         ],
     }
@@ -590,6 +699,23 @@ def _delete(client: Client, names: list[str], args: Any) -> int:
     return 1 if failed else 0
 
 
+def _delete_offsets(client: Client, names: list[str], args: Any) -> int:
+    """As kafka-share-groups.sh --delete-offsets: a share group's state for --topic(s)."""
+    if len(names) != 1 or not args.topic:
+        raise ClientError("--delete-offsets needs one --group and its --topic(s)")
+    (name,) = names
+    topics = list(dict.fromkeys(spec.partition(":")[0] for spec in args.topic))
+    outcome = delete_start_offsets(client, name, topics)
+    failed = {t: e for t, e in outcome.items() if e is not None}
+    if args.json:
+        topics_json = [{"topic": t, "error": e} for t, e in outcome.items()]
+        print_json({"group": name, "topics": topics_json})
+    else:
+        rows = [(t, f"Error: {e}" if e else "Successful") for t, e in outcome.items()]
+        print_table(["TOPIC", "STATUS"], rows)
+    return 1 if failed else 0
+
+
 def _quoted(names: list[str]) -> str:
     return ", ".join(f"'{n}'" for n in names)
 
@@ -601,7 +727,10 @@ def _reset(client: Client, names: list[str], args: Any) -> int:
         plans.append((group, plan_reset(client, group, args)))
     if args.execute:
         for group, offsets in plans:
-            commit_offsets(client, group.group, offsets)
+            if group.group_type == SHARE:
+                alter_start_offsets(client, group.group, offsets)
+            else:
+                commit_offsets(client, group.group, offsets)
     elif not args.dry_run:
         print(
             "WARN: No action was performed as the --execute option is missing; this was a "

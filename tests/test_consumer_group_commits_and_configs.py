@@ -202,3 +202,20 @@ def test_without_the_consumer_protocol_its_apis_answer_unsupported_version(
         assert describe(client, "cg-off").error_code == ErrorCode.unsupported_version
     finally:
         client.close()
+
+
+def test_a_describe_of_many_groups_answers_each_in_order(client: WireClient) -> None:
+    """More groups than one slice (apis/group_heartbeat_describe.py) are answered in full."""
+    groups = [new_group() for _ in range(450)]
+    member_id, _ = join(client, groups[300], topics=(TOPIC,))
+    body = build(
+        request_type(v.CONSUMER_GROUP_DESCRIBE, 1),
+        group_ids=tuple(groups),
+        include_authorized_operations=False,
+    )
+    described = client.call(v.CONSUMER_GROUP_DESCRIBE, 1, body).groups
+    assert [d.group_id for d in described] == groups
+    assert {d.error_code for i, d in enumerate(described) if i != 300} == {
+        ErrorCode.group_id_not_found
+    }
+    assert [m.member_id for m in described[300].members] == [member_id]

@@ -52,9 +52,9 @@ def _serve(
     topic_result: Callable[..., Any],
     response: Callable[..., Any],
 ) -> Any:
-    """Each partition's ``call`` at once, answered together in the request's order: each
-    partition's ``answer`` in its topic's ``topic_result`` (topic_id, partitions), those in
-    the ``response`` (results)."""
+    """Each partition's ``call``, started one per turn of the event loop and answered
+    together in the request's order: each partition's ``answer`` in its topic's
+    ``topic_result`` (topic_id, partitions), those in the ``response`` (results)."""
     refused = _refusal(services, ctx)
     if refused is None and not request.group_id:
         refused = ErrorCode.invalid_group_id
@@ -73,10 +73,17 @@ def _serve(
         return answer(partition.partition, ErrorCode.none, state)
 
     async def all_of() -> Any:
-        topics = []
+        topics, started = [], []
         for topic in request.topics:
-            results = await asyncio.gather(*(one(topic.topic_id, p) for p in topic.partitions))
-            topics.append(topic_result(topic_id=topic.topic_id, partitions=tuple(results)))
+            for p in topic.partitions:
+                started.append(asyncio.ensure_future(one(topic.topic_id, p)))
+                # One partition's work (a merge of its batches) per turn of the event loop;
+                # their writes are awaited together.
+                await asyncio.sleep(0)
+        results = iter(await asyncio.gather(*started))
+        for topic in request.topics:
+            partitions = tuple(next(results) for _ in topic.partitions)
+            topics.append(topic_result(topic_id=topic.topic_id, partitions=partitions))
         return response(results=tuple(topics))
 
     return later(all_of())

@@ -59,6 +59,7 @@ MARKS = {
     # It waits out the 10 s batch of regex subscriptions' refresh (Kafka's).
     "tests/test_consumer_group_regex.py::test_created_and_deleted_topics": ("slow",),
     "tests/test_cli_cluster.py": ("cluster",),
+    "tests/test_consumer_group_racks.py": ("cluster",),
     "tests/test_cluster_script.py": ("cluster",),
     "compat_tests/test_crash_recovery.py": ("slow",),
     "compat_tests/test_groups_aiokafka.py": ("slow",),

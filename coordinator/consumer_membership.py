@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Protocol
 from kio.schema.errors import ErrorCode
 
 from gregor.coordinator import topic_regex
-from gregor.coordinator.assignors import Assignment, MemberSubscription, assign
+from gregor.coordinator.assignors import Assignment, MemberSubscription, PartitionRacks, assign
 from gregor.coordinator.consumer_group import (
     LEAVE_GROUP_MEMBER_EPOCH,
     LEAVE_GROUP_STATIC_MEMBER_EPOCH,
@@ -129,9 +129,16 @@ def as_assignment(pairs: Iterable[tuple[uuid.UUID, Iterable[int]]]) -> Assignmen
 
 class ConsumerMembership:
     def __init__(
-        self, settings: Settings, runtime: CoordinatorRuntime, now_ms: Callable[[], int]
+        self,
+        settings: Settings,
+        runtime: CoordinatorRuntime,
+        now_ms: Callable[[], int],
+        partition_racks: PartitionRacks,
     ) -> None:
+        """``partition_racks``: the racks of a partition's replicas (the rack-aware
+        assignors' input, from the broker's metadata)."""
         self.settings = settings
+        self._partition_racks = partition_racks
         self._runtime = runtime
         self._groups = runtime.consumer_groups  # the runtime's: loaded and unloaded there
         self._now = now_ms
@@ -495,7 +502,7 @@ class ConsumerMembership:
             )
             for member_id, m in group.members.items()
         }
-        target = assign(assignor, subscriptions, partitions)
+        target = assign(assignor, subscriptions, partitions, self._partition_racks)
         records: Records = [
             record(
                 ConsumerGroupTargetAssignmentMemberKey(group.group_id, member_id),

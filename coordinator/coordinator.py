@@ -13,8 +13,9 @@ follows the partitions' leadership and runs the broker's periodic and shutdown w
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
@@ -30,7 +31,24 @@ from gregor.replica.manager import ReplicaManager
 from gregor.replica.purgatory import Purgatory
 from gregor.replica.share_persister import SharePersister
 
+if TYPE_CHECKING:
+    from gregor.controller.metadata.cache import MetadataCache
+
 __all__ = ["GroupCoordinator", "Settings"]
+
+
+def replica_racks(
+    metadata: MetadataCache | None, topic_id: uuid.UUID, index: int
+) -> frozenset[str]:
+    """The racks (``broker.rack``) of the brokers holding a replica of the partition."""
+    if metadata is None:
+        return frozenset()
+    name = metadata.topic_name(topic_id)
+    partition = None if name is None else metadata.partition(name, index)
+    if partition is None:
+        return frozenset()
+    brokers = (metadata.brokers.get(b) for b in partition.replicas)
+    return frozenset(b.rack for b in brokers if b is not None and b.rack)
 
 
 class GroupCoordinator:
@@ -49,7 +67,9 @@ class GroupCoordinator:
         self.share_offsets = ShareOffsets(
             self.share_membership, self.runtime, share_persister, now_ms
         )
-        self.consumer_membership = ConsumerMembership(settings, self.runtime, now_ms)
+        self.consumer_membership = ConsumerMembership(
+            settings, self.runtime, now_ms, lambda t, p: replica_racks(replicas.metadata, t, p)
+        )
         self.membership = Membership(settings, self.runtime, now_ms, self.consumer_membership)
         self.migration = Migration(
             settings,

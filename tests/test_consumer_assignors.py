@@ -1,6 +1,7 @@
 """coordinator/assignors.py: the scenarios of Kafka's UniformHomogeneousAssignmentBuilderTest,
 UniformHeterogeneousAssignmentBuilderTest and RangeAssignorTest, and properties: every
-partition assigned once to a subscriber, balance, stickiness, determinism, speed."""
+partition assigned once to a subscriber, balance, stickiness, determinism, speed; with racks:
+rack-matched partitions preferred, the same counts as without, no racks no change."""
 
 from __future__ import annotations
 
@@ -382,19 +383,128 @@ def test_uniform_homogeneous_moves_the_minimum_when_a_member_joins_or_leaves(
         assert all(flat(first[m]) <= flat(third[m]) for m in left)
 
 
+# --- rack-aware assignment -----------------------------------------------------------------
+
+
+def racked(
+    members: Mapping[str, MemberSubscription], racks: Mapping[str, str | None]
+) -> dict[str, MemberSubscription]:
+    return {
+        m: MemberSubscription(s.member_id, s.instance_id, racks.get(m), s.topics, s.assignment)
+        for m, s in members.items()
+    }
+
+
+def one_rack_each(topic: uuid.UUID, p: int) -> frozenset[str]:
+    """Partition p's only replica is in rack a, b or c, in turn."""
+    return frozenset("abc"[p % 3])
+
+
+@pytest.mark.parametrize("assignor", ASSIGNORS)
+def test_each_member_gets_the_partitions_of_its_rack(assignor: str) -> None:
+    members = racked(
+        group(sub("A", T1, T2), sub("B", T1, T2), sub("C", T1, T2)), {"A": "c", "B": "a", "C": "b"}
+    )
+    result = assign(assignor, members, {T1: 6, T2: 6}, one_rack_each)
+    assert result == {
+        "A": a(t1=(2, 5), t2=(2, 5)),
+        "B": a(t1=(0, 3), t2=(0, 3)),
+        "C": a(t1=(1, 4), t2=(1, 4)),
+    }
+    # Without racks the same counts, other partitions.
+    plain = assign(assignor, group(*(sub(m, T1, T2) for m in "ABC")), {T1: 6, T2: 6})
+    assert plain != result
+    assert {m: size(x) for m, x in plain.items()} == {m: size(x) for m, x in result.items()}
+
+
+def test_uniform_heterogeneous_prefers_the_rack() -> None:
+    members = racked(group(sub("A", T1, T2), sub("B", T1), sub("C", T2)), {"A": "b", "B": "a"})
+    result = assign("uniform", members, {T1: 4, T2: 2}, one_rack_each)
+    check_valid(members, {T1: 4, T2: 2}, result)
+    assert result["B"][T1] >= {0, 3}  # both rack-a partitions of t1
+    assert 1 in result["A"].get(T1, set()) | result["A"].get(T2, set())
+
+
+def test_uniform_keeps_a_rack_matched_assignment_when_a_member_joins() -> None:
+    # A (rack a) holds everything; B (rack b) joins: A keeps its rack's partitions.
+    members = racked(
+        group(sub("A", T1, current=a(t1=(0, 1, 2, 3))), sub("B", T1)), {"A": "a", "B": "b"}
+    )
+    racks = {0: "a", 1: "b", 2: "a", 3: "b"}
+    result = assign("uniform", members, {T1: 4}, lambda t, p: frozenset(racks[p]))
+    assert result == {"A": a(t1=(0, 2)), "B": a(t1=(1, 3))}
+
+
+@pytest.mark.parametrize("assignor", ASSIGNORS)
+def test_racks_on_every_partition_or_on_none_change_nothing(assignor: str) -> None:
+    members = racked(group(*(sub(m, T1, T2) for m in "ABC")), {"A": "a", "B": "b", "C": "c"})
+    plain = assign(assignor, members, {T1: 5, T2: 3})
+    for racks in (frozenset("abc"), frozenset("xy"), frozenset()):
+        assert assign(assignor, members, {T1: 5, T2: 3}, lambda t, p, r=racks: r) == plain
+
+
+@st.composite
+def racked_groups(
+    draw: st.DrawFn, homogeneous: bool
+) -> tuple[dict[str, MemberSubscription], dict[uuid.UUID, int], dict[tuple[uuid.UUID, int], str]]:
+    """``groups`` with members in racks r1..r3 (or none) and partitions with their replicas
+    in some of those racks."""
+    members, partitions = draw(groups(homogeneous))
+    member_racks = {m: draw(st.sampled_from([None, "r1", "r2", "r3"])) for m in members}
+    replicas = {
+        (t, p): draw(st.frozensets(st.sampled_from(["r1", "r2", "r3"]), max_size=2))
+        for t, count in partitions.items()
+        for p in range(count)
+    }
+    return racked(members, member_racks), partitions, replicas
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(ASSIGNORS), st.booleans(), st.data())
+def test_racks_keep_the_balance_and_stickiness(
+    assignor: str, homogeneous: bool, data: st.DataObject
+) -> None:
+    members, partitions, replicas = data.draw(racked_groups(homogeneous))
+    racks = lambda t, p: replicas[t, p]  # noqa: E731
+    result = assign(assignor, members, partitions, racks)
+    check_valid(members, partitions, result)
+    plain = assign(assignor, members, partitions)
+    # Each member's count (per topic but for homogeneous uniform) is the rack-unaware one.
+    if assignor == "uniform" and homogeneous:
+        assert {m: size(x) for m, x in result.items()} == {m: size(x) for m, x in plain.items()}
+    else:
+        counts = {m: {t: len(ps) for t, ps in x.items()} for m, x in result.items()}
+        assert counts == {m: {t: len(ps) for t, ps in x.items()} for m, x in plain.items()}
+    # Sticky: the result given back as the current assignment is kept.
+    assert assign(assignor, with_current(members, result), partitions, racks) == result
+
+
+@settings(max_examples=200, deadline=None)
+@given(groups(homogeneous=False), st.sampled_from(ASSIGNORS))
+def test_no_member_racks_is_the_rack_unaware_result(
+    drawn: tuple[dict[str, MemberSubscription], dict[uuid.UUID, int]], assignor: str
+) -> None:
+    members, partitions = drawn
+    result = assign(assignor, members, partitions, lambda t, p: frozenset({"r1"} if p % 2 else ()))
+    assert result == assign(assignor, members, partitions)
+
+
 def test_speed_100_members_10000_partitions() -> None:
     topics = [uuid.UUID(int=i) for i in range(1, 101)]
     partitions = dict.fromkeys(topics, 100)
     homogeneous = {f"member-{i}": sub(f"member-{i}", *topics) for i in range(100)}
     heterogeneous = {f"member-{i}": sub(f"member-{i}", *topics[: 50 + i // 2]) for i in range(100)}
-    for assignor, members in (
-        ("uniform", homogeneous),
-        ("uniform", heterogeneous),
-        ("range", homogeneous),
+    in_racks = racked(homogeneous, {m: "abc"[i % 3] for i, m in enumerate(homogeneous)})
+    for assignor, members, racks in (
+        ("uniform", homogeneous, None),
+        ("uniform", heterogeneous, None),
+        ("range", homogeneous, None),
+        ("uniform", in_racks, one_rack_each),
+        ("range", in_racks, one_rack_each),
     ):
         started = time.perf_counter()
-        result = assign(assignor, members, partitions)
-        again = assign(assignor, with_current(members, result), partitions)
+        result = assign(assignor, members, partitions, racks)
+        again = assign(assignor, with_current(members, result), partitions, racks)
         elapsed = time.perf_counter() - started
         assert again == result
         # Measured about 15 ms each on an idle core; generous for a loaded machine.

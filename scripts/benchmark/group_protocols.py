@@ -35,6 +35,7 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 
 from .brokers import GREGOR, Broker
 from .drivers import QUIET, DriverError
+from .groups import first_reads
 
 PARTS = ("join", "rebalance", "share")
 PROTOCOLS = ("classic", "consumer")
@@ -111,23 +112,7 @@ def join(broker: Broker, protocol: str) -> float:
     """Seconds from subscribe() until every member of a new group has read a record."""
     topic = _topic(broker, PARTITIONS, 6000)
     group = f"bench-join-{uuid.uuid4().hex[:8]}"
-    members = [_consumer(broker, group, protocol) for _ in range(MEMBERS)]
-    try:
-        started = time.monotonic()
-        for c in members:
-            c.subscribe([topic])
-        waiting = set(range(MEMBERS))
-        while waiting:
-            if time.monotonic() - started > _DEADLINE_S:
-                raise DriverError(f"{len(waiting)} member(s) read nothing in {_DEADLINE_S}s")
-            for i, c in enumerate(members):
-                message = c.poll(0.005)
-                if message is not None and message.error() is None:
-                    waiting.discard(i)
-        return time.monotonic() - started
-    finally:
-        for c in members:
-            c.close()
+    return first_reads([_consumer(broker, group, protocol) for _ in range(MEMBERS)], topic)
 
 
 def rebalance_pause(broker: Broker, protocol: str) -> float:

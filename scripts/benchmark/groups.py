@@ -46,14 +46,18 @@ def _topic_with_records(broker: Broker, records: int) -> str:
 
 
 def _join_once(broker: Broker, topic: str) -> float:
-    """Seconds from subscribe() until every member of a new group has read a record."""
     group = f"bench-join-{uuid.uuid4().hex[:8]}"
-    members = [_consumer(broker, group) for _ in range(GROUP_MEMBERS)]
+    return first_reads([_consumer(broker, group) for _ in range(GROUP_MEMBERS)], topic)
+
+
+def first_reads(members: list[Consumer], topic: str) -> float:
+    """Seconds from subscribe() until each of ``members`` (of one new group) has read a
+    record of ``topic``; the members are closed after."""
     try:
         started = time.monotonic()
         for c in members:
             c.subscribe([topic])
-        waiting = set(range(GROUP_MEMBERS))
+        waiting = set(range(len(members)))
         while waiting:
             if time.monotonic() - started > _DEADLINE_S:
                 raise DriverError(f"{len(waiting)} member(s) read nothing in {_DEADLINE_S}s")

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from kio.schema.errors import ErrorCode
 
-from gregor.coordinator import topic_regex
+from gregor.coordinator import session_timer, topic_regex
 from gregor.coordinator.assignors import Assignment, MemberSubscription, PartitionRacks, assign
 from gregor.coordinator.consumer_group import (
     LEAVE_GROUP_MEMBER_EPOCH,
@@ -610,27 +610,9 @@ class ConsumerMembership:
 
     # -- timers -----------------------------------------------------------------------------
     def extend_session(self, group: ConsumerGroup, member: ConsumerMember, timeout_ms: int) -> None:
-        """Push the member's session deadline out; the timer is only moved when it would
-        fire early (heartbeats come often)."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_ms / 1000
-        member.session_deadline = deadline
-        timer = member.session_timer
-        if timer is not None:
-            if timer.when() <= deadline:
-                return
-            timer.cancel()
-        member.session_timer = loop.call_at(deadline, self._session_expired, group, member)
-
-    def _session_expired(self, group: ConsumerGroup, member: ConsumerMember) -> None:
-        member.session_timer = None
-        loop = asyncio.get_running_loop()
-        if member.session_deadline > loop.time():
-            member.session_timer = loop.call_at(
-                member.session_deadline, self._session_expired, group, member
-            )
-            return
-        self.fence(group, member, "its session expired")
+        session_timer.extend_session(
+            member, timeout_ms, lambda: self.fence(group, member, "its session expired")
+        )
 
     def _schedule_rebalance_timeout(
         self, group: ConsumerGroup, member: ConsumerMember, previous: MemberAssignment

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
+from gregor.coordinator import session_timer
 from gregor.coordinator.assignors import Assignment
 from gregor.coordinator.consumer_membership import GroupTiming, TopicInfo, subscribed_partitions
 from gregor.coordinator.partitions import Records
@@ -324,27 +325,9 @@ class ShareMembership:
 
     # -- timers -----------------------------------------------------------------------------
     def _extend_session(self, group: ShareGroup, member: ShareMember, timeout_ms: int) -> None:
-        """Push the member's session deadline out; the timer is only moved when it would
-        fire early (heartbeats come often)."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_ms / 1000
-        member.session_deadline = deadline
-        timer = member.session_timer
-        if timer is not None:
-            if timer.when() <= deadline:
-                return
-            timer.cancel()
-        member.session_timer = loop.call_at(deadline, self._session_expired, group, member)
-
-    def _session_expired(self, group: ShareGroup, member: ShareMember) -> None:
-        member.session_timer = None
-        loop = asyncio.get_running_loop()
-        if member.session_deadline > loop.time():
-            member.session_timer = loop.call_at(
-                member.session_deadline, self._session_expired, group, member
-            )
-            return
-        self._fence(group, member, "its session expired")
+        session_timer.extend_session(
+            member, timeout_ms, lambda: self._fence(group, member, "its session expired")
+        )
 
     # -- the share-partitions' state --------------------------------------------------------
     def _to_initialize(

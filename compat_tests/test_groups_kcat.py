@@ -8,6 +8,7 @@ import threading
 from collections.abc import Callable
 
 from kafka import KafkaAdminClient
+from kafka.errors import CoordinatorLoadInProgressError, CoordinatorNotAvailableError
 
 from compat_tests import confluent_admin
 from compat_tests.broker import BrokerProcess
@@ -75,7 +76,13 @@ def test_balanced_consumer_group(broker: BrokerProcess, new_topic: Callable[[str
     try:
 
         def stable() -> bool:
-            d = admin.describe_groups([group])[group]
+            try:
+                d = admin.describe_groups([group])[group]
+            except (CoordinatorNotAvailableError, CoordinatorLoadInProgressError):
+                # On a cluster kcat's first FindCoordinator creates __consumer_offsets; until
+                # its partitions are led and loaded the coordinator is not available, as in
+                # Kafka, and a client asks again.
+                return False
             return d["group_state"] == "Stable" and len(d["members"]) == 1
 
         wait_until(stable, TIMEOUT, "kcat to join")

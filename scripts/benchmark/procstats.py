@@ -47,6 +47,18 @@ def cpu_seconds(root: int) -> float:
     return ticks / CLOCK_TICKS
 
 
+def minor_faults(root: int) -> int:
+    """Minor page faults of the tree: each a page of memory the kernel had to map in."""
+    faults = 0
+    for pid in descendants(root):
+        try:
+            fields = _stat_fields(pid)
+        except OSError:
+            continue
+        faults += int(fields[7]) + int(fields[8])  # minflt, cminflt
+    return faults
+
+
 def memory_kib(root: int, field: str = "VmHWM") -> int:
     """Sum over the tree of a /proc/<pid>/status memory field (VmHWM = peak RSS), in KiB."""
     total = 0

@@ -38,6 +38,10 @@ def _records_read(m: Mapping[str, object]) -> str:
     return f"{float(m['spark_records']):,.0f} ({right})"  # type: ignore[arg-type]
 
 
+def _count_of(key: str) -> Callable[[Mapping[str, object]], str]:
+    return lambda m: _count(float(m[key]))  # type: ignore[arg-type]
+
+
 def _number(key: str, digits: int) -> Callable[[Mapping[str, object]], str]:
     return lambda m: f"{float(m[key]):.{digits}f}"  # type: ignore[arg-type]
 
@@ -47,11 +51,21 @@ ROWS: dict[str, tuple[Row, ...]] = {
         Row("produce", "produce_mib_s", _rate("produce")),
         Row("consume", "consume_mib_s", _rate("consume")),
         Row("broker CPU s per GiB moved", "cpu_s_per_gib", _number("cpu_s_per_gib", 2)),
+        Row(
+            "broker page faults per GiB produced",
+            "faults_per_gib_produce",
+            _count_of("faults_per_gib_produce"),
+        ),
     ),
     "big": (
         Row("volume produced MiB", "produced_mib", _number("produced_mib", 0)),
         Row("produce", "produce_mib_s", _rate("produce")),
         Row("broker CPU s per GiB", "cpu_s_per_gib_produce", _number("cpu_s_per_gib_produce", 2)),
+        Row(
+            "broker page faults per GiB",
+            "faults_per_gib_produce",
+            _count_of("faults_per_gib_produce"),
+        ),
         Row("broker peak RSS MiB (VmHWM)", "peak_rss_mib", _number("peak_rss_mib", 0)),
         Row("broker RSS MiB at the end (VmRSS)", "rss_mib", _number("rss_mib", 0)),
     ),
@@ -91,7 +105,7 @@ ROWS: dict[str, tuple[Row, ...]] = {
 
 NOTE = (
     "Ratio = Gregor/Tansu: above 1 is better for throughput, below 1 is better for CPU, "
-    "RSS, latency and group join time."
+    "page faults, RSS, latency and group join time."
 )
 
 

@@ -24,7 +24,7 @@ from .groups import (
     commit_throughput,
     join_to_first_record,
 )
-from .procstats import cpu_seconds, memory_kib
+from .procstats import cpu_seconds, memory_kib, minor_faults
 from .spark import RECORD_SIZE as SPARK_RECORD_SIZE
 from .spark import spark_batch_read
 from .transactions import BIG_TXN, SMALL_TXN, transactional_throughput
@@ -107,9 +107,9 @@ def throughput(
     """Produce a fixed volume to ``topic``, then consume it all from the beginning, timing
     each phase and the CPU time of the broker process ``pid``."""
     records = sizes.throughput_bytes // size
-    cpu0 = cpu_seconds(pid)
+    cpu0, faults0 = cpu_seconds(pid), minor_faults(pid)
     produced = client.produce(endpoint, topic, size, records, sizes.phase_seconds)
-    cpu1 = cpu_seconds(pid)
+    cpu1, faults1 = cpu_seconds(pid), minor_faults(pid)
     consumed = client.consume(endpoint, topic, produced.records, sizes.phase_seconds)
     cpu2 = cpu_seconds(pid)
     if consumed.records != produced.records:
@@ -123,6 +123,7 @@ def throughput(
         "cpu_s_per_gib_produce": _per_gib(cpu1 - cpu0, produced.bytes),
         "cpu_s_per_gib_consume": _per_gib(cpu2 - cpu1, consumed.bytes),
         "cpu_s_per_gib": _per_gib(cpu2 - cpu0, produced.bytes + consumed.bytes),
+        "faults_per_gib_produce": _per_gib(faults1 - faults0, produced.bytes),
         "peak_rss_mib": memory_kib(pid) / 1024,
     }
 
@@ -144,15 +145,16 @@ def _big(ctx: Context) -> Measurements:
     pid = ctx.broker.pid
     size = 1024
     records = ctx.sizes.big_bytes // size
-    cpu0 = cpu_seconds(pid)
+    cpu0, faults0 = cpu_seconds(pid), minor_faults(pid)
     client = ctx.java_client(TUNED)
     produced = client.produce(ctx.broker.endpoint, topic, size, records, ctx.sizes.big_seconds)
-    cpu1 = cpu_seconds(pid)
+    cpu1, faults1 = cpu_seconds(pid), minor_faults(pid)
     return {
         "produced_mib": produced.bytes / MIB,
         "produce_mib_s": produced.mib_per_s,
         "produce_rec_s": produced.records_per_s,
         "cpu_s_per_gib_produce": _per_gib(cpu1 - cpu0, produced.bytes),
+        "faults_per_gib_produce": _per_gib(faults1 - faults0, produced.bytes),
         "peak_rss_mib": memory_kib(pid) / 1024,
         "rss_mib": memory_kib(pid, "VmRSS") / 1024,
     }

@@ -3,7 +3,7 @@ import signal
 import subprocess
 import sys
 
-from benchmark.procstats import cpu_seconds, descendants, memory_kib
+from benchmark.procstats import cpu_seconds, descendants, memory_kib, minor_faults
 
 SPIN_CHILD = """
 import subprocess, sys, time
@@ -27,6 +27,9 @@ def test_tree_cpu_memory_and_grandchild() -> None:
         assert set(descendants(proc.pid)) >= {proc.pid, grandchild}
         assert cpu_seconds(proc.pid) >= 0.45
         assert memory_kib(proc.pid) >= 64 << 10
+        assert minor_faults(proc.pid) >= (64 << 20) // os.sysconf(
+            "SC_PAGE_SIZE"
+        )  # its touched buffer
         assert memory_kib(proc.pid, "VmRSS") <= memory_kib(proc.pid)
     finally:
         if grandchild is not None:

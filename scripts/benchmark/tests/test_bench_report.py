@@ -8,6 +8,7 @@ GOOD = {
     "consume_mib_s": 100.0,
     "consume_rec_s": 1.5e6,
     "cpu_s_per_gib": 4.0,
+    "faults_per_gib_produce": 2500.0,
 }
 
 
@@ -24,8 +25,9 @@ def test_two_brokers_show_ratio_of_the_row_metric() -> None:
     )
     assert lines[3].endswith("| 1.00× |")
     assert lines[4] == "|  | broker CPU s per GiB moved | 4.00 | 2.00 | 2.00× |"
+    assert lines[5] == "|  | broker page faults per GiB produced | 2 k | 2 k | 1.00× |"
     # Tansu has no latency result: the cell says so and there is no ratio.
-    assert lines[5] == "| Latency | p50 ms | 3.00 | not run | – |"
+    assert lines[6] == "| Latency | p50 ms | 3.00 | not run | – |"
 
 
 def test_failed_run_shows_failed_and_no_ratio() -> None:

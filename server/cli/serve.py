@@ -4,7 +4,6 @@ foreground, like ``kafka-server-start.sh``; SIGTERM or SIGINT shut it down clean
 from __future__ import annotations
 
 import argparse
-import ctypes
 import gc
 import logging
 import signal
@@ -18,10 +17,6 @@ from gregor.server.config import BrokerConfig, ConfigError, read_properties
 from gregor.server.polling import new_event_loop
 
 logger = logging.getLogger("gregor")
-
-# glibc's mallopt parameters.
-_M_TRIM_THRESHOLD = -1
-_M_MMAP_THRESHOLD = -3
 
 
 def _configure_logging() -> None:
@@ -48,21 +43,6 @@ async def _serve(config: BrokerConfig) -> None:
     await broker.shutdown()
 
 
-def _keep_freed_memory() -> None:
-    """Keep request-sized blocks (a 1 MiB produce, a fetch response) in the heap once freed,
-    where the next request reuses them: by default glibc maps each afresh and returns it on
-    free, so every received byte landed in a newly faulted page (200,000 page faults per
-    GiB produced; on a VM that reports free pages to its host, each a round trip). Other C
-    libraries are left as they are."""
-    try:
-        libc = ctypes.CDLL(None)
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
-        return
-    mallopt(_M_MMAP_THRESHOLD, 32 << 20)
-    mallopt(_M_TRIM_THRESHOLD, 64 << 20)
-
-
 def run(args: argparse.Namespace) -> int:
     _configure_logging()
     # A broker holds millions of long-lived objects (partition state, indexes, group
@@ -70,7 +50,6 @@ def run(args: argparse.Namespace) -> int:
     # built (below), keeps full collections from scanning them again and again (with
     # 10,000 partitions, collections took most of a failover's time).
     gc.set_threshold(50_000, 20, 50)
-    _keep_freed_memory()
     try:
         props = read_properties(args.properties) if args.properties else {}
     except OSError as e:

@@ -11,12 +11,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import NoReturn
 
 from .artifacts import REPO, ensure_java_driver, ensure_tansu
 from .brokers import KINDS, Broker, BrokerError
 from .drivers import MIB, DriverError, JavaDriver
+from .profile import Profile
 from .report import NOTE, markdown_table
 from .scenarios import (
     BY_NAME,
@@ -50,6 +52,13 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         help="comma-separated subset of: " + ", ".join(s.name for s in SCENARIOS),
     )
     parser.add_argument("--json", type=Path, help="also write all measurements here")
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        metavar="DIR",
+        help="sample Gregor with py-spy and perf during each scenario; samples and a "
+        "summary per scenario go to DIR (docs/profiling.md)",
+    )
     parser.add_argument(
         "--metrics",
         type=float,
@@ -94,15 +103,19 @@ def _run_one(
     java: JavaDriver | None,
     work: Path,
     scrape_every_s: float | None = None,
+    profile: Path | None = None,
 ) -> dict:
-    """One scenario on a fresh broker process; a failure becomes {"error": text}."""
+    """One scenario on a fresh broker process, sampled into ``profile`` if given (Gregor
+    only); a failure becomes {"error": text}."""
     kind = KINDS[broker_name]
     started = time.monotonic()
     broker = Broker(kind, work / f"{broker_name}-{scenario.name}", scrape_every_s)
     try:
         with broker:
+            sampled = profile is not None and kind.command is None
             try:
-                result: dict = scenario.run(Context(broker, sizes, java))
+                with Profile(broker.pid, profile / scenario.name) if sampled else nullcontext():
+                    result: dict = scenario.run(Context(broker, sizes, java))
             except (BrokerError, DriverError, ScenarioError) as e:
                 status = "running" if broker.alive() else f"exit status {broker.returncode}"
                 tail = broker.log_tail(10)
@@ -179,7 +192,9 @@ def main(argv: list[str] | None = None) -> int:
                 for _ in range(scenario.rounds):
                     for name in brokers:
                         runs[name].append(
-                            _run_one(scenario, name, sizes, java, Path(tmp), args.metrics)
+                            _run_one(
+                                scenario, name, sizes, java, Path(tmp), args.metrics, args.profile
+                            )
                         )
                 for name in brokers:
                     results[name][scenario.name] = median_result(runs[name])

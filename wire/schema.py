@@ -7,17 +7,15 @@ whole process when a hostile array length makes its up-front allocation fail.
 
 from __future__ import annotations
 
-import io
 from functools import cache
 from typing import Any
 
 from kio.index import load_request_schema, load_response_schema
-from kio.serial import entity_writer
 from kio.serial.errors import SerialError
-from kio.serial.writers import Writer
 from kio.static.protocol import Entity
 
 from gregor.wire import interbroker
+from gregor.wire.encoder import entity_encoder
 from gregor.wire.tagged import decode_tolerant
 
 
@@ -36,11 +34,6 @@ def response_type(api_key: int, version: int) -> type:
     return interbroker.RESPONSES.get((api_key, version)) or load_response_schema(api_key, version)
 
 
-@cache
-def _writer(entity_type: type[Entity]) -> Writer[Entity]:
-    return entity_writer(entity_type)
-
-
 def is_flexible(api_key: int, version: int) -> bool:
     schema: type[Entity] = request_type(api_key, version)
     return schema.__flexible__
@@ -56,10 +49,8 @@ def decode(entity_type: type[Entity], buf: bytes | memoryview, offset: int = 0) 
 
 
 def encode_generic(entity: Entity) -> bytes:
-    """kio's writer, field by field."""
-    out = io.BytesIO()
-    _writer(type(entity))(out, entity)
-    return out.getvalue()
+    """Any entity, by the encoder specialised to its type (kio's bytes, built faster)."""
+    return entity_encoder(type(entity))(entity)
 
 
 _FAST = interbroker.fast_encoders(encode_generic)

@@ -89,6 +89,9 @@ async def _share_fetch(
         else:
             windows.append(window)
     max_bytes = min(request.max_bytes, services.config["fetch.max.bytes"])
+    quota = services.quotas.fetch
+    if quota.enabled:  # as Fetch: at most what the consumer's quota allows in one window span
+        max_bytes = int(min(max_bytes, quota.max_value_in_window(ctx.user, ctx.client_id)))
 
     def respond() -> RawResponse:
         _acquire(manager, windows, member_id, request.max_records, max_bytes, answers)
@@ -284,7 +287,19 @@ def _fetch_answer(
     parts, size = encode_share_fetch_response(
         _by_topic(answers), acquisition_lock_timeout_ms=lock_ms, node_endpoints=endpoints
     )
-    return RawResponse(parts, size, 0)
+    _charge(services, ctx, size)
+    return RawResponse(parts, size, 0)  # the throttle time starts the body
+
+
+def _charge(services: Services, ctx: RequestContext, size: int) -> None:
+    """Count the answer against the consumer's fetch quota (consumer_byte_rate), as Fetch
+    is; over it, the answer carries the throttle time and the connection is muted for it.
+    Unlike a throttled Fetch the answer is not emptied: its records are acquired by the
+    member, and held back they would only wait out their lock."""
+    quota = services.quotas.fetch
+    if quota.enabled:
+        delay = quota.record(ctx.user, ctx.client_id, size, services.now_ms())
+        ctx.throttle_ms = max(ctx.throttle_ms, delay)
 
 
 def _fetch_error(code: ErrorCode) -> RawResponse:

@@ -41,8 +41,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 Assignment = dict[uuid.UUID, frozenset[int]]  # topic id -> partitions; no empty sets kept
-# The racks of the brokers holding a replica of (topic id, partition).
-PartitionRacks = Callable[[uuid.UUID, int], frozenset[str]]
+# The racks of the brokers holding a replica of (topic id, partition): one per replica, sorted.
+PartitionRacks = Callable[[uuid.UUID, int], tuple[str, ...]]
+# The partitions' racks now; None while no broker has a rack (nothing per partition to read).
+RacksNow = Callable[[], PartitionRacks | None]
 # The racks of the partitions of the subscribed topics, when rack-aware assignment applies.
 _Racks = dict[tuple[uuid.UUID, int], frozenset[str]]
 
@@ -89,7 +91,11 @@ def _rack_aware(
     member_racks = {m.rack_id for m in members.values() if m.rack_id is not None}
     if partition_racks is None or not member_racks:
         return None
-    racks = {(t, p): partition_racks(t, p) for t, count in partitions.items() for p in range(count)}
+    racks = {
+        (t, p): frozenset(partition_racks(t, p))
+        for t, count in partitions.items()
+        for p in range(count)
+    }
     if any(r & member_racks for r in racks.values()) and any(
         not member_racks <= r for r in racks.values()
     ):

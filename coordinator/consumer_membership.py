@@ -23,7 +23,13 @@ from typing import TYPE_CHECKING, Protocol
 from kio.schema.errors import ErrorCode
 
 from gregor.coordinator import session_timer, topic_regex
-from gregor.coordinator.assignors import Assignment, MemberSubscription, PartitionRacks, assign
+from gregor.coordinator.assignors import (
+    Assignment,
+    MemberSubscription,
+    PartitionRacks,
+    RacksNow,
+    assign,
+)
 from gregor.coordinator.consumer_group import (
     LEAVE_GROUP_MEMBER_EPOCH,
     LEAVE_GROUP_STATIC_MEMBER_EPOCH,
@@ -59,6 +65,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _I64 = struct.Struct(">q")
+_I32 = struct.Struct(">i")
+_TOPIC_HASH_MAGIC = b"\x01"  # the topic hash's version (Kafka's TOPIC_HASH_MAGIC_BYTE's part)
 # The heartbeat interval answered to a member waiting for partitions that others have yet to
 # release (Kafka answers the group's interval, 5 s by default): it learns of them only when it
 # heartbeats, so three members joining a new group at once would read 5 s later.
@@ -133,12 +141,12 @@ class ConsumerMembership:
         settings: Settings,
         runtime: CoordinatorRuntime,
         now_ms: Callable[[], int],
-        partition_racks: PartitionRacks,
+        racks: RacksNow,
     ) -> None:
-        """``partition_racks``: the racks of a partition's replicas (the rack-aware
-        assignors' input, from the broker's metadata)."""
+        """``racks``: the racks of partitions' replicas, from the broker's metadata (the
+        rack-aware assignors' input, and part of the subscriptions' metadata hash)."""
         self.settings = settings
-        self._partition_racks = partition_racks
+        self._racks = racks
         self._runtime = runtime
         self._groups = runtime.consumer_groups  # the runtime's: loaded and unloaded there
         self._now = now_ms
@@ -326,7 +334,9 @@ class ConsumerMembership:
         of the member towards its target; returns the member's new assignment."""
         previous = member.assignment
         # The group epoch moves with its members' subscriptions and their topics' metadata.
-        partitions, metadata_hash = subscribed_partitions(group.subscribed_topic_names(), topics)
+        partitions, metadata_hash = subscribed_partitions(
+            group.subscribed_topic_names(), topics, self._racks()
+        )
         if bump or metadata_hash != group.metadata_hash:
             group.group_epoch += 1
             self.rebalances += 1
@@ -502,7 +512,7 @@ class ConsumerMembership:
             )
             for member_id, m in group.members.items()
         }
-        target = assign(assignor, subscriptions, partitions, self._partition_racks)
+        target = assign(assignor, subscriptions, partitions, self._racks())
         records: Records = [
             record(
                 ConsumerGroupTargetAssignmentMemberKey(group.group_id, member_id),
@@ -689,22 +699,38 @@ class ConsumerMembership:
 
 
 def subscribed_partitions(
-    names: Iterable[str], topics: Mapping[str, TopicInfo]
+    names: Iterable[str], topics: Mapping[str, TopicInfo], partition_racks: PartitionRacks | None
 ) -> tuple[dict[uuid.UUID, int], int]:
     """The partition count of each subscribed topic (``names``) that exists, and a hash of
-    the subscriptions' metadata (names, ids, partition counts): a change bumps the group
-    epoch (of consumer and share groups alike)."""
+    the subscriptions' metadata: a change bumps the group epoch (of consumer and share
+    groups alike). What is hashed is what Kafka 4.1+ hashes (KIP-1101, its Utils'
+    computeTopicHash and computeGroupHash): per topic its id, name, partition count and
+    each partition's replica racks, so a rack that changes (a broker restarted with another
+    ``broker.rack``, a reassignment) is a new assignment; then the topics' hashes in name
+    order. Without racks (``partition_racks`` None) the partitions are not read one by one:
+    a heartbeat of a member subscribed to many partitions stays cheap. The hash function is
+    Gregor's (BLAKE2b, not Kafka's XXH3): the value is only compared with itself."""
     partitions: dict[uuid.UUID, int] = {}
-    digest = hashlib.blake2b(digest_size=8)
+    group_digest = hashlib.blake2b(digest_size=8)
     for name in sorted(names):
         info = topics.get(name)
         if info is None:
             continue
-        partitions[info.topic_id] = len(info.partitions)
-        digest.update(f"{name}\0{info.topic_id}\0{len(info.partitions)}\0".encode())
+        count = partitions[info.topic_id] = len(info.partitions)
+        digest = hashlib.blake2b(digest_size=8)
+        encoded = name.encode()
+        digest.update(_TOPIC_HASH_MAGIC + info.topic_id.bytes + _I32.pack(len(encoded)))
+        digest.update(encoded + _I32.pack(count))
+        if partition_racks is not None:
+            for index in range(count):
+                digest.update(_I32.pack(index))
+                for rack in partition_racks(info.topic_id, index):
+                    rack_bytes = rack.encode()  # length-prefixed: no separator to collide with
+                    digest.update(_I32.pack(len(rack_bytes)) + rack_bytes)
+        group_digest.update(digest.digest())
     if not partitions:
         return partitions, 0
-    return partitions, _I64.unpack(digest.digest())[0]
+    return partitions, _I64.unpack(group_digest.digest())[0]
 
 
 def _member_tombstones(group_id: str, member_id: str) -> Records:

@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from kio.schema.errors import ErrorCode
 
+from gregor.coordinator.assignors import PartitionRacks
 from gregor.coordinator.consumer_membership import ConsumerMembership
 from gregor.coordinator.membership import Membership
 from gregor.coordinator.migration import Migration
@@ -39,16 +41,17 @@ __all__ = ["GroupCoordinator", "Settings"]
 
 def replica_racks(
     metadata: MetadataCache | None, topic_id: uuid.UUID, index: int
-) -> frozenset[str]:
-    """The racks (``broker.rack``) of the brokers holding a replica of the partition."""
+) -> tuple[str, ...]:
+    """The racks (``broker.rack``) of the brokers holding a replica of the partition, one
+    per replica, sorted (Kafka's partitionRacks, as its topic hash reads them)."""
     if metadata is None:
-        return frozenset()
+        return ()
     name = metadata.topic_name(topic_id)
     partition = None if name is None else metadata.partition(name, index)
     if partition is None:
-        return frozenset()
+        return ()
     brokers = (metadata.brokers.get(b) for b in partition.replicas)
-    return frozenset(b.rack for b in brokers if b is not None and b.rack)
+    return tuple(sorted(b.rack for b in brokers if b is not None and b.rack))
 
 
 class GroupCoordinator:
@@ -63,13 +66,20 @@ class GroupCoordinator:
         """``share_persister``: where share groups initialize and delete their
         share-partitions' state (None: they do not)."""
         self.runtime = CoordinatorRuntime(settings, replicas, append_purgatory, now_ms)
-        self.share_membership = ShareMembership(settings, self.runtime, now_ms, share_persister)
+
+        def racks() -> PartitionRacks | None:
+            metadata = replicas.metadata
+            if metadata is None or not any(b.rack for b in metadata.brokers.values()):
+                return None
+            return partial(replica_racks, metadata)
+
+        self.share_membership = ShareMembership(
+            settings, self.runtime, now_ms, racks, share_persister
+        )
         self.share_offsets = ShareOffsets(
             self.share_membership, self.runtime, share_persister, now_ms
         )
-        self.consumer_membership = ConsumerMembership(
-            settings, self.runtime, now_ms, lambda t, p: replica_racks(replicas.metadata, t, p)
-        )
+        self.consumer_membership = ConsumerMembership(settings, self.runtime, now_ms, racks)
         self.membership = Membership(settings, self.runtime, now_ms, self.consumer_membership)
         self.migration = Migration(
             settings,

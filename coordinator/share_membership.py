@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from kio.schema.errors import ErrorCode
 
 from gregor.coordinator import session_timer
-from gregor.coordinator.assignors import Assignment
+from gregor.coordinator.assignors import Assignment, RacksNow
 from gregor.coordinator.consumer_membership import GroupTiming, TopicInfo, subscribed_partitions
 from gregor.coordinator.partitions import Records
 from gregor.coordinator.runtime import CoordinatorRuntime, log_failure
@@ -91,9 +91,13 @@ class ShareMembership:
         settings: Settings,
         runtime: CoordinatorRuntime,
         now_ms: Callable[[], int],
+        racks: RacksNow,
         persister: SharePersister | None,
     ) -> None:
+        """``racks``: the racks of partitions' replicas (in the subscribed topics' metadata
+        hash)."""
         self.settings = settings
+        self._racks = racks
         self._runtime = runtime
         self._groups = runtime.share_groups  # the runtime's: loaded and unloaded there
         self._now = now_ms
@@ -195,7 +199,9 @@ class ShareMembership:
         bump = member.subscribed_topic_names != subscription
 
         # The group epoch moves with its members' subscriptions and their topics' metadata.
-        partitions, metadata_hash = subscribed_partitions(group.subscribed_topic_names(), topics)
+        partitions, metadata_hash = subscribed_partitions(
+            group.subscribed_topic_names(), topics, self._racks()
+        )
         if bump or metadata_hash != group.metadata_hash:
             group.group_epoch += 1
             self.rebalances += 1
@@ -247,8 +253,7 @@ class ShareMembership:
             raise _not_share_group(group_id)
         if r.member_epoch != 0:
             raise KafkaError(ErrorCode.group_id_not_found, f"Share group {group_id} not found.")
-        group = self._groups[group_id] = ShareGroup(group_id)
-        return group
+        return self.create(group_id)
 
     def _update_target(
         self,
@@ -452,6 +457,23 @@ class ShareMembership:
 
     def groups(self) -> list[ShareGroup]:
         return [g for g in self._groups.values() if not g.dead]
+
+    def unused(self, group_id: str) -> bool:
+        """No group of any type has the id (nor a share group being deleted)."""
+        runtime = self._runtime
+        return not any(
+            group_id in groups for groups in (self._groups, runtime.consumer_groups, runtime.groups)
+        )
+
+    def create(self, group_id: str) -> ShareGroup:
+        """A new, empty share group of an unused id; its first record makes it persistent."""
+        group = self._groups[group_id] = ShareGroup(group_id)
+        return group
+
+    def forget(self, group: ShareGroup) -> None:
+        """Drop a group created but never written (nothing to tombstone)."""
+        if self._groups.get(group.group_id) is group:
+            del self._groups[group.group_id]
 
     def get(self, group_id: str) -> ShareGroup | None:
         """The live share group of the id (None: none, or being deleted)."""

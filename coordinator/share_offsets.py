@@ -7,7 +7,10 @@ coordinator's, reached through the persister: describing reads its summaries; al
 initializes the share-partitions again at the new start offset under a new state epoch (so a
 leader still holding the old state is fenced on its next write) and records them as
 initialized (record type 15); deleting deletes their state and drops the topics from that
-record. Altering and deleting need an Empty group (NON_EMPTY_GROUP otherwise).
+record. Altering and deleting need an Empty group (NON_EMPTY_GROUP otherwise). Altering
+the offsets of a group id no group has creates an empty share group, as Kafka 4.2's
+GroupMetadataManager.alterShareGroupOffsets does (getOrMaybeCreateShareGroup): it is
+persisted by its share-partitions' record, so ListGroups lists it and it outlives a restart.
 """
 
 from __future__ import annotations
@@ -86,8 +89,15 @@ class ShareOffsets:
     ) -> ShareOffsetsResult:
         """``offsets``: by topic id, its name and the new start offset of each partition."""
         group, result = self._empty_group(group_id)
+        created = False
         if group is None:
-            return result
+            if result.error != ErrorCode.group_id_not_found or not self._membership.unused(
+                group_id
+            ):
+                return result
+            if not offsets:  # nothing to initialize, so no record to make a group of
+                return ShareOffsetsResult()
+            group, created, result = self._membership.create(group_id), True, ShareOffsetsResult()
         persister = self._require_persister()
         done: dict[uuid.UUID, set[int]] = {}
         for topic, (_, starts) in offsets.items():
@@ -105,6 +115,10 @@ class ShareOffsets:
                 done.setdefault(topic, set()).add(p)
         if not self._still(group):
             return ShareOffsetsResult(ErrorCode.coordinator_not_available)
+        if created and not done:  # never written: gone, unless a member joined meanwhile
+            if group.is_empty():
+                self._membership.forget(group)
+            return result
         now = self._now()
         for topic, parts in done.items():
             before = group.initialized.get(topic)

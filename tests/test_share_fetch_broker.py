@@ -24,6 +24,7 @@ from gregor.wire.records import build_batch
 from gregor.wire.schema import request_type
 from tests.kafka_wire import WireClient, create_topic, fetch_one
 from tests.share_groups_off import SHARE_GROUPS_OFF
+from tests.test_client_quotas import alter as alter_quotas
 from tests.test_consumer_group_commits_and_configs import alter_group
 
 LOCK_MS = 3000
@@ -353,6 +354,39 @@ def test_unknown_topic_ids(broker: BrokerProcess) -> None:
     assert response.responses[0].topic_id is None
     a.close()
     b.close()
+
+
+def test_share_fetch_bytes_are_charged_to_the_fetch_quota(process_pool: ProcessPool) -> None:
+    """As Fetch, ShareFetch counts against the client's consumer_byte_rate: over it, the
+    answer carries the throttle time (its acquired records still delivered)."""
+    # A broker of its own (a client quota is set on it): the default window, spelled out.
+    broker = process_pool.broker({**OVERRIDES, "quota.window.num": "11"})
+    topic, topic_id = new_topic(broker)
+    (member,) = joined(broker, topic_id, "a")
+    client = WireClient(broker.port)
+    cls = request_type(v.PRODUCE, 11)
+    t, p = nested(cls, "TopicProduceData"), nested(cls, "PartitionProduceData")
+    data = build_batch([(None, b"y" * 120_000, (), 0)])
+    request = cls(
+        transactional_id=None,
+        acks=-1,
+        timeout=timedelta(seconds=5),
+        topic_data=(t(name=topic, partition_data=(p(index=0, records=data),)),),
+    )
+    assert client.call(v.PRODUCE, 11, request).responses[0].partition_responses[0].error_code == 0
+    # 10,000 B/s measured over 10 s: 120 KB is 2 s of delay (server/quotas.py).
+    assert alter_quotas(client, [({"client-id": "wire-test"}, {"consumer_byte_rate": 10_000})]) == [
+        (ErrorCode.none, None)
+    ]
+    try:
+        response = member.fetch(topic_id)
+        assert offsets(acquired(response)) == [0]
+        assert len(partition_of(response).records) > 120_000
+        assert 1.5 < response.throttle_time.total_seconds() < 2.5
+    finally:
+        alter_quotas(client, [({"client-id": "wire-test"}, {"consumer_byte_rate": None})])
+        client.close()
+        member.close()
 
 
 def test_share_fetch_is_off_without_the_gate(process_pool: ProcessPool) -> None:

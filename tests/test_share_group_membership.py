@@ -27,6 +27,7 @@ from tests.test_consumer_group_protocol import (
     HEARTBEAT_MS,
     PARTITIONS,
     client,
+    commit,
     fetch_group,
     group_overrides,
     restart_and_check_reloaded,
@@ -337,6 +338,76 @@ def test_group_ids_of_another_type(client: WireClient, group: str) -> None:
         f"Group {consumer_group} is not a share group.",
     )
     assert describe(client, consumer_group).error_code == ErrorCode.group_id_not_found
+
+
+def test_classic_requests_on_a_share_group_leave_it_alone(client: WireClient, group: str) -> None:
+    """Kafka's GroupMetadataManager: SyncGroup and Heartbeat answer UNKNOWN_MEMBER_ID,
+    LeaveGroup UNKNOWN_MEMBER_ID per member; OffsetCommit is refused by
+    ShareGroup.validateOffsetCommit (GROUP_ID_NOT_FOUND); the share group is untouched. And
+    ShareGroupHeartbeat does not take a classic group's id."""
+    member = Member(client, group)
+    before = describe(client, group)
+    sync_cls = request_type(v.SYNC_GROUP, 5)
+    synced = client.call(
+        v.SYNC_GROUP,
+        5,
+        build(
+            sync_cls,
+            group_id=group,
+            generation_id=before.group_epoch,
+            member_id=member.member_id,
+            group_instance_id=None,
+            protocol_type="consumer",
+            protocol_name="range",
+            assignments=(),
+        ),
+    )
+    assert synced.error_code == ErrorCode.unknown_member_id
+    beat = client.call(
+        v.HEARTBEAT,
+        4,
+        build(
+            request_type(v.HEARTBEAT, 4),
+            group_id=group,
+            generation_id=before.group_epoch,
+            member_id=member.member_id,
+            group_instance_id=None,
+        ),
+    )
+    assert beat.error_code == ErrorCode.unknown_member_id
+    leave_cls = request_type(v.LEAVE_GROUP, 5)
+    identity = nested(leave_cls, "MemberIdentity")
+    left = client.call(
+        v.LEAVE_GROUP,
+        5,
+        build(
+            leave_cls,
+            group_id=group,
+            members=(build(identity, member_id=member.member_id, group_instance_id=None),),
+        ),
+    )
+    assert left.error_code == ErrorCode.none
+    assert [m.error_code for m in left.members] == [ErrorCode.unknown_member_id]
+    for epoch in (-1, before.group_epoch):
+        assert commit(client, group, member.member_id, epoch, topic=TOPIC) == (
+            ErrorCode.group_id_not_found
+        )
+    after = describe(client, group)
+    assert (after.group_state, after.group_epoch, [m.member_id for m in after.members]) == (
+        "Stable",
+        before.group_epoch,
+        [member.member_id],
+    )
+    assert member.beat().member_epoch == before.group_epoch
+    assert group not in {g.group_id for g in list_groups(client, ("classic",)).groups}
+
+    classic = f"{group}-classic"  # a simple classic group: offsets committed, no members
+    assert commit(client, classic, "", -1, topic=TOPIC) == ErrorCode.none
+    share = heartbeat(client, classic, str(uuid.uuid4()), 0, (TOPIC,))
+    assert (share.error_code, share.error_message) == (
+        ErrorCode.group_id_not_found,
+        f"Group {classic} is not a share group.",
+    )
 
 
 # -- the gate ---------------------------------------------------------------------------------

@@ -20,8 +20,9 @@ from gregor.wire.schema import request_type
 from tests.kafka_wire import WireClient
 from tests.share_groups_off import SHARE_GROUPS_OFF
 from tests.test_consumer_group_protocol import join as consumer_join
-from tests.test_consumer_group_protocol import topic_with_coordinator
-from tests.test_share_group_membership import BROKER_OVERRIDES
+from tests.test_consumer_group_protocol import topic_with_coordinator, wait_until
+from tests.test_share_group_membership import BROKER_OVERRIDES, list_groups
+from tests.test_share_group_membership import describe as share_describe
 from tests.test_share_group_membership import heartbeat as share_heartbeat
 
 TOPIC = "sg-offsets-topic"
@@ -82,9 +83,8 @@ def client(broker: BrokerProcess, topic_id: uuid.UUID) -> Any:
 def test_errors_of_groups_that_are_not_empty_share_groups(client: WireClient) -> None:
     unknown = f"sg-{uuid.uuid4().hex[:8]}"
     described = describe_offsets(client, unknown, TOPIC, None)
-    altered = alter_offsets(client, unknown, TOPIC, {0: 0})
     deleted = delete_offsets(client, unknown, TOPIC)
-    for answer in (described, altered, deleted):
+    for answer in (described, deleted):
         assert answer.error_code == ErrorCode.group_id_not_found
     # Asked for partitions, an unknown group has no state: -1, as Kafka answers it.
     (topic,) = describe_offsets(client, unknown, TOPIC, (0,)).topics
@@ -133,6 +133,51 @@ def test_unknown_topics_and_partitions(client: WireClient, topic_id: uuid.UUID) 
     (again,) = delete_offsets(client, group, TOPIC).responses
     assert again.error_code == ErrorCode.unknown_topic_or_partition
     assert describe_offsets(client, group, TOPIC, None).topics == ()
+
+
+def test_altering_an_unknown_group_creates_an_empty_share_group(
+    broker: BrokerProcess, client: WireClient, topic_id: uuid.UUID
+) -> None:
+    """As Kafka 4.2's GroupMetadataManager.alterShareGroupOffsets (getOrMaybeCreateShareGroup):
+    an empty share group is created, persisted by its share-partitions' record (listed,
+    reloaded after a restart); naming only unknown topics creates none."""
+    group = f"sg-new-{uuid.uuid4().hex[:8]}"
+    nothing = alter_offsets(client, group, "no-such-topic", {0: 0})
+    assert nothing.error_code == ErrorCode.none
+    (missing,) = nothing.responses
+    assert [p.error_code for p in missing.partitions] == [ErrorCode.unknown_topic_or_partition]
+    assert share_describe(client, group).error_code == ErrorCode.group_id_not_found
+
+    altered = alter_offsets(client, group, TOPIC, {0: 5})
+    assert altered.error_code == ErrorCode.none
+    (topic,) = altered.responses
+    assert (topic.topic_id, [p.error_code for p in topic.partitions]) == (
+        topic_id,
+        [ErrorCode.none],
+    )
+
+    def created(c: WireClient) -> None:
+        described = share_describe(c, group)
+        assert (described.error_code, described.group_state, described.members) == (
+            ErrorCode.none,
+            "Empty",
+            (),
+        )
+        assert (group, "share", "Empty") in {
+            (g.group_id, g.group_type, g.group_state) for g in list_groups(c, ("share",)).groups
+        }
+        (offsets,) = describe_offsets(c, group, TOPIC, None).topics
+        assert [(p.partition_index, p.start_offset) for p in offsets.partitions] == [(0, 5)]
+
+    created(client)
+    broker.restart()
+    restarted = WireClient(broker.port)
+    try:
+        loading = ErrorCode.coordinator_load_in_progress
+        wait_until(lambda: share_describe(restarted, group).error_code != loading)
+        created(restarted)
+    finally:
+        restarted.close()
 
 
 @pytest.fixture(scope="module")

@@ -40,8 +40,10 @@ log = logging.getLogger(__name__)
 
 _SIZE = struct.Struct(">i")
 _HEAD = struct.Struct(">ihhih")  # frame size, api key, api version, correlation id, len(client id)
-_READ_LIMIT = 1 << 20  # StreamReader buffering: let a 10 MiB Fetch response arrive in big reads
 _JITTER = 0.2
+# The largest response frame taken: socket.request.max.bytes's default, the most a broker
+# takes from a peer. A follower's Fetch answers hold replica.fetch.response.max.bytes (10 MiB).
+MAX_RESPONSE_BYTES = 104_857_600
 
 
 class BrokerUnavailable(ConnectionError):
@@ -73,54 +75,104 @@ def inter_broker_client_settings(listener: Mapping[str, str], protocol: str) -> 
     return settings
 
 
-class _Connection:
-    """One open socket to a node and its in-flight requests by correlation id."""
+class _Connection(asyncio.BufferedProtocol):
+    """One open socket to a node and its in-flight requests by correlation id.
 
-    def __init__(self, node_id: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+    Each response frame is received straight into a buffer of its own size, over TLS
+    too (asyncio's TLS transport decrypts into ``get_buffer``): the kernel's copy (or the
+    decryption) is the only one, and a Fetch response's records are handed on as a view of
+    that buffer (``gregor.wire.tagged``). A size prefix above ``max_response_bytes`` (or
+    below a correlation id's) closes the connection before anything is allocated.
+    """
+
+    def __init__(self, node_id: int, max_response_bytes: int) -> None:
         self.node_id = node_id
-        self.writer = writer
-        self.in_flight: dict[int, asyncio.Future[bytes]] = {}
+        self.max_response_bytes = max_response_bytes
+        self.transport: asyncio.Transport | None = None
+        self.in_flight: dict[int, asyncio.Future[bytearray]] = {}
         self.next_correlation = 0
         self.open = True
         self.closed_at = 0.0
         self.reauth_timer: asyncio.TimerHandle | None = None
         self.reauthenticating: asyncio.Task[None] | None = None  # sends wait for it
-        self.reader_task = asyncio.get_running_loop().create_task(self._read_responses(reader))
+        self._size = bytearray(_SIZE.size)  # the next frame's size prefix
+        self._frame: bytearray | None = None  # the frame being received, once sized
+        self._target = memoryview(self._size)  # what the next read fills
+        self._filled = 0
+        self._drained: asyncio.Future[None] | None = None  # set while writes are paused
+        self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
-    async def _read_responses(self, reader: asyncio.StreamReader) -> None:
-        error: BrokerUnavailable
-        try:
-            while True:
-                size = _SIZE.unpack(await reader.readexactly(4))[0]
-                if size < _SIZE.size:
-                    error = self._protocol_error(f"a response frame of {size} bytes")
-                    break
-                frame = await reader.readexactly(size)
-                correlation = _SIZE.unpack_from(frame)[0]
-                waiter = self.in_flight.pop(correlation, None)
-                if waiter is None:
-                    error = self._protocol_error(f"unknown correlation id {correlation}")
-                    break
-                if not waiter.done():  # done: cancelled by its caller
-                    waiter.set_result(frame)
-        except (OSError, EOFError) as e:  # IncompleteReadError is an EOFError
-            error = BrokerUnavailable(f"connection to node {self.node_id} lost: {e!r}")
-        except asyncio.CancelledError:
-            error = BrokerUnavailable(f"connection to node {self.node_id} closed")
-        self.close(error)
+    # -- asyncio.BufferedProtocol -----------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
 
-    def _protocol_error(self, what: str) -> BrokerUnavailable:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._target[self._filled :]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self._filled += nbytes
+        if self._filled < len(self._target) or not self.open:  # closed: bytes still decrypted
+            return
+        self._filled = 0
+        frame = self._frame
+        if frame is None:
+            size = _SIZE.unpack(self._size)[0]
+            if not _SIZE.size <= size <= self.max_response_bytes:
+                self._protocol_error(
+                    f"a response frame of {size} bytes (at most {self.max_response_bytes})"
+                )
+                return
+            frame = self._frame = bytearray(size)
+            self._target = memoryview(frame)
+            return
+        self._frame = None
+        self._target = memoryview(self._size)
+        correlation = _SIZE.unpack_from(frame)[0]
+        waiter = self.in_flight.pop(correlation, None)
+        if waiter is None:
+            self._protocol_error(f"unknown correlation id {correlation}")
+        elif not waiter.done():  # done: cancelled by its caller
+            waiter.set_result(frame)
+
+    def eof_received(self) -> None:
+        self.close(BrokerUnavailable(f"connection to node {self.node_id} closed by the node"))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.close(BrokerUnavailable(f"connection to node {self.node_id} lost: {exc!r}"))
+        self.lost.set_result(None)
+        if self._drained is not None and not self._drained.done():
+            self._drained.set_result(None)  # the waiters find the connection closed
+
+    def pause_writing(self) -> None:
+        self._drained = asyncio.get_running_loop().create_future()
+
+    def resume_writing(self) -> None:
+        if self._drained is not None and not self._drained.done():
+            self._drained.set_result(None)
+        self._drained = None
+
+    # -- used by InterBrokerClient ------------------------------------------------------
+    async def write(self, data: bytes) -> None:
+        """Write ``data``; wait while the socket's write buffer is above its high mark."""
+        assert self.transport is not None
+        self.transport.write(data)
+        if self._drained is not None:
+            await asyncio.shield(self._drained)
+        if not self.open:
+            raise ConnectionResetError("connection closed")
+
+    def _protocol_error(self, what: str) -> None:
         log.warning("node %d sent %s; closing the connection", self.node_id, what)
-        return BrokerUnavailable(f"node {self.node_id} sent {what}")
+        self.close(BrokerUnavailable(f"node {self.node_id} sent {what}"))
 
     def close(self, error: BrokerUnavailable) -> None:
         """Abort the socket and fail whatever is still waiting on it (idempotent)."""
         if self.open:
             self.open = False
             self.closed_at = time.monotonic()
-            self.writer.transport.abort()
-            if self.reader_task is not asyncio.current_task():
-                self.reader_task.cancel()
+            if self.transport is not None:
+                self.transport.abort()
             if self.reauth_timer is not None:
                 self.reauth_timer.cancel()
             if self.reauthenticating not in (None, asyncio.current_task()):
@@ -154,9 +206,11 @@ class InterBrokerClient:
         reconnect_backoff_max_ms: int = 1000,
         connection_setup_timeout_ms: int = 10_000,
         client_settings: Mapping[str, str] | None = None,
+        max_response_bytes: int = MAX_RESPONSE_BYTES,
     ) -> None:
         """``client_settings``: Kafka client properties of the connections' security
-        (``inter_broker_client_settings``); None: PLAINTEXT. A bad one raises ValueError."""
+        (``inter_broker_client_settings``); None: PLAINTEXT. A bad one raises ValueError.
+        A response frame above ``max_response_bytes`` closes its connection."""
         self._security = ClientSecurity.from_properties(client_settings)
         self._client_id = client_id.encode()
         self._endpoint_of = endpoint_of
@@ -164,6 +218,7 @@ class InterBrokerClient:
         self._backoff = reconnect_backoff_ms / 1000
         self._backoff_max = reconnect_backoff_max_ms / 1000
         self._setup_timeout = connection_setup_timeout_ms / 1000
+        self._max_response = max_response_bytes
         self._nodes: dict[int, _Node] = {}
         self._closed = False
 
@@ -187,7 +242,7 @@ class InterBrokerClient:
         frame = await self._exchange(connection, request, encode(request))
         return self._decode(request, frame)
 
-    async def _exchange(self, connection: _Connection, request: Any, body: bytes) -> bytes:
+    async def _exchange(self, connection: _Connection, request: Any, body: bytes) -> bytearray:
         """Write ``request`` (its encoded ``body``) and return its response frame."""
         api_key, api_version = request.__api_key__, request.__version__
         flexible = request.__flexible__
@@ -197,15 +252,13 @@ class InterBrokerClient:
         size = _HEAD.size - 4 + len(self._client_id) + extra + len(body)
         head = _HEAD.pack(size, api_key, api_version, correlation, len(self._client_id))
         loop = asyncio.get_running_loop()
-        waiter: asyncio.Future[bytes] = loop.create_future()
+        waiter: asyncio.Future[bytearray] = loop.create_future()
         connection.in_flight[correlation] = waiter
         timer = loop.call_later(self._timeout, self._expire, connection, correlation)
         try:
             try:
-                connection.writer.write(
-                    head + self._client_id + (b"\x00" if flexible else b"") + body
-                )
-                await connection.writer.drain()
+                tags = b"\x00" if flexible else b""
+                await connection.write(head + self._client_id + tags + body)
             except (OSError, RuntimeError) as e:  # fails the waiter unless it already failed
                 lost = f"connection to node {connection.node_id} lost: {e!r}"
                 connection.close(BrokerUnavailable(lost))
@@ -214,13 +267,13 @@ class InterBrokerClient:
             timer.cancel()
 
     @staticmethod
-    def _decode(request: Any, frame: bytes) -> Any:
+    def _decode(request: Any, frame: bytearray) -> Any:
         api_key, flexible = request.__api_key__, request.__flexible__
         pos = 4
         # ApiVersions answers with header v0 at every version, so any client can parse it.
         if flexible and api_key != API_VERSIONS:
             pos = skip_tagged_fields(frame, pos)
-        return decode(response_type(api_key, request.__version__), frame, pos)
+        return decode(response_type(api_key, request.__version__), memoryview(frame), pos)
 
     async def close(self) -> None:
         """Close every connection; waiting and later sends raise BrokerUnavailable."""
@@ -229,7 +282,7 @@ class InterBrokerClient:
         for node in self._nodes.values():
             if node.connection is not None:
                 node.connection.close(BrokerUnavailable("inter-broker client closed"))
-                tasks.append(node.connection.reader_task)
+                tasks.append(node.connection.lost)  # the socket is closed
                 if node.connection.reauthenticating is not None:
                     tasks.append(node.connection.reauthenticating)
         self._nodes.clear()
@@ -301,10 +354,13 @@ class InterBrokerClient:
     async def _open(self, node_id: int, host: str, port: int) -> _Connection:
         """A connection to ``host:port``, TLS and SASL done."""
         tls = self._security.tls
-        reader, writer = await asyncio.open_connection(
-            host, port, limit=_READ_LIMIT, ssl=tls, server_hostname=host if tls else None
+        _, connection = await asyncio.get_running_loop().create_connection(
+            lambda: _Connection(node_id, self._max_response),
+            host,
+            port,
+            ssl=tls,
+            server_hostname=host if tls else None,
         )
-        connection = _Connection(node_id, reader, writer)
         if self._security.sasl is not None:
             try:
                 await self._authenticate(connection)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import socket
+import struct
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -16,7 +18,18 @@ from kio.schema.errors import ErrorCode
 from compat_tests.broker import BrokerProcess
 from compat_tests.process_pool import ProcessPool
 from gregor.apis.context import build, nested
-from gregor.server.broker_client import BrokerUnavailable, InterBrokerClient, RequestTimedOut
+from gregor.server.broker_client import (
+    BrokerUnavailable,
+    InterBrokerClient,
+    RequestTimedOut,
+    _Connection,
+)
+from gregor.server.harness.broker_process import BrokerProcess as SecuredBrokerProcess
+from gregor.server.harness.certs import (
+    CertificateAuthority,
+    broker_ssl_properties,
+    client_ssl_properties,
+)
 from gregor.wire.schema import request_type
 from gregor.wire.versions import API_VERSIONS, FETCH, METADATA, PRODUCE
 from tests.kafka_wire import create_topics_request
@@ -154,6 +167,9 @@ def test_large_fetch_responses_arrive_whole(broker: BrokerProcess) -> None:
         assert [p.high_watermark for p in parts] == [1] * 6
         assert [len(p.records) for p in parts] == [len(batch)] * 6
         assert all(bytes(p.records)[-1000:] == batch[-1000:] for p in parts)
+        # The records are views of the one buffer the frame was received into, not copies.
+        frame = parts[0].records.obj
+        assert isinstance(frame, bytearray) and all(p.records.obj is frame for p in parts)
 
     run(broker, body)
 
@@ -264,3 +280,98 @@ def test_close_fails_waiting_and_later_sends(broker: BrokerProcess) -> None:
             await client.send(NODE, api_versions(), 3)
 
     run(broker, body)
+
+
+def frame(correlation: int, body: bytes) -> bytes:
+    return struct.pack(">ii", 4 + len(body), correlation) + body
+
+
+@pytest.mark.parametrize("read_size", [1, 3, 4, 5, 4096])
+def test_frames_split_across_reads_are_delivered_whole(read_size: int) -> None:
+    """The transport hands over what the socket has: parts of a size prefix, a frame's end
+    with the next one's start. Each response arrives whole, in a buffer of its own size."""
+    bodies = [b"", b"x" * 10, bytes(range(256)) * 40]
+    stream = b"".join(frame(i, body) for i, body in enumerate(bodies))
+
+    async def main() -> None:
+        connection = _Connection(NODE, 1 << 20)
+        loop = asyncio.get_running_loop()
+        waiters = [loop.create_future() for _ in bodies]
+        connection.in_flight = dict(enumerate(waiters))
+        pos = 0
+        while pos < len(stream):
+            buffer = connection.get_buffer(-1)
+            n = min(len(buffer), read_size, len(stream) - pos)
+            buffer[:n] = stream[pos : pos + n]
+            connection.buffer_updated(n)
+            pos += n
+        frames = [w.result() for w in waiters]
+        assert frames == [struct.pack(">i", i) + body for i, body in enumerate(bodies)]
+        assert all(isinstance(f, bytearray) for f in frames)
+        assert connection.open and not connection.in_flight
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("size", [(1 << 31) - 1, (1 << 20) + 1, 3, -1])
+def test_a_response_size_out_of_bounds_closes_the_connection_unallocated(
+    size: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A peer announcing more than max_response_bytes (or less than a correlation id) is cut
+    off at its size prefix, and the request in flight fails at once."""
+
+    async def main() -> None:
+        async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            (length,) = struct.unpack(">i", await reader.readexactly(4))
+            await reader.readexactly(length)
+            writer.write(struct.pack(">i", size) + b"\0" * 64)
+            await writer.drain()
+            with contextlib.suppress(ConnectionError):
+                assert await reader.read() == b"", "the client closed the connection"
+            writer.close()
+
+        server = await asyncio.start_server(answer, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        client = InterBrokerClient(
+            "broker-0", lambda _: ("127.0.0.1", port), 60_000, max_response_bytes=1 << 20
+        )
+        started = time.monotonic()
+        try:
+            with pytest.raises(BrokerUnavailable, match=f"a response frame of {size} bytes"):
+                await client.send(NODE, api_versions(), 3)
+        finally:
+            await client.close()
+            server.close()
+            await server.wait_closed()
+        assert time.monotonic() - started < PROMPT_S
+
+    with caplog.at_level("WARNING", "gregor.server.broker_client"):
+        asyncio.run(main())
+    assert f"node 0 sent a response frame of {size} bytes (at most 1048576)" in caplog.text
+
+
+def test_large_fetch_responses_arrive_whole_over_tls(tmp_path: Path) -> None:
+    """asyncio's TLS transport decrypts into the frame's buffer, record by record."""
+    ca = CertificateAuthority(tmp_path / "ca")
+    overrides = {"listeners": "SSL://127.0.0.1:0", **broker_ssl_properties(ca.server("broker"))}
+    settings = {"security.protocol": "SSL", **client_ssl_properties(ca.truststore)}
+    batch = records(1, size=900_000)
+    with SecuredBrokerProcess(tmp_path / "broker", overrides, client_config=settings) as tls:
+
+        async def main() -> None:
+            client = InterBrokerClient(
+                "broker-0", lambda _: ("127.0.0.1", tls.port), 30_000, client_settings=settings
+            )
+            try:
+                await make_topic(client, "sealed", 3)
+                for partition in range(3):
+                    answer = await client.send(NODE, produce("sealed", partition, batch), 11)
+                    assert answer.responses[0].partition_responses[0].error_code == ErrorCode.none
+                response = await client.send(NODE, fetch("sealed", range(3), 0), 12)
+                parts = response.responses[0].partitions
+                assert [len(p.records) for p in parts] == [len(batch)] * 3
+                assert all(p.records[-1000:] == batch[-1000:] for p in parts)
+            finally:
+                await client.close()
+
+        asyncio.run(main())

@@ -4,26 +4,18 @@ from __future__ import annotations
 
 import datetime
 import io
-import uuid
-from dataclasses import MISSING, Field, fields
-from types import UnionType
-from typing import Any, get_origin
+from dataclasses import Field, fields
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from kio.index import load_entity_schema
-from kio.schema.errors import ErrorCode
-from kio.schema.index import schema_name_map
-from kio.serial import entity_reader, entity_writer
-from kio.serial._implicit_defaults import get_tagged_field_default
+from kio.serial import entity_reader
 from kio.serial._introspect import (
     EntityField,
     EntityTupleField,
-    PrimitiveTupleField,
     classify_field,
     get_field_tag,
-    get_schema_field_type,
     is_optional,
 )
 from kio.serial._serialize import get_field_writer
@@ -35,78 +27,12 @@ from kio.serial.writers import (
     write_unsigned_varint,
 )
 from kio.static.constants import EntityType
-from kio.static.primitive import Records
 
 from gregor.wire.tagged import ArrayLengthOverrun, MalformedData, decode_tolerant
+from tests.kio_examples import KIO_TYPES, example, kio_encode, tag_default
 
-# kio's phantom types bring hypothesis hooks, but none for record data.
-st.register_type_strategy(Records, st.binary(max_size=64).map(Records.parse))
-
-ALL_TYPES: list[type] = sorted(
-    {
-        load_entity_schema(name, version, kind)
-        for name, versions in schema_name_map.items()
-        for version, kinds in versions.items()
-        for kind in kinds
-    },
-    key=lambda t: (t.__module__, t.__name__),
-)
-REQUEST_TYPES = [t for t in ALL_TYPES if t.__type__ is EntityType.request]
-FLEXIBLE_TYPES = [t for t in ALL_TYPES if t.__flexible__]
-
-_SAMPLES: dict[str, Any] = {
-    "int8": -7,
-    "int16": -300,
-    "int32": 70_000,
-    "int64": -(2**40),
-    "uint8": 200,
-    "uint16": 65_000,
-    "uint32": 2**32 - 2,
-    "uint64": 2**64 - 2,
-    "float64": 2.5,
-    "bool": True,
-    "string": "héllo ✓",
-    "bytes": b"\x00\xffdata",
-    "records": b"\x00\x01records",
-    "uuid": uuid.UUID(int=0x0123456789ABCDEF0123456789ABCDEF),
-    "error_code": ErrorCode.not_coordinator,
-    "timedelta_i32": datetime.timedelta(milliseconds=-1234),
-    "timedelta_i64": datetime.timedelta(days=3, milliseconds=5),
-    "datetime_i64": datetime.datetime(2024, 5, 6, 7, 8, 9, tzinfo=datetime.UTC),
-}
-
-
-def _tag_default(field: Field) -> Any:
-    return field.default if field.default is not MISSING else get_tagged_field_default(field)
-
-
-def _field_value(field: Field, full: bool) -> Any:
-    if get_field_tag(field) is not None and not full:
-        return _tag_default(field)
-    kind = classify_field(field)
-    nullable = get_origin(field.type) is UnionType
-    if not full and nullable:
-        return None
-    if isinstance(kind, EntityTupleField):
-        return tuple(example(kind.type_, full) for _ in range(2 if full else 0))
-    if isinstance(kind, PrimitiveTupleField):
-        item = _SAMPLES[get_schema_field_type(field)]
-        return (item, item) if full else ()
-    if isinstance(kind, EntityField):
-        return example(kind.type_, full)
-    return _SAMPLES[get_schema_field_type(field)]
-
-
-def example(entity_type: type, full: bool) -> Any:
-    """A deterministic instance: ``full`` sets every field (two-element arrays, all
-    tags present); otherwise optional values are null, arrays empty, tags default."""
-    return entity_type(**{f.name: _field_value(f, full) for f in fields(entity_type)})
-
-
-def encode(entity: Any) -> bytes:
-    buffer = io.BytesIO()
-    entity_writer(type(entity))(buffer, entity)
-    return buffer.getvalue()
+REQUEST_TYPES = [t for t in KIO_TYPES if t.__type__ is EntityType.request]
+FLEXIBLE_TYPES = [t for t in KIO_TYPES if t.__flexible__]
 
 
 UNKNOWN_TAG = 10_000  # two-byte varint, above every tag in Kafka's schemas
@@ -129,7 +55,7 @@ def _write_entity(buffer: io.BytesIO, entity: Any, payload: bytes, inject: bool 
         tag = get_field_tag(field)
         if tag is None:
             _write_field(buffer, entity_type, field, value, payload, tagged=False)
-        elif value != _tag_default(field):
+        elif value != tag_default(field):
             field_buffer = io.BytesIO()
             _write_field(field_buffer, entity_type, field, value, payload, tagged=True)
             tags.append((tag, field_buffer.getvalue()))
@@ -172,16 +98,16 @@ def assert_same_as_native(entity_type: type, data: bytes, expected: Any) -> None
 
 @pytest.mark.parametrize("full", [True, False], ids=["full", "empty"])
 def test_every_entity_type_decodes_like_native(full: bool) -> None:
-    for entity_type in ALL_TYPES:
+    for entity_type in KIO_TYPES:
         entity = example(entity_type, full)
-        assert_same_as_native(entity_type, encode(entity), entity)
+        assert_same_as_native(entity_type, kio_encode(entity), entity)
 
 
 def test_offset_and_memoryview_input() -> None:
     from kio.schema.metadata.v12.request import MetadataRequest
 
     entity = example(MetadataRequest, full=True)
-    data = encode(entity)
+    data = kio_encode(entity)
     framed = memoryview(b"\x01\x02\x03" + data + b"trailing")
     assert decode_tolerant(MetadataRequest, framed, 3) == (entity, len(data))
     assert entity_reader(MetadataRequest)(framed, 3) == (entity, len(data))
@@ -195,9 +121,9 @@ def test_offset_and_memoryview_input() -> None:
 )
 @given(st.data())
 def test_generated_entities_decode_like_native(data: st.DataObject) -> None:
-    entity_type = data.draw(st.sampled_from(ALL_TYPES))
+    entity_type = data.draw(st.sampled_from(KIO_TYPES))
     entity = data.draw(st.from_type(entity_type))
-    encoded = encode(entity)
+    encoded = kio_encode(entity)
     native = entity_reader(entity_type)(encoded, 0)
     assert native[1] == len(encoded)
     assert decode_tolerant(entity_type, encoded) == native
@@ -221,7 +147,7 @@ def test_unknown_tags_only_in_nested_entities_are_skipped() -> None:
 
     entity = example(FetchRequest, full=True)
     data = encode_with_unknown_tags(entity, b"\x01\x02\x03", nested_only=True)
-    assert data != encode(entity)
+    assert data != kio_encode(entity)
     with pytest.raises(KeyError):
         entity_reader(FetchRequest)(data, 0)
     assert decode_tolerant(FetchRequest, data) == (entity, len(data))
@@ -238,7 +164,7 @@ def test_unknown_tags_between_known_tags_in_any_order() -> None:
         topics=(),
         forgotten_topics_data=(),
     )
-    data = encode(entity)
+    data = kio_encode(entity)
     body = data[: data.rindex(b"\x02\x00\x04\x04abc")]  # everything before the tag section
     replica_state = (3).to_bytes(4, "big") + (7).to_bytes(8, "big") + b"\x00"
     tags = (
@@ -255,7 +181,7 @@ def test_absent_tags_take_implicit_defaults() -> None:
     from kio.schema.update_raft_voter.v0.response import UpdateRaftVoterResponse
 
     entity = example(UpdateRaftVoterResponse, full=False)
-    assert_same_as_native(UpdateRaftVoterResponse, encode(entity), entity)
+    assert_same_as_native(UpdateRaftVoterResponse, kio_encode(entity), entity)
 
 
 def test_known_tag_extent_is_what_its_reader_consumes() -> None:
@@ -263,7 +189,7 @@ def test_known_tag_extent_is_what_its_reader_consumes() -> None:
     from kio.schema.fetch.v17.request import FetchRequest
 
     entity = example(FetchRequest, full=False)
-    body = encode(entity)[:-1]
+    body = kio_encode(entity)[:-1]
     data = body + b"\x01\x00\x09\x04abc"  # cluster_id with a wrong size prefix
     expected = entity_reader(FetchRequest)(data, 0)
     assert expected[0].cluster_id == "abc"

@@ -2,56 +2,22 @@
 
 from __future__ import annotations
 
-import datetime
-import io
 import struct
-import uuid
-from dataclasses import MISSING, Field, fields
+from dataclasses import fields
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from kio.index import load_entity_schema
-from kio.schema.errors import ErrorCode
-from kio.schema.index import schema_name_map
-from kio.serial import entity_writer
-from kio.serial._implicit_defaults import get_tagged_field_default
-from kio.serial._introspect import (
-    EntityField,
-    EntityTupleField,
-    PrimitiveTupleField,
-    classify_field,
-    get_field_tag,
-    get_schema_field_type,
-    is_optional,
-)
-from kio.static.primitive import Records, i16, i32
+from kio.static.primitive import i16, i32
 
 from gregor.wire import interbroker
 from gregor.wire.encoder import entity_encoder
 from gregor.wire.schema import encode_generic
+from tests.kio_examples import KIO_TYPES, example, kio_encode
 
-# kio's phantom types bring hypothesis hooks, but none for record data.
-st.register_type_strategy(Records, st.binary(max_size=64).map(Records.parse))
-
-KIO_TYPES: list[type] = sorted(
-    {
-        load_entity_schema(name, version, kind)
-        for name, versions in schema_name_map.items()
-        for version, kinds in versions.items()
-        for kind in kinds  # request, response, header and data schemas
-    },
-    key=lambda t: (t.__module__, t.__name__),
-)
 INTERBROKER_TYPES: list[type] = [*interbroker.REQUESTS.values(), *interbroker.RESPONSES.values()]
 ALL_TYPES = KIO_TYPES + INTERBROKER_TYPES
-
-
-def kio_encode(entity: Any) -> bytes:
-    buffer = io.BytesIO()
-    entity_writer(type(entity))(buffer, entity)
-    return buffer.getvalue()
 
 
 def assert_same_as_kio(entity: Any) -> None:
@@ -65,53 +31,6 @@ def assert_same_as_kio(entity: Any) -> None:
 
 
 # --- deterministic instances of every type ---------------------------------------------
-
-_SAMPLES: dict[str, Any] = {
-    "int8": -7,
-    "int16": -300,
-    "int32": 70_000,
-    "int64": -(2**40),
-    "uint8": 200,
-    "uint16": 65_000,
-    "uint32": 2**32 - 2,
-    "uint64": 2**64 - 2,
-    "float64": 2.5,
-    "bool": True,
-    "string": "héllo ✓",
-    "bytes": b"\x00\xffdata",
-    "records": b"\x00\x01records",
-    "uuid": uuid.UUID(int=0x0123456789ABCDEF0123456789ABCDEF),
-    "error_code": ErrorCode.not_coordinator,
-    "timedelta_i32": datetime.timedelta(milliseconds=-1234),
-    "timedelta_i64": datetime.timedelta(days=3, milliseconds=5),
-    "datetime_i64": datetime.datetime(2024, 5, 6, 7, 8, 9, tzinfo=datetime.UTC),
-}
-
-
-def _tag_default(field: Field[Any]) -> Any:
-    return field.default if field.default is not MISSING else get_tagged_field_default(field)
-
-
-def _field_value(field: Field[Any], full: bool) -> Any:
-    if get_field_tag(field) is not None and not full:
-        return _tag_default(field)
-    if not full and is_optional(field):
-        return None
-    kind = classify_field(field)
-    if isinstance(kind, EntityTupleField):
-        return tuple(example(kind.type_, full) for _ in range(3 if full else 0))
-    if isinstance(kind, PrimitiveTupleField):
-        item = _SAMPLES[get_schema_field_type(field)]
-        return (item,) * 3 if full else ()
-    if isinstance(kind, EntityField):
-        return example(kind.type_, full)
-    return _SAMPLES[get_schema_field_type(field)]
-
-
-def example(entity_type: type, full: bool) -> Any:
-    """``full`` sets every field (three-item arrays, every tag away from its default);
-    otherwise nullable values are null, arrays empty and tags at their defaults."""
-    return entity_type(**{f.name: _field_value(f, full) for f in fields(entity_type)})
 
 
 @pytest.mark.parametrize("full", [True, False], ids=["full", "empty"])

@@ -20,7 +20,6 @@ from typing import Any
 import pytest
 from kio.serial import entity_reader
 from kio.serial._introspect import is_optional
-from test_tagged import encode, example
 
 from compat_tests.broker import BrokerProcess
 from compat_tests.process_pool import ProcessPool
@@ -28,6 +27,7 @@ from gregor.apis.dispatch import FAST_DECODERS
 from gregor.wire import versions as v
 from gregor.wire.schema import SchemaDecodeError, decode, request_type
 from tests.kafka_wire import WireClient, request_frame
+from tests.kio_examples import example, kio_encode
 
 # One in this many mutations that leave no forbidden null is sent to the broker too, to
 # keep the run short; every mutation is checked against the decoders in-process.
@@ -59,7 +59,7 @@ def null_mutations() -> Iterator[tuple[int, int, bytes, bool]]:
             nulls = (b"\x00",) if entity_type.__flexible__ else (b"\xff\xff", b"\xff" * 4)
             read = entity_reader(entity_type)
             for full in (True, False):
-                seed = encode(example(entity_type, full))
+                seed = kio_encode(example(entity_type, full))
                 for at in range(len(seed)):
                     for null in nulls:
                         body = seed[:at] + null + seed[at + len(null) :]

@@ -15,15 +15,15 @@ from hypothesis import strategies as st
 from kio.serial import entity_reader
 from kio.serial.errors import DecodeError, SerialError, UnexpectedNull
 from kio.static.constants import EntityType
-from test_tagged import ALL_TYPES, encode, example
 
 from gregor.wire.tagged import ArrayLengthOverrun, decode_tolerant
+from tests.kio_examples import KIO_TYPES, example, kio_encode
 
 # Everything a client can make us decode: request payloads and request headers.
 TARGETS = [
-    t for t in ALL_TYPES if t.__type__ is EntityType.request or t.__name__ == "RequestHeader"
+    t for t in KIO_TYPES if t.__type__ is EntityType.request or t.__name__ == "RequestHeader"
 ]
-SEEDS = [(t, encode(example(t, full))) for t in TARGETS for full in (True, False)]
+SEEDS = [(t, kio_encode(example(t, full))) for t in TARGETS for full in (True, False)]
 
 # What kio's native reader raises on malformed input, besides DecodeError:
 # SerialError.OutOfBoundValue (negative timestamp), ValueError (bad boolean,

@@ -137,11 +137,7 @@ def _fixed_format(field: Field[Any], is_request_header: bool) -> str | None:
 def _fixed_run(run: list[tuple[str, str]]) -> tuple[Callable[[Any], Any], Write]:
     pack = struct.Struct(">" + "".join(fmt for _name, fmt in run)).pack
     if len(run) == 1:  # attrgetter of one name returns the value, not a tuple
-
-        def write_one(out: bytearray, value: Any) -> None:
-            out += pack(value)
-
-        return attrgetter(run[0][0]), write_one
+        return attrgetter(run[0][0]), _fixed_writer(pack)
 
     def write_run(out: bytearray, values: tuple[Any, ...]) -> None:
         out += pack(*values)

@@ -85,12 +85,12 @@ def test_large_frames_stay_within_the_pool_and_small_requests_flow(tmp_path: Pat
             started = time.monotonic()
             client.call(API_VERSIONS, 3, cls(client_software_name="t", client_software_version="1"))
             latencies.append(time.monotonic() - started)
-            time.sleep(0.01)
+            time.sleep(0.002)
         for t in streams:
             t.join(timeout=180)
         client.close()
         assert not errors, errors[:3]
-        assert len(latencies) >= 20, latencies
+        assert len(latencies) >= 10, latencies  # however fast this machine streams
         peak_mb = memory_kib(pid)["VmHWM"] * 1024 / 1e6
         latencies.sort()
         p90 = latencies[int(len(latencies) * 0.9)]

@@ -148,10 +148,29 @@ class Log:
         now_ms: int,
         on_io_error: Callable[[Log, OSError], None] = _take_offline,
     ) -> Log:
-        directory.mkdir(parents=True, exist_ok=True)
-        log = cls(directory, config, now_ms, on_io_error)
-        log._load(recovery_point, log_start_offset, clean_shutdown, now_ms)
+        try:
+            directory.mkdir(parents=True)
+        except FileExistsError:
+            log = cls(directory, config, now_ms, on_io_error)
+            log._load(recovery_point, log_start_offset, clean_shutdown, now_ms)
+        else:
+            log = cls(directory, config, now_ms, on_io_error)
+            log._start_empty(recovery_point, log_start_offset, clean_shutdown, now_ms)
         return log
+
+    def _start_empty(
+        self, recovery_point: int, log_start_offset: int, clean_shutdown: bool, now_ms: int
+    ) -> None:
+        """A directory made just now: what _load comes to for an empty directory, without
+        its directory reads (a third of creating a partition's log)."""
+        self._set_segments([self._new_segment(log_start_offset, now_ms, active=True)])
+        self._dir_dirty = True
+        self.log_start_offset = self.log_end_offset = log_start_offset
+        self.recovery_point = (
+            log_start_offset if clean_shutdown else min(recovery_point, log_start_offset)
+        )
+        self._roll_flush_offset = self.recovery_point
+        self.producer_state.map_end_offset = log_start_offset
 
     def _io_error(self, exc: OSError) -> None:
         self.on_io_error(self, exc)

@@ -61,6 +61,8 @@ AlterPartition = Callable[[list[IsrProposal]], Awaitable[list["CommittedIsr | Er
 ALTER_RETRY_BACKOFF_MS = 500
 # How long creating new partitions' logs may hold the event loop before it yields.
 LOG_CREATION_SLICE_S = 0.005
+# Resolved LogConfigs kept, one per distinct set of topic overrides (most topics share none).
+_LOG_CONFIGS_KEPT = 1024
 
 
 @dataclass(slots=True)
@@ -100,6 +102,7 @@ class ReplicaManager:
         self.metadata: MetadataCache | None = None
         self.logs = logs
         self._broker_props = broker_props
+        self._log_configs: dict[tuple[tuple[str, str], ...], LogConfig] = {}
         self.config = ReplicationConfig.from_properties(broker_props)
         self.now_ms: Callable[[], int] = now_ms or _wall_clock_ms  # the broker's clock (ms)
         self.fetch_purgatory: Purgatory[Any] = Purgatory("Fetch")
@@ -136,7 +139,16 @@ class ReplicaManager:
         return iter(self._partitions.values())
 
     def log_config(self, topic_configs: Mapping[str, str]) -> LogConfig:
-        return LogConfig.from_properties(self._broker_props, topic_configs)
+        """The topic's overrides resolved over the broker's props; the same overrides
+        resolve once (a topic's partitions share them), until the broker's props change."""
+        key = tuple(sorted(topic_configs.items()))
+        config = self._log_configs.get(key)
+        if config is None:
+            if len(self._log_configs) >= _LOG_CONFIGS_KEPT:
+                self._log_configs.clear()
+            config = LogConfig.from_properties(self._broker_props, topic_configs)
+            self._log_configs[key] = config
+        return config
 
     def start(self) -> None:
         """Start the ISR expiration check (cluster mode), every replica.lag.time.max.ms / 2
@@ -316,6 +328,7 @@ class ReplicaManager:
         """New broker-level defaults (dynamic broker configs): every log takes its topic's
         config (`configs_of(topic)`: its overrides) resolved over them, at once."""
         self._broker_props = broker_props
+        self._log_configs.clear()
         configs: dict[str, LogConfig] = {}
         for partition in self._partitions.values():
             config = configs.get(partition.topic)

@@ -234,7 +234,7 @@ def test_kill_9_during_a_big_create_leaves_it_whole_or_absent(tmp_path: Path) ->
     assert "Traceback" not in broker.log_path.read_text()
 
 
-CYCLES = 10
+CYCLES = 6
 RSS_SLACK_MB = 20
 
 

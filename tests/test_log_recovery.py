@@ -5,6 +5,7 @@ import os
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
@@ -192,6 +193,39 @@ def test_empty_directory_opens_at_log_start_offset(tmp_path: Path) -> None:
     log = Log.open(tmp_path / "x-3", LogConfig(), log_start_offset=7, now_ms=NOW)
     assert (log.log_start_offset, log.log_end_offset) == (7, 7)
     assert (tmp_path / "x-3" / "00000000000000000007.log").exists()
+
+
+@pytest.mark.parametrize("clean", [False, True])
+def test_a_new_directory_opens_as_an_existing_empty_one_does(tmp_path: Path, clean: bool) -> None:
+    """A directory Log.open makes skips the directory reads of loading: the same log."""
+    (tmp_path / "old-0").mkdir()
+    opened = [
+        Log.open(
+            tmp_path / name,
+            LogConfig(),
+            recovery_point=3,
+            log_start_offset=7,
+            clean_shutdown=clean,
+            now_ms=NOW,
+        )
+        for name in ("new-0", "old-0")
+    ]
+    new, old = (
+        (
+            log.log_start_offset,
+            log.log_end_offset,
+            log.recovery_point,
+            log.producer_state.map_end_offset,
+            [(s.base_offset, s.active) for s in log.segments],
+            sorted(p.name for p in log.directory.iterdir()),
+        )
+        for log in opened
+    )
+    assert new == old
+    assert new[:4] == (7, 7, 7 if clean else 3, 7)
+    for log in opened:
+        log.append_as_leader(batch(2), leader_epoch=0, now_ms=NOW)
+        assert log.log_end_offset == 9
 
 
 @settings(max_examples=60, deadline=None)

@@ -286,3 +286,30 @@ def test_caller_buffer_is_released_even_after_an_error() -> None:
     assert caught.value is not None and len(buffer) == 5
     with pytest.raises(MalformedData):
         decode_tolerant(MetadataRequest, buffer, -1)
+
+
+def test_runs_of_numbers_and_number_arrays_are_checked_as_one_by_one() -> None:
+    """A partition of Metadata v12 starts with a run (error code, index, leader, epoch) read
+    in one unpack, then int32 arrays read in one unpack each: the same checks apply."""
+    from kio.schema.errors import ErrorCode
+    from kio.schema.metadata.v12.response import MetadataResponsePartition as Partition
+
+    partition = Partition(
+        error_code=ErrorCode.leader_not_available,
+        partition_index=7,
+        leader_id=-1,
+        leader_epoch=3,
+        replica_nodes=(1, 2, 3),
+        isr_nodes=(2,),
+        offline_replicas=(),
+    )
+    data = kio_encode(partition)
+    assert decode_tolerant(Partition, data) == (partition, len(data))
+    with pytest.raises(MalformedData):  # no such error code
+        decode_tolerant(Partition, b"\x03\xe7" + data[2:])
+    with pytest.raises(BufferUnderflow):  # the run cut short
+        decode_tolerant(Partition, data[:13])
+    with pytest.raises(ArrayLengthOverrun):  # 1,000 replicas announced, 3 present
+        decode_tolerant(Partition, data[:14] + b"\xe9\x07" + data[15:])
+    with pytest.raises(DecodeError):  # null where the array is not nullable
+        decode_tolerant(Partition, data[:14] + b"\x00" + data[27:])

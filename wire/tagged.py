@@ -413,7 +413,7 @@ def _entity(entity_type: type[Entity]) -> tuple[_Reader, int]:
         values: dict[str, Any] = {}
         for name, reader in plain:
             value, pos = reader(data, pos)
-            if type(name) is tuple:
+            if isinstance(name, tuple):
                 values.update(zip(name, value))
             else:
                 values[name] = value

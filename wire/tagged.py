@@ -414,7 +414,7 @@ def _entity(entity_type: type[Entity]) -> tuple[_Reader, int]:
         for name, reader in plain:
             value, pos = reader(data, pos)
             if isinstance(name, tuple):
-                values.update(zip(name, value))
+                values.update(zip(name, value, strict=True))
             else:
                 values[name] = value
         if flexible:

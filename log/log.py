@@ -877,6 +877,18 @@ class Log:
             self._unsynced_snapshots[:0] = snapshots
             self._dir_dirty |= dir_dirty
 
+    def has_disk_work(self, now_ms: int) -> bool:
+        """Whether flush_if_due or delete_pending_segments has anything to do now: the
+        flusher looks at every log each second, and most have nothing to do."""
+        return (
+            bool(self.pending_deletes)
+            or self._roll_flush_offset > self.recovery_point
+            or (
+                now_ms - self._last_flush_ms >= self.config.flush_interval_ms
+                and self.log_end_offset > self.recovery_point
+            )
+        )
+
     def flush_if_due(self, now_ms: int, job: DiskJob | None = None) -> None:
         """flush.ms policy, plus the flush of rolled segments owed since the last roll."""
         if self._roll_flush_offset > self.recovery_point:

@@ -457,10 +457,12 @@ class LogManager:
         wanted, self._flush_wanted = self._flush_wanted, set()
         jobs: DiskJobs = {}
         for tp, log in self._logs.items():
-            log_dir = self._dir_of[tp]
-            if log.offline:
+            if log.offline or (log not in wanted and not log.has_disk_work(now_ms)):
                 continue
-            job = jobs.setdefault(log_dir, DiskJob())
+            log_dir = self._dir_of[tp]
+            job = jobs.get(log_dir)
+            if job is None:
+                job = jobs[log_dir] = DiskJob()
             try:
                 if log in wanted:
                     log.flush(job=job)

@@ -83,6 +83,10 @@ _OUT_OF_RESOURCES = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 # On TLS, file regions are read (pread, from the page cache) and encrypted this much at a
 # time; a response waits in memory only up to the transport's high-water mark plus one.
 _TLS_CHUNK = 256 * 1024
+# A file region this small is read and written with the rest of its response, in one send:
+# cheaper than a sendfile of its own, and the response leaves in one piece (at 10,000
+# records/s, a parked fetch's answer waited up to 1.5 ms between its head and its records).
+_COPY_AT_MOST = 16 * 1024
 # OpenSSL's reasons for a first record that is not TLS: a plaintext client on a TLS port.
 _NOT_TLS = frozenset({"WRONG_VERSION_NUMBER", "HTTP_REQUEST", "HTTPS_PROXY_REQUEST"})
 
@@ -677,6 +681,10 @@ class Connection(asyncio.BufferedProtocol):
                 pending.append(part)
                 queue.popleft()
                 continue
+            if part.size <= _COPY_AT_MOST:
+                pending.append(_read_region(part))
+                queue.popleft()
+                continue
             if pending:
                 transport.writelines(pending)
                 pending = []
@@ -815,6 +823,13 @@ class Connection(asyncio.BufferedProtocol):
         self._in_flight = 0
         self._in_flight_large = False
         self._account()
+
+
+def _read_region(region: FileRegion) -> bytes:
+    data = os.pread(_open_fd(region), region.size, region.position)
+    if len(data) < region.size:
+        raise OSError("the file region ends early (log truncated?)")
+    return data
 
 
 def _open_fd(region: FileRegion) -> int:

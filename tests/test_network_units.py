@@ -1,9 +1,16 @@
-"""The network layer's memory pool (queued.max.request.bytes), as pure code: large frames
-are admitted whole and in order, small ones keep a reserve of their own."""
+"""The network layer as pure code: its memory pool (queued.max.request.bytes), where large frames
+are admitted whole and in order and small ones keep a reserve of their own; and the reading
+of small file regions sent with their response."""
 
 from __future__ import annotations
 
-from gregor.server.network import MemoryPool
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from gregor.server.network import MemoryPool, _read_region
 
 
 class FakeConnection:
@@ -89,3 +96,26 @@ def test_a_closed_waiting_connection_lets_the_next_in() -> None:
     assert not c.ask(50)
     pool.forget(b)  # b's connection closed: c is at the head, and fits
     assert c.admissions == 1 and b.admissions == 0
+
+
+@dataclass
+class Region:
+    fd: int
+    position: int
+    size: int
+
+
+def test_a_small_region_is_read_whole_or_refused(tmp_path: Path) -> None:
+    """Small file regions go out copied with their response (server/network.py): the
+    bytes asked for, or an error if the file ends first (a log truncated meanwhile)."""
+    path = tmp_path / "segment.log"
+    path.write_bytes(bytes(range(200)))
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert _read_region(Region(fd, 10, 5)) == bytes(range(10, 15))
+        with pytest.raises(OSError, match="ends early"):
+            _read_region(Region(fd, 190, 20))
+        with pytest.raises(OSError, match="closed"):
+            _read_region(Region(-1, 0, 5))
+    finally:
+        os.close(fd)

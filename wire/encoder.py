@@ -37,6 +37,7 @@ from kio.serial.errors import OutOfBoundValue
 from kio.static.constants import uuid_zero
 from kio.static.protocol import Entity
 
+from gregor.wire.struct_codes import NUMBER_CODES
 from gregor.wire.varint import encode_uvarint
 
 __all__ = ["entity_encoder"]
@@ -46,19 +47,7 @@ Write: TypeAlias = Callable[[bytearray, Any], None]
 
 # The fixed-width Kafka types, as struct format characters. ErrorCode is an IntEnum, so it
 # packs as its value.
-_FIXED = {
-    "int8": "b",
-    "int16": "h",
-    "int32": "i",
-    "int64": "q",
-    "uint8": "B",
-    "uint16": "H",
-    "uint32": "I",
-    "uint64": "Q",
-    "float64": "d",
-    "bool": "?",
-    "error_code": "h",
-}
+_FIXED = {**NUMBER_CODES, "bool": "?"}
 _INT16 = struct.Struct(">h").pack
 _INT32 = struct.Struct(">i").pack
 _INT64 = struct.Struct(">q").pack

@@ -50,6 +50,7 @@ from kio.serial.errors import (
 )
 from kio.static.protocol import Entity
 
+from gregor.wire.struct_codes import NUMBER_CODES
 from gregor.wire.varint import VarintError, read_uvarint
 
 __all__ = ("ArrayLengthOverrun", "MalformedData", "decode_tolerant")
@@ -235,25 +236,35 @@ def _primitive(kafka_type: str, flexible: bool, nullable: bool) -> tuple[_Reader
 # --- composites -------------------------------------------------------------
 
 
+def _array_length(
+    read_length: _Reader, item_size: int, nullable: bool, data: memoryview, pos: int
+) -> tuple[int | None, int]:
+    """An array's element count (None: null), checked against the bytes left."""
+    length, pos = read_length(data, pos)
+    # kio reads a null array as None even where the schema forbids null; Kafka
+    # rejects it, and so must we, or handlers meet None where they iterate.
+    if length == -1:
+        if nullable:
+            return None, pos
+        raise UnexpectedNull("null where a non-nullable array")
+    if length < 0:
+        raise MalformedData(f"negative array length {length}")
+    if length * item_size > len(data) - pos:
+        raise ArrayLengthOverrun(
+            f"array of {length} elements cannot fit in {len(data) - pos} bytes"
+        )
+    return length, pos
+
+
 def _array(item: _Reader, item_min_size: int, flexible: bool, nullable: bool) -> _Reader:
     if item_min_size < 1:
         raise SchemaError("array elements must encode to at least one byte")
     read_length = _read_compact_length if flexible else _read_int32
 
     def read(data: memoryview, pos: int) -> tuple[tuple[Any, ...] | None, int]:
-        length, pos = read_length(data, pos)
-        # kio reads a null array as None even where the schema forbids null; Kafka
-        # rejects it, and so must we, or handlers meet None where they iterate.
-        if length == -1:
-            if nullable:
-                return None, pos
-            raise UnexpectedNull("null where a non-nullable array")
-        if length < 0:
-            raise MalformedData(f"negative array length {length}")
-        if length * item_min_size > len(data) - pos:
-            raise ArrayLengthOverrun(
-                f"array of {length} elements cannot fit in {len(data) - pos} bytes"
-            )
+        length, pos = _array_length(read_length, item_min_size, nullable, data, pos)
+        if length is None:
+            return None, pos
         items = []
         for _ in range(length):
             value, pos = item(data, pos)
@@ -261,21 +272,6 @@ def _array(item: _Reader, item_min_size: int, flexible: bool, nullable: bool) ->
         return tuple(items), pos
 
     return read
-
-
-# struct codes of the fixed-width numbers (an error code is an int16, converted after).
-_NUMBER_CODES = {
-    "int8": "b",
-    "int16": "h",
-    "int32": "i",
-    "int64": "q",
-    "uint8": "B",
-    "uint16": "H",
-    "uint32": "I",
-    "uint64": "Q",
-    "float64": "d",
-    "error_code": "h",
-}
 
 
 @lru_cache(maxsize=256)
@@ -289,19 +285,10 @@ def _number_array(code: str, flexible: bool, nullable: bool) -> _Reader:
     size = struct.calcsize(">" + code)
 
     def read(data: memoryview, pos: int) -> tuple[tuple[Any, ...] | None, int]:
-        length, pos = read_length(data, pos)
-        if length == -1:
-            if nullable:
-                return None, pos
-            raise UnexpectedNull("null where a non-nullable array")
-        if length < 0:
-            raise MalformedData(f"negative array length {length}")
-        end = pos + length * size
-        if end > len(data):
-            raise ArrayLengthOverrun(
-                f"array of {length} elements cannot fit in {len(data) - pos} bytes"
-            )
-        return _numbers_struct(code, length).unpack_from(data, pos), end
+        length, pos = _array_length(read_length, size, nullable, data, pos)
+        if length is None:
+            return None, pos
+        return _numbers_struct(code, length).unpack_from(data, pos), pos + length * size
 
     return read
 
@@ -353,8 +340,8 @@ def _field_reader(
         return _primitive(get_schema_field_type(field), flexible, nullable)
     if isinstance(kind, PrimitiveTupleField):
         kafka_type = get_schema_field_type(field)
-        if kafka_type in _NUMBER_CODES and kafka_type != "error_code":
-            reader = _number_array(_NUMBER_CODES[kafka_type], flexible, array_nullable)
+        if kafka_type in NUMBER_CODES and kafka_type != "error_code":
+            reader = _number_array(NUMBER_CODES[kafka_type], flexible, array_nullable)
             return reader, 1 if flexible else 4
         item, item_size = _primitive(kafka_type, flexible, nullable=False)
         return _array(item, item_size, flexible, array_nullable), 1 if flexible else 4
@@ -384,7 +371,7 @@ def _entity(entity_type: type[Entity]) -> tuple[_Reader, int]:
         if len(run) == 1:
             plain.append((run[0][0], _primitive(run[0][1], flexible, nullable=False)[0]))
         elif run:
-            codes = "".join(_NUMBER_CODES[kafka_type] for _, kafka_type in run)
+            codes = "".join(NUMBER_CODES[kafka_type] for _, kafka_type in run)
             errors = tuple(i for i, (_, t) in enumerate(run) if t == "error_code")
             plain.append((tuple(name for name, _ in run), _number_run(codes, errors)))
         run.clear()
@@ -396,7 +383,7 @@ def _entity(entity_type: type[Entity]) -> tuple[_Reader, int]:
             min_size += size
             if isinstance(classify_field(field), PrimitiveField):
                 kafka_type = get_schema_field_type(field)
-                if kafka_type in _NUMBER_CODES:
+                if kafka_type in NUMBER_CODES:
                     run.append((field.name, kafka_type))
                     continue
             end_run()

@@ -150,12 +150,12 @@ class Log:
     ) -> Log:
         try:
             directory.mkdir(parents=True)
+            made = True
         except FileExistsError:
-            log = cls(directory, config, now_ms, on_io_error)
-            log._load(recovery_point, log_start_offset, clean_shutdown, now_ms)
-        else:
-            log = cls(directory, config, now_ms, on_io_error)
-            log._start_empty(recovery_point, log_start_offset, clean_shutdown, now_ms)
+            made = False
+        log = cls(directory, config, now_ms, on_io_error)
+        start = log._start_empty if made else log._load
+        start(recovery_point, log_start_offset, clean_shutdown, now_ms)
         return log
 
     def _start_empty(
@@ -883,20 +883,21 @@ class Log:
         return (
             bool(self.pending_deletes)
             or self._roll_flush_offset > self.recovery_point
-            or (
-                now_ms - self._last_flush_ms >= self.config.flush_interval_ms
-                and self.log_end_offset > self.recovery_point
-            )
+            or self._flush_interval_due(now_ms)
+        )
+
+    def _flush_interval_due(self, now_ms: int) -> bool:
+        """flush.ms has passed since the last flush and something is unflushed."""
+        return (
+            now_ms - self._last_flush_ms >= self.config.flush_interval_ms
+            and self.log_end_offset > self.recovery_point
         )
 
     def flush_if_due(self, now_ms: int, job: DiskJob | None = None) -> None:
         """flush.ms policy, plus the flush of rolled segments owed since the last roll."""
         if self._roll_flush_offset > self.recovery_point:
             self.flush(self._roll_flush_offset, job)
-        if (
-            now_ms - self._last_flush_ms >= self.config.flush_interval_ms
-            and self.log_end_offset > self.recovery_point
-        ):
+        if self._flush_interval_due(now_ms):
             self.flush(job=job)
             self._last_flush_ms = now_ms
 

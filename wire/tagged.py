@@ -362,18 +362,18 @@ def _entity(entity_type: type[Entity]) -> tuple[_Reader, int]:
     # Each untagged field in order: (name, reader); a run of fixed-width numbers is one
     # entry, (their names, one reader of them all).
     plain: list[tuple[str | tuple[str, ...], _Reader]] = []
-    run: list[tuple[str, str]] = []  # the (name, kafka_type) of the run under way
+    run: list[tuple[str, str, _Reader]] = []  # (name, kafka_type, reader) of the run under way
     tagged: dict[int, tuple[str, _Reader]] = {}
     tag_defaults: dict[str, Any] = {}
     min_size = 1 if flexible else 0  # the tagged-field count
 
     def end_run() -> None:
         if len(run) == 1:
-            plain.append((run[0][0], _primitive(run[0][1], flexible, nullable=False)[0]))
+            plain.append((run[0][0], run[0][2]))
         elif run:
-            codes = "".join(NUMBER_CODES[kafka_type] for _, kafka_type in run)
-            errors = tuple(i for i, (_, t) in enumerate(run) if t == "error_code")
-            plain.append((tuple(name for name, _ in run), _number_run(codes, errors)))
+            codes = "".join(NUMBER_CODES[kafka_type] for _, kafka_type, _ in run)
+            errors = tuple(i for i, (_, t, _) in enumerate(run) if t == "error_code")
+            plain.append((tuple(name for name, _, _ in run), _number_run(codes, errors)))
         run.clear()
 
     for field in fields(entity_type):
@@ -384,7 +384,7 @@ def _entity(entity_type: type[Entity]) -> tuple[_Reader, int]:
             if isinstance(classify_field(field), PrimitiveField):
                 kafka_type = get_schema_field_type(field)
                 if kafka_type in NUMBER_CODES:
-                    run.append((field.name, kafka_type))
+                    run.append((field.name, kafka_type, reader))
                     continue
             end_run()
             plain.append((field.name, reader))

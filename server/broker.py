@@ -382,6 +382,7 @@ class Broker:
             config["zookeeper.session.timeout.ms"],
             config.zookeeper_connection_timeout_ms,
             zk_client_security(config),
+            config["zookeeper.max.in.flight.requests"],
         )
         await self.zk.start()
         kafka_zk = KafkaZk(self.zk)

@@ -86,6 +86,9 @@ KEYS: dict[str, ConfigKey] = {
         ConfigKey("zookeeper.session.timeout.ms", Type.INT, "18000", at_least(1)),
         # no default: the session timeout's
         ConfigKey("zookeeper.connection.timeout.ms", Type.INT, None, at_least(1)),
+        # requests (a multi counts once) outstanding at once, so that the controller's
+        # writes of thousands of partition states do not flood ZooKeeper's heap
+        ConfigKey("zookeeper.max.in.flight.requests", Type.INT, "10", at_least(1)),
         # ZooKeeper security (server/security/zk_client_security.py, docs/cluster.md)
         ConfigKey("zookeeper.set.acl", Type.BOOLEAN, "false"),
         ConfigKey("zookeeper.ssl.client.enable", Type.BOOLEAN, "false"),
@@ -350,6 +353,7 @@ CLUSTER_ONLY = frozenset(
     {
         "zookeeper.session.timeout.ms",
         "zookeeper.connection.timeout.ms",
+        "zookeeper.max.in.flight.requests",
         "zookeeper.set.acl",
         "zookeeper.ssl.client.enable",
         "zookeeper.clientCnxnSocket",

@@ -14,6 +14,7 @@ import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 from contextlib import asynccontextmanager
 
 import pytest
@@ -595,3 +596,50 @@ def test_entity_configs_with_change_notifications_as_kafka_writes_them(connect: 
             ]
 
     asyncio.run(body())
+
+
+def test_requests_outstanding_at_once_stay_within_max_in_flight(connect: str) -> None:
+    """zookeeper.max.in.flight.requests: the controller's write of 10,000 partition states
+    (ten multis) and reads issued beside it never have more than the bound at the server."""
+    bound = 3
+
+    async def body() -> None:
+        zk = AsyncZk(connect, 30000, max_in_flight=bound)
+        await zk.start()
+        outstanding, peak = 0, 0
+        send = zk._client._call  # kazoo queues each request to the server here
+
+        def counted(request: object, result: Any) -> object:
+            nonlocal outstanding, peak
+            outstanding += 1
+            peak = max(peak, outstanding)
+
+            def answered(_: object) -> None:
+                nonlocal outstanding
+                outstanding -= 1
+
+            result.rawlink(answered)
+            return send(request, result)
+
+        try:
+            kzk = KafkaZk(zk)
+            await kzk.ensure_paths()
+            epoch = await kzk.elect_controller(1)
+            assert epoch is not None
+            replicas = {p: [1, 2, 3] for p in range(1000)}
+            names = [f"t{t}" for t in range(10)]
+            for name in names:
+                await kzk.create_topic(TopicAssignment(name, random_uuid(), replicas), {})
+            states = {(n, p): PartitionState(1, 0, [1, 2, 3], 1) for n in names for p in replicas}
+            zk._client._call = counted
+            created, *reads = await asyncio.gather(
+                kzk.create_partition_states(states, epoch.zk_version),
+                *(zk.exists(f"/brokers/topics/{n}") for n in names),
+            )
+            assert len(created) == 10_000 and all(reads)
+            assert peak == bound
+        finally:
+            zk._client._call = send
+            await zk.close()
+
+    run(body)

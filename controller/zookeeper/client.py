@@ -201,6 +201,7 @@ class AsyncZk:
         session_timeout_ms: int = 18000,
         connection_timeout_ms: int | None = None,
         security: ZkClientSecurity | None = None,
+        max_in_flight: int = 10,
     ) -> None:
         hosts, slash, chroot = connect.partition("/")
         self.hosts = hosts
@@ -222,6 +223,9 @@ class AsyncZk:
         self._wrappers: dict[Watch, Watch] = {}
         self._state = SessionState.LOST
         self._closed = False
+        # zookeeper.max.in.flight.requests: ZooKeeper holds every queued request (and its
+        # last 500 commits) in its heap; fifty 200 KB multis at once exhausted a 256 MB one.
+        self._in_flight = asyncio.Semaphore(max_in_flight)
         self._client.add_listener(self._on_kazoo_state)
 
     @property
@@ -403,16 +407,17 @@ class AsyncZk:
 
     async def _call(self, start: Callable[[], Any]) -> Any:
         """Run a kazoo async call on the loop; resend it after a ConnectionLoss."""
-        while True:
-            future = self._running_loop().create_future()
-            start().rawlink(functools.partial(self._to_loop, _settle, future))
-            try:
-                return await future
-            except ConnectionLoss:
-                if self._closed:
-                    raise
-                # kazoo queues the request until it has reconnected.
-                log.debug("ZooKeeper connection lost during a request; sending it again")
+        async with self._in_flight:
+            while True:
+                future = self._running_loop().create_future()
+                start().rawlink(functools.partial(self._to_loop, _settle, future))
+                try:
+                    return await future
+                except ConnectionLoss:
+                    if self._closed:
+                        raise
+                    # kazoo queues the request until it has reconnected.
+                    log.debug("ZooKeeper connection lost during a request; sending it again")
 
     def _watcher(self, watch: Watch | None) -> Watch | None:
         if watch is None:

@@ -123,7 +123,7 @@ class ZooKeeperProcess(ServerProcess):
         jaas = [f"-Djava.security.auth.login.config={self.jaas_path}"] if self.sasl_users else []
         return [
             JAVA,
-            "-Xmx256m",
+            "-Xmx512m",  # Kafka's zookeeper-server-start.sh; 50,000 partitions overflowed 256
             "-XX:+UseSerialGC",
             "-Dzookeeper.jmx.log4j.disable=true",
             *jaas,

@@ -427,19 +427,22 @@ class LogManager:
     # -- periodic work (the caller schedules, and runs the DiskJobs on a worker thread) ------
     def run_retention(
         self, now_ms: int, high_watermarks: Mapping[TopicPartition, int] | None = None
-    ) -> int:
+    ) -> list[TopicPartition]:
         """Apply retention to every log (bounded by its high watermark when given) and
-        expire idle producer ids. Returns the number of segments deleted (renamed: the files
-        go in a later prepare_flush)."""
+        expire idle producer ids. Returns the partitions whose log start moved (their
+        segments are renamed: the files go in a later prepare_flush)."""
         self._now_ms = now_ms
-        deleted = 0
+        moved = []
         for tp, log in self._logs.items():
             if log.offline:
                 continue
             hw = high_watermarks.get(tp) if high_watermarks is not None else None
-            deleted += log.enforce_retention(now_ms, high_watermark=hw)
+            start = log.log_start_offset
+            log.enforce_retention(now_ms, high_watermark=hw)
+            if log.log_start_offset != start:
+                moved.append(tp)
             log.remove_expired_producers(now_ms, self._producer_id_expiration_ms)
-        return deleted
+        return moved
 
     def _epochs_changed(self, tp: TopicPartition, log: Log) -> None:
         # Not worth waking the flusher (a pass over every log): its next round writes them.

@@ -62,26 +62,38 @@ class _Session:
     epoch: int = 0
     partitions: dict[TopicPartition, _Fetched] = field(default_factory=dict)
 
-    def answered(self, session_id: int, fetched: dict[TopicPartition, _Fetched]) -> None:
-        """The leader answered a request holding ``fetched``: it now has them."""
-        if session_id == 0:  # the leader declined: full requests, asking again each time
-            self.id, self.epoch = 0, 0
-        elif session_id != self.id:  # a new session: its next request is its epoch 1
-            self.id, self.epoch = session_id, 1
-        else:
-            self.epoch += 1
-        self.partitions = fetched
+    def answered(
+        self,
+        session_id: int,
+        fetched: dict[TopicPartition, _Fetched],
+        forgotten: list[TopicPartition],
+    ) -> None:
+        """The leader answered a request holding ``fetched`` (every partition of a full
+        request, the changed ones of an incremental one) and forgetting ``forgotten``."""
+        if session_id != self.id or session_id == 0:
+            # A new session (its next request is its epoch 1), or none: the leader declined
+            # and each request is full, asking again.
+            self.id, self.epoch = session_id, 1 if session_id else 0
+            self.partitions = fetched
+            return
+        self.epoch += 1
+        self.partitions.update(fetched)
+        for tp in forgotten:
+            self.partitions.pop(tp, None)
 
 
 @dataclass(slots=True)
 class _FetchState:
     partition: Partition
     leader_epoch: int  # the epoch this fetcher follows; a newer one re-adds the partition
-    delayed_until: float = 0.0  # loop time before which it is not fetched (back-off)
 
 
 class Fetcher:
-    """One fetcher: the partitions it copies from ``leader``, fetched in one request."""
+    """One fetcher: the partitions it copies from ``leader``, fetched in one request.
+
+    In a session, a request costs per partition whose fetch state may have changed
+    (``_dirty``: added, answered, back from a back-off, or its log start moved here), not
+    per partition: an idle follower of thousands of partitions long-polls for nothing."""
 
     def __init__(
         self, replicas: ReplicaManager, send: Send, config: ReplicationConfig, leader: int
@@ -91,19 +103,31 @@ class Fetcher:
         self._config = config
         self.leader = leader
         self.partitions: dict[TopicPartition, _FetchState] = {}
+        self._dirty: set[TopicPartition] = set()
+        self._forget: set[TopicPartition] = set()  # removed or backing off: out of the session
+        self._delayed: dict[TopicPartition, float] = {}  # loop time each back-off ends
         self._wake = asyncio.Event()
         self._failing = False
         self._session = _Session()
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     def add(self, partition: Partition) -> None:
-        self.partitions[(partition.topic, partition.index)] = _FetchState(
-            partition, partition.leader_epoch
-        )
+        tp = (partition.topic, partition.index)
+        self.partitions[tp] = _FetchState(partition, partition.leader_epoch)
+        self._delayed.pop(tp, None)
+        self._dirty.add(tp)
         self._wake.set()
 
     def remove(self, tp: TopicPartition) -> None:
-        self.partitions.pop(tp, None)
+        if self.partitions.pop(tp, None) is not None:
+            self._dirty.discard(tp)
+            self._delayed.pop(tp, None)
+            self._forget.add(tp)
+
+    def touch(self, tp: TopicPartition) -> None:
+        """The partition's log changed other than by this fetcher (its log start moved)."""
+        if tp in self.partitions:
+            self._dirty.add(tp)
 
     def stop(self) -> None:
         self._task.cancel()
@@ -113,16 +137,18 @@ class Fetcher:
         backoff_s = self._config.fetch_backoff_ms / 1000
         while True:
             now = loop.time()
-            ready = [s for s in self.partitions.values() if s.delayed_until <= now]
-            if not ready:
+            built = self._request(now)
+            if built is None:
                 self._wake.clear()
-                delays = [s.delayed_until - now for s in self.partitions.values()]
+                until = min(self._delayed.values(), default=None)
                 try:
-                    await asyncio.wait_for(self._wake.wait(), min(delays, default=None))
+                    await asyncio.wait_for(
+                        self._wake.wait(), None if until is None else until - now
+                    )
                 except TimeoutError:
                     pass
                 continue
-            request, sent, fetched = self._request(ready)
+            request, fetched, forgotten = built
             try:
                 response = await self._send(self.leader, request, FETCH_VERSION)
             except Exception as e:  # the leader unreachable: every partition backs off
@@ -131,67 +157,80 @@ class Fetcher:
                 self._failing = True
                 self._session = _Session()  # the next request starts a new one
                 until = loop.time() + backoff_s
-                for state in ready:
-                    state.delayed_until = until
+                self._delayed = dict.fromkeys(self.partitions, until)
+                self._dirty.clear()
+                self._forget.clear()
                 continue
             if self._failing:
                 logger.info("Fetching from broker %d works again", self.leader)
                 self._failing = False
             if response.error_code != ErrorCode.none:
-                self._session = _Session()
+                self._session = _Session()  # the next request is a full one
                 if response.error_code not in _SESSION_ERRORS:  # those: a new session now
                     logger.warning(
                         "Fetch from broker %d failed: %s", self.leader, response.error_code.name
                     )
                     await asyncio.sleep(backoff_s)
                 continue
-            self._session.answered(response.session_id, fetched)
+            self._session.answered(response.session_id, fetched, forgotten)
             for topic in response.responses:
                 for data in topic.partitions:
-                    self._process(topic.topic, data, sent, loop.time() + backoff_s)
+                    self._process(topic.topic, data, loop.time() + backoff_s)
 
     def _request(
-        self, ready: list[_FetchState]
-    ) -> tuple[Any, dict[TopicPartition, tuple[int, int]], dict[TopicPartition, _Fetched]]:
-        """The Fetch of ``ready`` partitions; the (offset, leader epoch) each is fetched at;
-        and the fetch state of each, which the session holds once answered. In a session
-        (KIP-227) only the partitions whose fetch state changed are named, and the ones no
-        longer fetched are forgotten."""
+        self, now: float
+    ) -> tuple[Any, dict[TopicPartition, _Fetched], list[TopicPartition]] | None:
+        """The next Fetch (None: nothing to fetch), the fetch state of each partition it
+        holds, which the session holds once answered, and the partitions it forgets. A full
+        request names every partition not backing off; in a session (KIP-227) only the
+        partitions whose fetch state changed are named, and the ones no longer fetched
+        are forgotten."""
         config = self._config
         session = self._session
+        for tp, until in list(self._delayed.items()):
+            if until <= now:
+                del self._delayed[tp]
+                self._dirty.add(tp)
+        keys: Iterable[TopicPartition] = self._dirty if session.id else self.partitions
+        self._dirty = set()
         topics: dict[str, list[fetch_v12.FetchPartition]] = {}
-        sent: dict[TopicPartition, tuple[int, int]] = {}
         fetched: dict[TopicPartition, _Fetched] = {}
-        for state in ready:
-            p = state.partition
-            log = p.log
-            tp = (p.topic, p.index)
-            offset = log.log_end_offset
-            sent[tp] = (offset, state.leader_epoch)
-            now = fetched[tp] = (
-                offset,
+        for tp in keys:
+            state = self.partitions.get(tp)
+            if state is None or tp in self._delayed:
+                continue
+            log = state.partition.log
+            now_state = fetched[tp] = (
+                log.log_end_offset,
                 state.leader_epoch,
                 log.leader_epochs.latest_epoch,
                 log.log_start_offset,
             )
-            if session.id and session.partitions.get(tp) == now:
+            if session.id and session.partitions.get(tp) == now_state:
                 continue
             # Declared (cast), not checked as kio's phantom types would be: per partition the
             # checks would cost more than the rest, and a log's offsets and epochs are in range.
-            topics.setdefault(p.topic, []).append(
+            topics.setdefault(tp[0], []).append(
                 fetch_v12.FetchPartition(
-                    partition=cast(i32, p.index),
-                    current_leader_epoch=cast(i32, now[1]),
-                    fetch_offset=cast(i64, offset),
-                    last_fetched_epoch=cast(i32, now[2]),
-                    log_start_offset=cast(i64, now[3]),
+                    partition=cast(i32, tp[1]),
+                    current_leader_epoch=cast(i32, now_state[1]),
+                    fetch_offset=cast(i64, now_state[0]),
+                    last_fetched_epoch=cast(i32, now_state[2]),
+                    log_start_offset=cast(i64, now_state[3]),
                     partition_max_bytes=cast(i32, config.fetch_max_bytes),
                 )
             )
-        forgotten: dict[str, list[i32]] = {}
+        forgotten = []
         if session.id:
-            for topic, index in session.partitions.keys() - fetched.keys():
-                forgotten.setdefault(topic, []).append(i32(index))
+            forgotten = [
+                tp for tp in self._forget if tp in session.partitions and tp not in self.partitions
+            ] + [tp for tp in self._delayed if tp in session.partitions]
+        if not fetched and (not session.id or len(forgotten) == len(session.partitions)):
+            return None  # nothing to fetch (what to forget keeps): a partition or back-off's end
+        self._forget = set()
+        by_topic: dict[str, list[i32]] = {}
+        for topic, index in forgotten:
+            by_topic.setdefault(topic, []).append(i32(index))
         request = fetch_v12.FetchRequest(
             replica_id=BrokerId(self._replicas.broker_id),
             max_wait=i32Timedelta.parse(datetime.timedelta(milliseconds=config.fetch_wait_max_ms)),
@@ -206,25 +245,21 @@ class Fetcher:
             ),
             forgotten_topics_data=tuple(
                 fetch_v12.ForgottenTopic(topic=TopicName(t), partitions=tuple(ps))
-                for t, ps in forgotten.items()
+                for t, ps in by_topic.items()
             ),
             rack_id="",
         )
-        return request, sent, fetched
+        return request, fetched, forgotten
 
-    def _process(
-        self,
-        topic: str,
-        data: Any,
-        sent: dict[TopicPartition, tuple[int, int]],
-        retry_at: float,
-    ) -> None:
+    def _process(self, topic: str, data: Any, retry_at: float) -> None:
         tp = (topic, data.partition_index)
         state = self.partitions.get(tp)
-        if state is None or tp not in sent:
+        sent = self._session.partitions.get(tp)
+        if state is None or sent is None:
             return
+        self._dirty.add(tp)  # its next fetch state, named if it changed
         partition = state.partition
-        fetch_offset, epoch = sent[tp]
+        fetch_offset, epoch = sent[0], sent[1]
         # The answer is stale if the partition changed while the fetch was out.
         if (
             state.leader_epoch != epoch
@@ -257,7 +292,7 @@ class Fetcher:
             )
         except Exception as e:  # a bad batch or a storage error: this partition backs off
             logger.error("Replicating %s-%d from broker %d failed: %s", *tp, self.leader, e)
-        state.delayed_until = retry_at
+        self._delayed[tp] = retry_at
 
     @staticmethod
     def _out_of_range(partition: Partition, fetch_offset: int, data: Any) -> None:
@@ -339,6 +374,12 @@ class FetcherManager:
                 )
             fetcher.add(partition)
             self._owner[tp] = (key, fetcher)
+
+    def touch(self, tp: TopicPartition) -> None:
+        """A followed partition's log start moved here: its next fetch says so."""
+        owner = self._owner.get(tp)
+        if owner is not None:
+            owner[1].touch(tp)
 
     def remove(self, tps: Iterable[TopicPartition]) -> None:
         """Stop fetching these partitions; a fetcher left with none stops."""

@@ -569,8 +569,12 @@ class ReplicaManager:
         self._on_data((partition.topic, partition.index))
 
     def on_log_start_moved(self, partition: Partition) -> None:
-        """DeleteRecords moved a led partition's log start: followers are told it."""
-        self._on_data((partition.topic, partition.index))
+        """DeleteRecords or retention moved a partition's log start: a leader's followers
+        are told it, a follower tells its leader."""
+        tp = (partition.topic, partition.index)
+        if self.fetchers is not None:
+            self.fetchers.touch(tp)
+        self._on_data(tp)
 
     def _on_data(self, tp: TopicPartition) -> None:
         """A partition's data, high watermark or leadership changed."""

@@ -838,7 +838,7 @@ class Broker:
             tg.start_soon(
                 self._every,
                 config["log.retention.check.interval.ms"],
-                lambda now: self.logs.run_retention(now, self.replicas.high_watermarks()),
+                self._run_retention,
             )
             flush_check_ms = DEFAULT_FLUSH_CHECK_MS if flush_ms == LONG_MAX else flush_ms
             tg.start_soon(self._flusher, flush_check_ms)
@@ -906,6 +906,12 @@ class Broker:
             await anyio.to_thread.run_sync(_run_jobs, list(jobs.values()))
         finally:
             self.logs.finish_jobs(jobs)
+
+    def _run_retention(self, now_ms: int) -> None:
+        for tp in self.logs.run_retention(now_ms, self.replicas.high_watermarks()):
+            partition = self.replicas.get(*tp)
+            if partition is not None:
+                self.replicas.on_log_start_moved(partition)
 
     @staticmethod
     async def _every(interval_ms: int, work: Callable[[int], object]) -> None:

@@ -249,8 +249,9 @@ def test_run_retention_and_flush(tmp_path: Path) -> None:
     log = m.get_or_create("t", 0, cfg)
     for _ in range(3):
         log.append_as_leader(batch(), leader_epoch=0, now_ms=NOW)
-    assert m.run_retention(NOW + 5000, {("t", 0): 1}) == 1
+    assert m.run_retention(NOW + 5000, {("t", 0): 1}) == [("t", 0)]
     assert log.log_start_offset == 1
+    assert m.run_retention(NOW + 5000, {("t", 0): 1}) == []
     m.run_flush(NOW + 5000)
     assert log.recovery_point == 3
     assert not list(d.glob("t-0/*.deleted"))

@@ -813,3 +813,25 @@ def test_an_idle_follower_session_reads_only_what_changed(tmp_path: Path) -> Non
         assert all(p is not None and p.log.log_end_offset == 0 for p in others)
 
     run(tmp_path, scenario, size=2)
+
+
+def test_a_followers_own_log_start_move_reaches_its_leader(tmp_path: Path) -> None:
+    """An idle follower's fetches name no partition; when its own retention moves a log
+    start, its next fetch names that partition, so the leader (whose DeleteRecords waits
+    for its followers' log starts) learns it."""
+
+    async def scenario(c: Cluster) -> None:
+        c.isr = [0, 1]
+        c.tell(0)
+        leader, follower = c.nodes
+        for tag in (b"a", b"b", b"c"):
+            append(leader, 20, tag)
+        await in_sync(c, 0, [1])
+        seen = leader.partition.followers[1]
+        await until(lambda: seen.log_start_offset == 0, "the leader has the follower's start")
+        await until(lambda: follower.partition.high_watermark == 60, "the follower's HW")
+        follower.partition.log.advance_log_start_offset(20)  # as its retention would
+        follower.replicas.on_log_start_moved(follower.partition)
+        await until(lambda: seen.log_start_offset == 20, "the leader learns the new start")
+
+    run(tmp_path, scenario, size=2)

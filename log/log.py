@@ -170,7 +170,7 @@ class Log:
             log_start_offset if clean_shutdown else min(recovery_point, log_start_offset)
         )
         self._roll_flush_offset = self.recovery_point
-        self.producer_state.map_end_offset = log_start_offset
+        self.producer_state.start_empty(log_start_offset)
 
     def _io_error(self, exc: OSError) -> None:
         self.on_io_error(self, exc)
@@ -911,14 +911,16 @@ class Log:
             segment.index_interval_bytes = config.index_interval_bytes
 
     def close(self) -> None:
-        """Snapshot the producer state, trim the indexes, release every file; nothing is
-        fsynced: the caller makes the whole log durable (the LogManager syncs each directory's
-        filesystem once at shutdown). An offline log only releases its descriptors: the next
-        start recovers it."""
+        """Snapshot the producer state (unless the newest snapshot holds it), trim the
+        indexes, release every file; nothing is fsynced: the caller makes the whole log
+        durable (the LogManager syncs each directory's filesystem once at shutdown). An
+        offline log only releases its descriptors: the next start recovers it."""
         if not self.offline:
             self.leader_epochs.write()  # its lagging write, before the directory is synced
-            self.producer_state.map_end_offset = self.log_end_offset
-            self.producer_state.take_snapshot(sync=False)
+            state = self.producer_state
+            state.map_end_offset = self.log_end_offset
+            if not state.snapshot_current(self.log_start_offset):
+                state.take_snapshot(sync=False)
             for segment in self.segments:
                 segment.close()
         for segment in self.segments + [p.segment for p in self.pending_deletes]:

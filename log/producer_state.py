@@ -12,6 +12,7 @@ current transaction first offset int64).
 
 from __future__ import annotations
 
+import bisect
 import struct
 from collections import deque
 from dataclasses import dataclass, field
@@ -253,6 +254,10 @@ class ProducerStateManager:
         self.directory = directory
         self.producers: dict[int, ProducerStateEntry] = {}
         self.map_end_offset = 0  # the log offset up to which the map reflects the log
+        # The offsets of the snapshot files in the directory, ascending: listed once, then
+        # kept by the writes and deletes here (a glob per retention pass or shutdown is a
+        # directory read per partition).
+        self._snapshots: list[int] | None = None
         # Open transactions, first offset -> producer id, in offset order (ongoingTxns).
         self.ongoing: dict[int, int] = {}
         # Ended transactions whose marker may not be replicated yet (unreplicatedTxns), by
@@ -394,12 +399,33 @@ class ProducerStateManager:
         return self.directory / f"{offset:020d}{SNAPSHOT_SUFFIX}"
 
     def snapshot_offsets(self) -> list[int]:
-        offsets = []
-        for path in self.directory.glob(f"*{SNAPSHOT_SUFFIX}"):
-            stem = path.name[: -len(SNAPSHOT_SUFFIX)]
-            if stem.isdigit():
-                offsets.append(int(stem))
-        return sorted(offsets)
+        return list(self._offsets())
+
+    def _offsets(self) -> list[int]:
+        if self._snapshots is None:
+            offsets = []
+            for path in self.directory.glob(f"*{SNAPSHOT_SUFFIX}"):
+                stem = path.name[: -len(SNAPSHOT_SUFFIX)]
+                if stem.isdigit():
+                    offsets.append(int(stem))
+            self._snapshots = sorted(offsets)
+        return self._snapshots
+
+    def start_empty(self, offset: int) -> None:
+        """A directory made just now: no snapshots, the map empty at `offset`."""
+        self._snapshots = []
+        self.map_end_offset = offset
+
+    def snapshot_current(self, log_start_offset: int) -> bool:
+        """Whether a reload at `map_end_offset` rebuilds this map without a new snapshot:
+        the newest snapshot is at that offset (as Kafka's takeSnapshot, which skips an offset
+        it has; producers dropped since are dropped again at load), or the log holds no
+        records, no snapshots and no producers. Rewriting it would cost a create and a
+        rename over the old file per partition at every shutdown."""
+        offsets = self._offsets()
+        if offsets:
+            return offsets[-1] == self.map_end_offset
+        return not self.producers and self.map_end_offset == log_start_offset
 
     def take_snapshot(self, *, sync: bool) -> Path:
         """Write the map as `<map_end_offset>.snapshot`; fsync it only when `sync`."""
@@ -419,6 +445,9 @@ class ProducerStateManager:
             )
         data = _HEADER.pack(_SNAPSHOT_VERSION, crc32c.crc32c(body)) + body
         write_atomically(path, data, sync=sync)
+        offsets = self._offsets()
+        if self.map_end_offset not in offsets:
+            bisect.insort(offsets, self.map_end_offset)
         return path
 
     @staticmethod
@@ -464,7 +493,7 @@ class ProducerStateManager:
             try:
                 entries = self.read_snapshot(path)
             except (CorruptSnapshotError, OSError):
-                path.unlink(missing_ok=True)
+                self._delete_snapshots([offset])
                 continue
             self._set_producers(entries)
             self.map_end_offset = offset
@@ -483,11 +512,12 @@ class ProducerStateManager:
         self.unreplicated = {}
 
     def delete_snapshots_above(self, offset: int) -> None:
-        for snap in self.snapshot_offsets():
-            if snap > offset:
-                self.snapshot_path(snap).unlink(missing_ok=True)
+        self._delete_snapshots([snap for snap in self._offsets() if snap > offset])
 
     def delete_snapshots_below(self, offset: int) -> None:
-        for snap in self.snapshot_offsets():
-            if snap < offset:
-                self.snapshot_path(snap).unlink(missing_ok=True)
+        self._delete_snapshots([snap for snap in self._offsets() if snap < offset])
+
+    def _delete_snapshots(self, doomed: list[int]) -> None:
+        for snap in doomed:
+            self.snapshot_path(snap).unlink(missing_ok=True)
+            self._offsets().remove(snap)

@@ -116,6 +116,37 @@ def test_state_survives_close_and_reopen_via_snapshot(tmp_path: Path) -> None:
     assert append(log, pbatch(4, epoch=1)).first_offset == 4
 
 
+def test_close_writes_a_snapshot_only_when_the_state_moved(tmp_path: Path) -> None:
+    """As Kafka's takeSnapshot: a clean close whose newest snapshot is at the log end, or of
+    a log with no records and no producers, writes nothing (20,000 renames over the old
+    files held a shutdown up for 15 s); one after new appends does, and the state comes
+    back either way."""
+    directory = tmp_path / "t-0"
+    log = open_log(tmp_path)
+    log.close()
+    assert not list(directory.glob("*.snapshot"))
+    log = Log.open(directory, log.config, clean_shutdown=True, now_ms=NOW)
+    assert not log.producer_state.producers
+    append(log, pbatch(0, 2, epoch=1))
+    log.close()
+    snap = directory / "00000000000000000002.snapshot"
+    inode = snap.stat().st_ino
+    for _ in range(2):
+        log = Log.open(directory, log.config, clean_shutdown=True, now_ms=NOW)
+        assert log.producer_state.producers[PID].last_seq == 1
+        log.close()
+        assert snap.stat().st_ino == inode  # not rewritten
+    log = Log.open(directory, log.config, clean_shutdown=True, now_ms=NOW)
+    append(log, pbatch(2, epoch=1))
+    log.close()
+    assert sorted(p.name for p in directory.glob("*.snapshot")) == [
+        snap.name,
+        "00000000000000000003.snapshot",
+    ]
+    log = Log.open(directory, log.config, clean_shutdown=True, now_ms=NOW)
+    assert append(log, pbatch(2, epoch=1)).duplicate
+
+
 def test_state_rebuilt_from_log_without_snapshot(tmp_path: Path) -> None:
     size = len(pbatch(0, 2))
     log = open_log(tmp_path, segment_bytes=size * 2)

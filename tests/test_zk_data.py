@@ -607,16 +607,26 @@ def test_requests_outstanding_at_once_stay_within_max_in_flight(connect: str) ->
         zk = AsyncZk(connect, 30000, max_in_flight=bound)
         await zk.start()
         outstanding, peak = 0, 0
+        counting = threading.Lock()  # sent on the loop, answered on kazoo's thread
+        # Answers are held until `bound` requests are out: the loop is free meanwhile to send
+        # all twenty, were they not bounded (a fast server otherwise answers the first before
+        # the third goes out, and the peak says nothing).
+        reached = threading.Event()
         send = zk._client._call  # kazoo queues each request to the server here
 
         def counted(request: object, result: Any) -> object:
             nonlocal outstanding, peak
-            outstanding += 1
-            peak = max(peak, outstanding)
+            with counting:
+                outstanding += 1
+                peak = max(peak, outstanding)
+                if outstanding >= bound:
+                    reached.set()
 
             def answered(_: object) -> None:
                 nonlocal outstanding
-                outstanding -= 1
+                reached.wait(10)
+                with counting:
+                    outstanding -= 1
 
             result.rawlink(answered)
             return send(request, result)

@@ -38,7 +38,6 @@ from .procstats import cpu_seconds, memory_kib
 
 sys.path.insert(0, str(REPO))
 
-import gregor.server.harness.process  # noqa: E402
 from gregor.server.harness.cluster import BrokerView, Cluster, metadata  # noqa: E402
 
 # Asking three brokers for the Metadata of 10,000 partitions costs this process about 0.1 s
@@ -46,9 +45,8 @@ from gregor.server.harness.cluster import BrokerView, Cluster, metadata  # noqa:
 POLL_S = 0.25
 WAIT_S = 300.0
 # A broker holding thousands of partitions takes longer than the launcher's 30 s to load its
-# logs when it starts again (each broker's start_timeout_s, set below), and to close them
-# when it stops.
-gregor.server.harness.process.STOP_TIMEOUT_S = WAIT_S
+# logs when it starts again, and to close them when it stops (each broker's start_timeout_s
+# and stop_timeout_s, set below).
 SHUTDOWN_LOG_LINE = "Controlled shutdown request succeeded"
 
 
@@ -317,7 +315,7 @@ def run(args: argparse.Namespace, work: Path) -> dict:
     }
     with Cluster(work, 3, overrides) as cluster:
         for broker in cluster.brokers.values():
-            broker.start_timeout_s = WAIT_S
+            broker.start_timeout_s = broker.stop_timeout_s = WAIT_S
         scale = Scale(cluster, topics)
         created = scale.create_topics()
         _log(

@@ -43,7 +43,8 @@ def free_port() -> int:
 
 class ServerProcess:
     """One server process. Subclasses set ``name``, ``log_path``, ``error`` (what is raised
-    when the process misbehaves), ``cwd`` and ``start_timeout_s``, build the command line in
+    when the process misbehaves), ``cwd`` and ``start_timeout_s`` (and may set
+    ``stop_timeout_s``), build the command line in
     ``command(port)`` and say when it serves in ``_ready()`` (raising one of
     ``not_ready_errors`` or returning False while it does not)."""
 
@@ -56,6 +57,7 @@ class ServerProcess:
     log_path: Path
     cwd: Path
     start_timeout_s: float
+    stop_timeout_s = STOP_TIMEOUT_S
 
     def __init__(self, *, own_session: bool = False) -> None:
         """``own_session``: the child gets a session of its own, so Ctrl-C reaches only this
@@ -196,11 +198,11 @@ class ServerProcess:
             return
         proc.send_signal(signal.SIGTERM)
         try:
-            proc.wait(STOP_TIMEOUT_S)
+            proc.wait(self.stop_timeout_s)
         except subprocess.TimeoutExpired:
             self._kill9()
             raise self.error(
-                self._describe(f"did not exit within {STOP_TIMEOUT_S:.0f}s of SIGTERM")
+                self._describe(f"did not exit within {self.stop_timeout_s:.0f}s of SIGTERM")
             ) from None
 
     def kill(self) -> None:

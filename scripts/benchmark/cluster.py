@@ -112,23 +112,31 @@ def throughput(work: Path, sizes: Sizes, java: JavaDriver, rounds: int) -> dict:
                 if variant.on_cluster:
                     create_replicated_topic(cluster, topic)
                     endpoint = _cluster_endpoint(cluster)
-                    pids = [b.pid for b in cluster.brokers.values()]
+                    leader = cluster.wait_for_leader(topic, 0).leader
+                    pids = {b: cluster.brokers[b].pid for b in sorted(cluster.brokers)}
                 else:
                     one.create_topic(topic, 1)
-                    endpoint, pids = one.endpoint, [one.pid]
+                    endpoint, leader, pids = one.endpoint, 0, {0: one.pid}
                 client = JavaClient(java, {**TUNED, "acks": variant.acks})
-                cpu0 = sum(cpu_seconds(p) for p in pids)
+                cpu0 = {b: cpu_seconds(pid) for b, pid in pids.items()}
                 phase = client.produce(endpoint, topic, RECORD, records, sizes.phase_seconds)
-                cpu = sum(cpu_seconds(p) for p in pids) - cpu0
+                gib = phase.bytes / (1 << 30)
+                cpu = {b: (cpu_seconds(pid) - cpu0[b]) / gib for b, pid in pids.items()}
+                followers = [c for b, c in cpu.items() if b != leader]
                 run = {
                     "produce_mib_s": phase.mib_per_s,
                     "produce_rec_s": phase.records_per_s,
-                    "cpu_s_per_gib": cpu / (phase.bytes / (1 << 30)),
+                    "cpu_s_per_gib": sum(cpu.values()),
+                    "leader_cpu_s_per_gib": cpu[leader],
                 }
+                if followers:
+                    run["follower_cpu_s_per_gib"] = statistics.mean(followers)
                 runs[variant.name].append(run)
                 _log(
                     f"  round {round_ + 1} {variant.title}: {phase.mib_per_s:.1f} MiB/s, "
-                    f"all brokers' CPU {run['cpu_s_per_gib']:.1f} s/GiB"
+                    f"CPU s/GiB: all brokers {run['cpu_s_per_gib']:.1f}, leader "
+                    f"{cpu[leader]:.1f}"
+                    + (f", a follower {run['follower_cpu_s_per_gib']:.1f}" if followers else "")
                 )
     return summarize_throughput(runs)
 
@@ -136,19 +144,24 @@ def throughput(work: Path, sizes: Sizes, java: JavaDriver, rounds: int) -> dict:
 def summarize_throughput(runs: dict[str, list[dict]]) -> dict:
     """Medians per variant and the median of each round's paired ratios."""
 
-    def paired(a: str, b: str) -> float:
+    def paired(a: str, b: str, key: str = "produce_mib_s", key_b: str | None = None) -> float:
         pairs = zip(runs[a], runs[b], strict=True)
-        return statistics.median(x["produce_mib_s"] / y["produce_mib_s"] for x, y in pairs)
+        return statistics.median(x[key] / y[key_b or key] for x, y in pairs)
 
     medians = {
         name: {key: statistics.median(r[key] for r in rs) for key in rs[0]}
         for name, rs in runs.items()
     }
+    replicated = "rf3-acks-all"
     return {
         "variants": medians,
         "rounds": runs,
-        "ratio_all_vs_1": paired("rf3-acks-all", "rf3-acks-1"),
-        "ratio_all_vs_single": paired("rf3-acks-all", "single-acks-all"),
+        "ratio_all_vs_1": paired(replicated, "rf3-acks-1"),
+        "ratio_all_vs_single": paired(replicated, "single-acks-all"),
+        "cpu_ratio_all_vs_single": paired(replicated, "single-acks-all", "cpu_s_per_gib"),
+        "cpu_ratio_follower_vs_leader": paired(
+            replicated, replicated, "follower_cpu_s_per_gib", "leader_cpu_s_per_gib"
+        ),
     }
 
 
@@ -473,19 +486,26 @@ def report(results: dict) -> str:
             + " ".join(f"{k}={v}" for k, v in TUNED.items() if k != "acks")
             + f", 1 partition, median of {len(t['rounds']['rf3-acks-all'])} alternating rounds:",
             "",
-            "| setup | produce | CPU s per GiB produced, all brokers |",
-            "|---|---:|---:|",
+            "| setup | produce | CPU s per GiB produced: all brokers | leader | a follower |",
+            "|---|---:|---:|---:|---:|",
         ]
         for v in VARIANTS:
             m = t["variants"][v.name]
+            follower = m.get("follower_cpu_s_per_gib")
             lines.append(
-                f"| {v.title} | {m['produce_mib_s']:.1f} MiB/s | {m['cpu_s_per_gib']:.1f} |"
+                f"| {v.title} | {m['produce_mib_s']:.1f} MiB/s | {m['cpu_s_per_gib']:.1f} | "
+                f"{m['leader_cpu_s_per_gib']:.1f} | "
+                + ("-" if follower is None else f"{follower:.1f}")
+                + " |"
             )
         lines += [
             "",
-            f"RF=3 acks=all / RF=3 acks=1: {t['ratio_all_vs_1']:.2f} (target >= 0.7); "
-            f"RF=3 acks=all / single node: {t['ratio_all_vs_single']:.2f} "
-            "(medians of the ratios within each round).",
+            f"Throughput: RF=3 acks=all / RF=3 acks=1: {t['ratio_all_vs_1']:.2f} (target >= "
+            f"0.7); RF=3 acks=all / single node: {t['ratio_all_vs_single']:.2f}. CPU per GiB: "
+            f"RF=3 acks=all, all brokers / single node: {t['cpu_ratio_all_vs_single']:.2f} "
+            f"(target <= 2.5); a follower / the leader: "
+            f"{t['cpu_ratio_follower_vs_leader']:.2f} (target <= 0.5). Medians of the ratios "
+            "within each round.",
             "",
         ]
     if "failover" in results:

@@ -26,6 +26,13 @@ def test_every_part_runs_and_reports(tmp_path: Path) -> None:
     assert set(t["variants"]) == {"rf3-acks-all", "rf3-acks-1", "single-acks-all"}
     assert all(m["produce_mib_s"] > 0 for m in t["variants"].values())
     assert t["ratio_all_vs_1"] > 0 and t["ratio_all_vs_single"] > 0
+    # Each broker's CPU is counted once: the leader's and the followers' make up the whole.
+    for name in ("rf3-acks-all", "rf3-acks-1"):
+        (run,) = t["rounds"][name]
+        leader, follower = run["leader_cpu_s_per_gib"], run["follower_cpu_s_per_gib"]
+        assert leader > 0 and follower > 0
+        assert run["cpu_s_per_gib"] == pytest.approx(leader + 2 * follower)
+    assert t["cpu_ratio_all_vs_single"] > 1  # three brokers' work against one's
 
     (kill,) = results["failover"]["samples"]
     # No write succeeds before the controller learns of the death, when the session expires
@@ -39,7 +46,7 @@ def test_every_part_runs_and_reports(tmp_path: Path) -> None:
         assert w["failed"] == 0, label  # both clients retry NOT_LEADER_OR_FOLLOWER
 
     text = report(results)
-    assert "RF=3 acks=all / RF=3 acks=1: " in text
+    assert "RF=3 acks=all / RF=3 acks=1: " in text and "a follower / the leader: " in text
     assert "zookeeper.session.timeout.ms=4000" in text and "target <= 5 s" in text
     assert "- Java: 0 of " in text and "- confluent-kafka: 0 of " in text
 

@@ -14,8 +14,8 @@ import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
 from contextlib import asynccontextmanager
+from typing import Any
 
 import pytest
 from kazoo.client import KazooClient

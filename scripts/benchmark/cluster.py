@@ -38,7 +38,7 @@ from gregor.server.harness.cluster import TEST_DEFAULTS, Cluster, metadata
 from .artifacts import ensure_java_driver
 from .brokers import GREGOR, Broker
 from .drivers import QUIET, Endpoint, JavaClient, JavaDriver
-from .procstats import cpu_seconds
+from .procstats import cpu_seconds, settle_page_cache
 from .scenarios import SIZES, TUNED, Sizes
 
 PARTS = ("throughput", "failover", "shutdown")
@@ -100,8 +100,11 @@ def _cluster_endpoint(cluster: Cluster) -> Endpoint:
     return Endpoint(cluster.bootstrap, lambda: len(cluster.running()) == BROKERS)
 
 
-def throughput(work: Path, sizes: Sizes, java: JavaDriver, rounds: int) -> dict:
-    """Produce rate of each variant per round, their medians, and the within-round ratios."""
+def throughput(
+    work: Path, sizes: Sizes, java: JavaDriver, rounds: int, *, settle: bool = False
+) -> dict:
+    """Produce rate of each variant per round, their medians, and the within-round ratios;
+    with ``settle``, the page cache is dropped before each run (see settle_page_cache)."""
     records = sizes.throughput_bytes // RECORD
     runs: dict[str, list[dict]] = {v.name: [] for v in VARIANTS}
     with Cluster(work / "throughput", BROKERS) as cluster, Broker(GREGOR, work / "single") as one:
@@ -118,6 +121,9 @@ def throughput(work: Path, sizes: Sizes, java: JavaDriver, rounds: int) -> dict:
                     one.create_topic(topic, 1)
                     endpoint, leader, pids = one.endpoint, 0, {0: one.pid}
                 client = JavaClient(java, {**TUNED, "acks": variant.acks})
+                if settle and not settle_page_cache():
+                    _log("  the page cache could not be dropped (needs root); measuring anyway")
+                    settle = False
                 cpu0 = {b: cpu_seconds(pid) for b, pid in pids.items()}
                 phase = client.produce(endpoint, topic, RECORD, records, sizes.phase_seconds)
                 gib = phase.bytes / (1 << 30)
@@ -138,7 +144,7 @@ def throughput(work: Path, sizes: Sizes, java: JavaDriver, rounds: int) -> dict:
                     f"{cpu[leader]:.1f}"
                     + (f", a follower {run['follower_cpu_s_per_gib']:.1f}" if followers else "")
                 )
-    return summarize_throughput(runs)
+    return summarize_throughput(runs) | {"page_cache_dropped": settle}
 
 
 def summarize_throughput(runs: dict[str, list[dict]]) -> dict:
@@ -505,7 +511,8 @@ def report(results: dict) -> str:
             f"RF=3 acks=all, all brokers / single node: {t['cpu_ratio_all_vs_single']:.2f} "
             f"(target <= 2.5); a follower / the leader: "
             f"{t['cpu_ratio_follower_vs_leader']:.2f} (target <= 0.5). Medians of the ratios "
-            "within each round.",
+            "within each round; the page cache "
+            + ("dropped before each run." if t["page_cache_dropped"] else "not dropped."),
             "",
         ]
     if "failover" in results:
@@ -590,7 +597,9 @@ def main(argv: list[str]) -> int:
             if "throughput" in parts:
                 _log("throughput")
                 java = JavaDriver(classpath)
-                results["throughput"] = throughput(work, SIZES[args.size], java, args.rounds)
+                results["throughput"] = throughput(
+                    work, SIZES[args.size], java, args.rounds, settle=True
+                )
             if "failover" in parts:
                 _log("failover (kill -9)")
                 results["failover"] = failover(work, args.kills, classpath, args.session_timeout_ms)

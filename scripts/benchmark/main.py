@@ -18,6 +18,7 @@ from typing import NoReturn
 from .artifacts import REPO, ensure_java_driver, ensure_tansu
 from .brokers import KINDS, Broker, BrokerError
 from .drivers import MIB, DriverError, JavaDriver
+from .procstats import settle_page_cache
 from .profile import Profile
 from .report import NOTE, markdown_table
 from .scenarios import (
@@ -182,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     if "tansu" in brokers:
         ensure_tansu()
     results: dict[str, dict[str, dict]] = {b: {} for b in brokers}
+    settled = True  # the page cache dropped before each run (see settle_page_cache)
     started = time.monotonic()
     try:
         with tempfile.TemporaryDirectory(prefix="gregor-bench-") as tmp:
@@ -191,6 +193,9 @@ def main(argv: list[str] | None = None) -> int:
                 runs: dict[str, list[dict]] = {name: [] for name in brokers}
                 for _ in range(scenario.rounds):
                     for name in brokers:
+                        if settled and not settle_page_cache():
+                            _log("the page cache cannot be dropped (needs root); measuring anyway")
+                            settled = False
                         runs[name].append(
                             _run_one(
                                 scenario, name, sizes, java, Path(tmp), args.metrics, args.profile
@@ -213,7 +218,8 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"{NOTE} Topics: {PARTITIONS} partition, replication factor 1; "
         f"clients and broker share one machine ({_cpu_model()}). {storage}. "
-        f"Size: {args.size}."
+        f"Size: {args.size}; the page cache {'dropped' if settled else 'not dropped'} before "
+        "each run."
     )
     if args.json:
         meta = {
@@ -221,6 +227,7 @@ def main(argv: list[str] | None = None) -> int:
             "metrics_scrape_s": args.metrics,
             "sizes": vars(sizes),
             "partitions": PARTITIONS,
+            "page_cache_dropped": settled,
             "commit": _git_commit(),
             "cpu": _cpu_model(),
             "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -8,6 +8,7 @@ import gc
 import logging
 import signal
 import sys
+from collections.abc import AsyncIterator
 from functools import partial
 
 import anyio
@@ -40,7 +41,20 @@ async def _serve(config: BrokerConfig) -> None:
                 logger.info("Received %s", signal.Signals(signum).name)
                 break
             tg.cancel_scope.cancel()
-    await broker.shutdown()
+        # The handlers stay while the broker shuts down: a second signal (a supervisor's,
+        # or a harness stopping what it already signalled) is logged, not fatal, as Kafka's
+        # shutdown hook runs to its end; cut short, every log is recovered at the next start.
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_log_signals_during_shutdown, signals)
+            await broker.shutdown()
+            tg.cancel_scope.cancel()
+
+
+async def _log_signals_during_shutdown(signals: AsyncIterator[int]) -> None:
+    async for signum in signals:
+        logger.info(
+            "Received %s while shutting down; the shutdown goes on", signal.Signals(signum).name
+        )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -4,6 +4,7 @@ coordinator describes it, and waiting."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, Protocol
@@ -154,6 +155,16 @@ class ConfluentMember:
 
     def owned(self) -> set[int]:
         return {tp.partition for tp in self.consumer.assignment()}
+
+    def close(self, timeout: float) -> bool:
+        """Close the consumer; False if it was still closing after ``timeout``. librdkafka's
+        close has no time limit, and once (a CI run, a cooperative group whose rebalance
+        the test had timed out in) it never returned: a hung close fails the test instead of
+        holding the whole run."""
+        closer = threading.Thread(target=self.consumer.close, name="close", daemon=True)
+        closer.start()
+        closer.join(timeout)
+        return not closer.is_alive()
 
 
 def poll_all(members: Iterable[ConfluentMember]) -> None:

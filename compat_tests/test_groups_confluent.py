@@ -27,6 +27,7 @@ BROKER_OVERRIDES = SESSION_OVERRIDES
 PARTITIONS = 6
 TIMEOUT = 60
 FAST = {"session.timeout.ms": 2000, "heartbeat.interval.ms": 300}
+CLOSE_TIMEOUT = 60
 
 # A member in its own process, so that it can be killed with SIGKILL.
 KILLABLE = """
@@ -56,8 +57,8 @@ def topic(broker: BrokerProcess, new_topic: Callable[[str], str]) -> str:
 def members() -> Iterator[list[Member]]:
     started: list[Member] = []
     yield started
-    for m in started:
-        m.consumer.close()
+    hung = [m for m in started if not m.close(CLOSE_TIMEOUT)]
+    assert not hung, f"{len(hung)} consumer(s) still closing after {CLOSE_TIMEOUT} s"
 
 
 def wait_balanced(group: list[Member], what: str, expected: int = PARTITIONS) -> list[set[int]]:

@@ -38,7 +38,7 @@ from gregor.server.harness.cluster import TEST_DEFAULTS, Cluster, metadata
 from .artifacts import ensure_java_driver
 from .brokers import GREGOR, Broker
 from .drivers import QUIET, Endpoint, JavaClient, JavaDriver
-from .procstats import cpu_seconds, settle_page_cache
+from .procstats import DROP_PAGE_CACHE_HELP, cpu_seconds, settle_page_cache
 from .scenarios import SIZES, TUNED, Sizes
 
 PARTS = ("throughput", "failover", "shutdown")
@@ -576,6 +576,7 @@ def main(argv: list[str]) -> int:
         help="zookeeper.session.timeout.ms of the failover and shutdown clusters",
     )
     parser.add_argument("--json", type=Path, help="also write all measurements here")
+    parser.add_argument("--drop-page-cache", action="store_true", help=DROP_PAGE_CACHE_HELP)
     parser.add_argument(
         "--keep", type=Path, help="work in this (new) directory and keep the processes' logs"
     )
@@ -598,7 +599,7 @@ def main(argv: list[str]) -> int:
                 _log("throughput")
                 java = JavaDriver(classpath)
                 results["throughput"] = throughput(
-                    work, SIZES[args.size], java, args.rounds, settle=True
+                    work, SIZES[args.size], java, args.rounds, settle=args.drop_page_cache
                 )
             if "failover" in parts:
                 _log("failover (kill -9)")

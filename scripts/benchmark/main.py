@@ -18,7 +18,7 @@ from typing import NoReturn
 from .artifacts import REPO, ensure_java_driver, ensure_tansu
 from .brokers import KINDS, Broker, BrokerError
 from .drivers import MIB, DriverError, JavaDriver
-from .procstats import settle_page_cache
+from .procstats import DROP_PAGE_CACHE_HELP, settle_page_cache
 from .profile import Profile
 from .report import NOTE, markdown_table
 from .scenarios import (
@@ -53,6 +53,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         help="comma-separated subset of: " + ", ".join(s.name for s in SCENARIOS),
     )
     parser.add_argument("--json", type=Path, help="also write all measurements here")
+    parser.add_argument("--drop-page-cache", action="store_true", help=DROP_PAGE_CACHE_HELP)
     parser.add_argument(
         "--profile",
         type=Path,
@@ -183,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     if "tansu" in brokers:
         ensure_tansu()
     results: dict[str, dict[str, dict]] = {b: {} for b in brokers}
-    settled = True  # the page cache dropped before each run (see settle_page_cache)
+    settled = args.drop_page_cache
     started = time.monotonic()
     try:
         with tempfile.TemporaryDirectory(prefix="gregor-bench-") as tmp:

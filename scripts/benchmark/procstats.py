@@ -8,6 +8,10 @@ from pathlib import Path
 PROC = Path("/proc")
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 DROP_CACHES = PROC / "sys" / "vm" / "drop_caches"
+DROP_PAGE_CACHE_HELP = (
+    "sync and drop the page cache before each run (root only, machine-wide): each run "
+    "then writes into memory the machine has touched before (docs/profiling.md)"
+)
 
 
 def _stat_fields(pid: int) -> list[str]:

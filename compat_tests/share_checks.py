@@ -322,7 +322,9 @@ def test_a_record_released_past_the_delivery_count_limit_is_archived(
 
 def test_held_records_are_redelivered_after_the_lock_duration(members: Members) -> None:
     """A consumer that stops polling (alive, its session open) keeps its acquired records
-    only for the record lock duration; then another consumer gets them, delivery count 2."""
+    only for the record lock duration; then another consumer gets them, delivery count 2
+    or more (the holder's client may fetch them once more in the background before it
+    stops, as a CI run on a loaded machine saw: count 3)."""
     holder = members.start(hold_after=1)
     produce(members.broker, members.topic, range(20), 1)
     wait_until(lambda: holder.held_at is not None, TIMEOUT, "a held batch")
@@ -331,7 +333,7 @@ def test_held_records_are_redelivered_after_the_lock_duration(members: Members) 
     wait_until(all_received([other], range(20)), TIMEOUT, "every record at the other")
     assert holder.proc.poll() is None  # still alive: only the lock let the records go
     again = [d for d in other.received() if d.value in held]
-    assert {d.delivery_count for d in again} == {2}, again
+    assert again and all(d.delivery_count >= 2 for d in again), again
     assert holder.held_at is not None
     waited = min(d.at for d in again) - holder.held_at
     assert waited >= LOCK_MS / 1000 * 0.9, f"redelivered after {waited:.2f}s"

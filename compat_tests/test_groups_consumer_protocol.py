@@ -22,6 +22,7 @@ from itertools import accumulate
 import pytest
 from confluent_kafka import KafkaException
 from confluent_kafka import TopicPartition as ConfluentTopicPartition
+from confluent_kafka.admin import AlterConfigOpType, ResourceType
 from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin import NewPartitions
 from kio.schema.consumer_group_describe.v1.response import DescribedGroup
@@ -38,6 +39,7 @@ from compat_tests.group_checks import (
     wait_until,
 )
 from compat_tests.matrix import compat
+from compat_tests.test_admin_configs import incremental
 from compat_tests.test_groups_java import JavaMember, produce
 from gregor.apis.context import build
 from gregor.wire import versions as v
@@ -149,6 +151,14 @@ def test_java_static_member_restarts_without_rebalance(
     broker: BrokerProcess, topic: str, java_members: list[JavaMember]
 ) -> None:
     group = f"{topic}-static"
+    # The returning member has the session timeout to be back; a JVM starting on a loaded
+    # machine took longer than the module's 6 s, so this group gets 30 s (KIP-848's config).
+    incremental(
+        broker,
+        ResourceType.GROUP,
+        group,
+        [("consumer.session.timeout.ms", "30000", AlterConfigOpType.SET)],
+    )
     trio = [
         java(java_members, broker, topic, group, **{"group.instance.id": f"instance-{i}"})
         for i in range(3)

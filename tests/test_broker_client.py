@@ -255,12 +255,14 @@ def test_sends_queued_behind_a_refused_connect_fail_with_it_then_back_off() -> N
             assert all(isinstance(r, BrokerUnavailable) for r in results), results
             assert len(lookups) == 1, "one connect attempt for all twenty"
             assert time.monotonic() - started < PROMPT_S
-            # reconnect.backoff.ms 50 then 100, less the 20% jitter: lower bounds only.
+            # reconnect.backoff.ms 50 then 100, less the 20% jitter: lower bounds only, from
+            # the start of the attempt before (its failure, where the back-off begins, comes
+            # after it; timed from this send, a loaded machine showed 32 ms of the 40).
             for least in (0.04, 0.08):
-                started = time.monotonic()
+                previous, started = started, time.monotonic()
                 with pytest.raises(BrokerUnavailable):
                     await client.send(NODE, api_versions(), 3)
-                assert time.monotonic() - started >= least
+                assert time.monotonic() - previous >= least
             await client.close()
 
         asyncio.run(main())

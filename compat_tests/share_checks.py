@@ -56,6 +56,8 @@ TIMEOUT = 60
 SHARE_KEY_TYPE = 2  # FindCoordinator's key type of a share-partition's coordinator
 # Small polls, so that several consumers of one partition each get a share of it.
 SMALL_POLLS = {"max.poll.records": "10"}
+# How the Java client and librdkafka name NOT_LEADER_OR_FOLLOWER in a failed acknowledgement.
+LEADERSHIP_ERRORS = ("NotLeaderOrFollower", "NOT_LEADER")
 
 
 class ShareClient(Protocol):
@@ -273,13 +275,43 @@ def test_share_consumers_read_a_topic_as_a_queue(
     for m in group:
         m.close()
     deliveries = [d for m in group for d in m.received()]
-    twice = {v: n for v, n in values_of(deliveries).items() if n > 1}
+    # A partition's leader can move on a loaded machine (a broker's ZooKeeper session
+    # expires): acknowledgements to the old leader then fail and Kafka delivers those
+    # records again. Only they may come twice, only on such partitions.
+    moved = moved_partitions(members.broker, members.topic, partitions)
+    excused = {
+        (f["partition"], offset)
+        for m in group
+        for f in m.failures()
+        if f.get("event") == "ack-failed"
+        and f["partition"] in moved
+        and any(name in f["error"] for name in LEADERSHIP_ERRORS)
+        for offset in f["offsets"]
+    }
+    again = [d for d in deliveries if d.delivery_count > 1]
+    assert all((d.partition, d.offset) in excused for d in again), _failures(group)
+    once = [d for d in deliveries if (d.partition, d.offset) not in excused]
+    twice = {v: n for v, n in values_of(once).items() if n > 1}
     assert twice == {}, f"delivered more than once: {twice}\n{_failures(group)}"
-    assert {d.delivery_count for d in deliveries} == {1}
-    assert sorted(values_of(deliveries)) == sorted(str(i) for i in values)
+    assert sorted(set(values_of(deliveries))) == sorted(str(i) for i in values)
     sharing = [len(m.received()) for m in group]
     assert sum(1 for n in sharing if n) >= 2, f"one consumer got everything: {sharing}"
-    assert [m.failures() for m in group] == [[]] * consumers, _failures(group)
+    unexcused = [
+        f
+        for m in group
+        for f in m.failures()
+        if not any((f.get("partition"), o) in excused for o in f.get("offsets", ()))
+    ]
+    assert unexcused == [], _failures(group)
+
+
+def moved_partitions(broker: BrokerProcess, topic: str, partitions: int) -> set[int]:
+    """The partitions of a new topic whose leader changed since it was created (leader
+    epoch above 0): none on a single broker."""
+    if not isinstance(broker, ClusterBroker):
+        return set()
+    cluster = broker.cluster
+    return {p for p in range(partitions) if cluster.wait_for_leader(topic, p).leader_epoch > 0}
 
 
 def test_explicit_release_redelivers_and_reject_does_not(members: Members) -> None:

@@ -376,6 +376,12 @@ class Connection(asyncio.BufferedProtocol):
         self._closed = True
         if self._sender is not None:  # it would wait for the closed socket forever
             self._sender.cancel()
+            # Right after this, asyncio's transport fails the waiter loop.sendfile made
+            # (and had resolved) before sending: InvalidStateError, logged as an error,
+            # in CPython 3.11. The sendfile is cancelled anyway: drop its waiter.
+            reset = getattr(self.transport, "_reset_empty_waiter", None)
+            if reset is not None:
+                reset()
         self.server.connection_closed(self)
         # Bytes not yet handed over are dropped now. A request still being handled keeps
         # its bytes counted until its handler is done with them: clients that send and

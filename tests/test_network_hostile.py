@@ -296,6 +296,7 @@ def test_consumer_that_stops_reading_its_answer_is_closed_as_idle(tmp_path: Path
         stuck.close()
         assert received < 2_000_000  # closed, not answered
         wait_for(lambda: open_descriptors(broker, segment) == 1, 5, "the duplicate to close")
+    assert "Traceback" not in broker.log_path.read_text()  # the close cut a sendfile cleanly
 
 
 # -- item 15: a file region never sends another file's bytes --------------------------

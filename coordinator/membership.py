@@ -468,10 +468,17 @@ class Membership:
         )
 
     def _complete_join(self, group: Group) -> None:
-        for member in group.not_yet_rejoined():
-            if member.group_instance_id is None:  # static members keep their place
-                self._cancel_heartbeat(member)
-                group.remove(member.member_id)
+        dropped = [m for m in group.not_yet_rejoined() if m.group_instance_id is None]
+        for member in dropped:  # static members keep their place
+            self._cancel_heartbeat(member)
+            group.remove(member.member_id)
+        if dropped:
+            logger.info(
+                "Group %s removed dynamic members who had not rejoined in the rebalance "
+                "timeout: %s",
+                group.group_id,
+                ", ".join(m.member_id for m in dropped),
+            )
         group.maybe_elect_joined_leader()
         group.generation += 1
         now = self._now()

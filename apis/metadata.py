@@ -33,10 +33,11 @@ from gregor.apis.groups import create_offsets_topic
 from gregor.apis.topics import new_topic
 from gregor.controller.acls.model import AclOperation, ResourceType
 from gregor.controller.base import NewTopic
-from gregor.controller.metadata.cache import TopicInfo
+from gregor.controller.metadata.cache import PartitionInfo, TopicInfo
 from gregor.controller.metadata.topic_names import INTERNAL_TOPICS
 from gregor.controller.topics import TopicError, check_topic_name
 from gregor.coordinator.records import OFFSETS_TOPIC
+from gregor.wire.encoder import EncodedItems, entity_encoder
 from gregor.wire.schema import response_type
 from gregor.wire.versions import METADATA
 
@@ -44,6 +45,12 @@ logger = logging.getLogger(__name__)
 
 # Metadata looks topics up by id from this version.
 _TOPIC_IDS_FROM = 12
+# What a partition's entry says besides the cache's state of it.
+_LED, _NO_LEADER, _LISTENER_MISSING, _LOG_OFFLINE = range(4)
+
+
+def _index(p: PartitionInfo) -> int:
+    return p.index
 
 
 def handle(services: Services, ctx: RequestContext, request: Any) -> Any:
@@ -198,54 +205,62 @@ def _respond(
                 )
             )
 
-    def partition_entry(topic: str, p: Any) -> Any:
+    encode_partition = entity_encoder(partition_cls)
+
+    def partition_entry(topic: str, p: PartitionInfo) -> bytes:
         hosted = services.replicas.get(topic, p.index)
         if hosted is not None and hosted.log.offline:
+            state = _LOG_OFFLINE
+        else:
+            leader = cache.brokers.get(p.leader)
+            if leader is not None and leader.endpoint(ctx.listener) is not None:
+                state = _LED
+            elif leader is not None and ctx.api_version >= 6:
+                state = _LISTENER_MISSING
+            else:
+                state = _NO_LEADER
+        key = (partition_cls, state)
+        memo = p.encoded
+        if memo is not None and memo[0] == key:
+            return memo[1]
+        encoded = encode_partition(partition_fields(p, state, hosted))
+        p.encoded = (key, encoded)
+        return encoded
+
+    def partition_fields(p: PartitionInfo, state: int, hosted: Any) -> Any:
+        offline: tuple[int, ...]
+        if state == _LOG_OFFLINE:
             # Its log directory failed: no replica can lead (as Kafka's controller decides
             # once the broker reports the directory offline).
-            return build(
-                partition_cls,
-                error_code=ErrorCode.leader_not_available,
-                partition_index=p.index,
-                leader_id=-1,
-                leader_epoch=p.leader_epoch,
-                replica_nodes=tuple(p.replicas),
-                isr_nodes=tuple(p.isr),
-                offline_replicas=(hosted.broker_id,),
-            )
-        leader = cache.brokers.get(p.leader)
-        if leader is None or leader.endpoint(ctx.listener) is None:
+            code, leader_id, offline = ErrorCode.leader_not_available, -1, (hosted.broker_id,)
+        elif state == _LED:
+            code, leader_id, offline = ErrorCode.none, p.leader, tuple(p.offline_replicas)
+        else:
             # No live leader (none elected yet, or it died and the controller has not moved
             # the partition): clients wait and refresh. A live leader without this listener
             # is LISTENER_NOT_FOUND from v6, as in Kafka.
-            listener_missing = leader is not None and ctx.api_version >= 6
-            return build(
-                partition_cls,
-                error_code=ErrorCode.listener_not_found
-                if listener_missing
-                else ErrorCode.leader_not_available,
-                partition_index=p.index,
-                leader_id=-1,
-                leader_epoch=p.leader_epoch,
-                replica_nodes=tuple(p.replicas),
-                isr_nodes=tuple(p.isr),
-                offline_replicas=tuple(p.offline_replicas),
+            code = (
+                ErrorCode.listener_not_found
+                if state == _LISTENER_MISSING
+                else ErrorCode.leader_not_available
             )
+            leader_id, offline = -1, tuple(p.offline_replicas)
         return build(
             partition_cls,
-            error_code=ErrorCode.none,
+            error_code=code,
             partition_index=p.index,
-            leader_id=p.leader,
+            leader_id=leader_id,
             leader_epoch=p.leader_epoch,
             replica_nodes=tuple(p.replicas),
             isr_nodes=tuple(p.isr),
-            offline_replicas=tuple(p.offline_replicas),
+            offline_replicas=offline,
         )
 
     def topic_entry(topic: TopicInfo) -> Any:
-        partitions = tuple(
-            partition_entry(topic.name, p)
-            for p in sorted(topic.partitions.values(), key=lambda p: p.index)
+        # Each partition is encoded once per state (apis and clients ask for every
+        # partition again and again; a 50,000-partition answer took a second to build).
+        partitions = EncodedItems(
+            [partition_entry(topic.name, p) for p in sorted(topic.partitions.values(), key=_index)]
         )
         return build(
             topic_cls,

@@ -169,8 +169,10 @@ class EmbeddedController(Controller):
         """Take leadership of every known partition (after the log manager is up), at a
         leader epoch one above the last start's, saved before any append can use it."""
         for topic in self.cache.topics.values():
-            for partition in topic.partitions.values():
-                partition.leader_epoch += 1
+            topic.partitions = {
+                i: PartitionInfo(i, p.leader, p.leader_epoch + 1, p.replicas, p.isr)
+                for i, p in topic.partitions.items()
+            }
         self._store.write_snapshot(self._state())
         self._on_quotas(self._quotas)
         for topic in self.cache.topics.values():

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from kio.static.primitive import i16, i32
 
 from gregor.wire import interbroker
-from gregor.wire.encoder import entity_encoder
+from gregor.wire.encoder import EncodedItems, entity_encoder
 from gregor.wire.schema import encode_generic
 from tests.kio_examples import KIO_TYPES, example, kio_encode
 
@@ -123,6 +123,27 @@ def test_nullable_and_empty_arrays() -> None:
         encoded = entity_encoder(CompactMetadata)(request)
         assert encoded == kio_encode(request)
         assert encoded[0] == (0 if topics is None else 1)
+
+
+@pytest.mark.parametrize("version", [0, 8, 9, 12, 13])
+def test_encoded_items_are_written_as_the_items_would_be(version: int) -> None:
+    """An entity array given as EncodedItems (Metadata's partitions, each encoded once)
+    comes out as the same array given as entities, legacy and compact."""
+    from dataclasses import replace
+
+    from gregor.wire.schema import response_type
+
+    response = example(response_type(3, version), True)
+    topic = response.topics[0]
+    partitions = [*topic.partitions, *topic.partitions]
+    plain = replace(response, topics=(replace(topic, partitions=tuple(partitions)),))
+    encode_partition = entity_encoder(type(partitions[0]))
+    items = EncodedItems([encode_partition(p) for p in partitions])
+    given = replace(response, topics=(replace(topic, partitions=items),))
+    encode = entity_encoder(type(response))
+    assert encode(given) == encode(plain) == kio_encode(plain)
+    empty = replace(response, topics=(replace(topic, partitions=EncodedItems([])),))
+    assert encode(empty) == kio_encode(replace(response, topics=(replace(topic, partitions=()),)))
 
 
 def test_request_header_client_id_is_a_legacy_string() -> None:

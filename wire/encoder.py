@@ -40,7 +40,7 @@ from kio.static.protocol import Entity
 from gregor.wire.struct_codes import NUMBER_CODES
 from gregor.wire.varint import encode_uvarint
 
-__all__ = ["entity_encoder"]
+__all__ = ["EncodedItems", "entity_encoder"]
 
 # Appends one value (a field's, an array item's) to the output.
 Write: TypeAlias = Callable[[bytearray, Any], None]
@@ -67,6 +67,18 @@ def entity_encoder(entity_type: type[Entity]) -> Callable[[Entity], bytes]:
         return bytes(out)
 
     return encode
+
+
+class EncodedItems:
+    """The items of an entity array, already encoded (without the array's length): given
+    as an array field's value, they are written as they are. A response answered often
+    from state that rarely changes (Metadata's partitions) encodes each item once."""
+
+    __slots__ = ("count", "data")
+
+    def __init__(self, items: Sequence[bytes]) -> None:
+        self.count = len(items)
+        self.data = b"".join(items)
 
 
 # --- entities -------------------------------------------------------------------------
@@ -306,9 +318,13 @@ def _primitive_array(kafka_type: str, flexible: bool) -> Write:
 
 
 def _entity_array(write_item: Write, flexible: bool) -> Write:
-    def write_array(out: bytearray, items: Sequence[Any] | None) -> None:
+    def write_array(out: bytearray, items: Sequence[Any] | EncodedItems | None) -> None:
         if items is None:
             _write_null_array(out, flexible)
+            return
+        if isinstance(items, EncodedItems):
+            _write_array_length(out, items.count, flexible)
+            out += items.data
             return
         _write_array_length(out, len(items), flexible)
         for item in items:

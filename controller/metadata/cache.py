@@ -34,12 +34,17 @@ class BrokerInfo:
 
 @dataclass(slots=True)
 class PartitionInfo:
+    """A partition's state as the controller last sent it; replaced, never changed, when
+    that state changes (so what is derived from it can be kept on it)."""
+
     index: int
     leader: int
     leader_epoch: int
     replicas: list[int]
     isr: list[int]
     offline_replicas: list[int] = field(default_factory=list)
+    # Its last Metadata entry, encoded, with what that encoding depended on (apis/metadata.py).
+    encoded: tuple[Any, bytes] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(slots=True)

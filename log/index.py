@@ -53,6 +53,9 @@ class _Index:
     # -- memory ----------------------------------------------------------------------------
     def _loaded(self) -> bytearray:
         data = self._data
+        if data is None and not self._entries:  # nothing to read (most indexes at load)
+            data = self._data = bytearray()
+            self._written = 0
         if data is None:
             try:
                 with open(self.path, "rb") as f:
@@ -87,18 +90,15 @@ class _Index:
 
     # -- files -----------------------------------------------------------------------------
     def reserve(self) -> None:
-        """Size the file to segment.index.bytes for the active segment's appends."""
+        """Reserve segment.index.bytes for the active segment's appends. The file is sized
+        to it when its first entry is written: an active segment that never gets one (most
+        of a large cluster's partitions) costs no resize when loaded and none when closed."""
         size = max(self._max_entries, self._entries) * self._entry_size
         self._max_entries = size // self._entry_size
-        if self._file_size < size:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-            try:
-                os.ftruncate(fd, size)
-            finally:
-                os.close(fd)
-        self._file_size = max(self._file_size, size)
-        self._reserved = self._file_size
-        self.was_missing = False
+        if self.was_missing:
+            os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644))
+            self.was_missing = False
+        self._reserved = max(self._file_size, size)
 
     def write_pending(self) -> None:
         """pwrite() the entries not yet in the file, trimming it unless space is reserved."""
@@ -108,6 +108,9 @@ class _Index:
         try:
             end = self._entries * self._entry_size
             if self._written < end:
+                if self._file_size < self._reserved:
+                    os.ftruncate(fd, self._reserved)
+                    self._file_size = self._reserved
                 data = self._loaded()
                 os.pwrite(fd, data[self._written : end], self._written)
             if not self._reserved and self._file_size != end:

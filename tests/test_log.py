@@ -173,9 +173,30 @@ def test_index_file_is_preallocated_and_trimmed_on_roll(tmp_path: Path) -> None:
     first, active = log.segments
     assert first.offset_index.path.stat().st_size == 9 * 8  # one entry per batch but the first
     assert first.time_index.path.stat().st_size % 12 == 0
+    # Sized to segment.index.bytes when its first entry is written, not before.
+    assert active.offset_index.entries == 1
+    assert active.offset_index.path.stat().st_size == 0
+    log.flush()
     assert active.offset_index.path.stat().st_size == 4096
     log.close()
     assert active.offset_index.path.stat().st_size == 8
+
+
+def test_an_active_segment_without_index_entries_is_never_resized(tmp_path: Path) -> None:
+    """Most partitions of a large cluster are idle: loading and closing their logs must not
+    size and trim two index files each (100,000 resizes at 50,000 partitions)."""
+    log = open_log(tmp_path, segment_index_bytes=4096)
+    log.close()
+    log = open_log(tmp_path, segment_index_bytes=4096)
+    index, time_index = log.active_segment.offset_index.path, log.active_segment.time_index.path
+    inodes = (index.stat().st_ino, time_index.stat().st_ino)
+    changed = (index.stat().st_mtime_ns, time_index.stat().st_mtime_ns)
+    log.close()
+    log = open_log(tmp_path, segment_index_bytes=4096)
+    log.close()
+    assert (index.stat().st_size, time_index.stat().st_size) == (0, 0)
+    assert (index.stat().st_ino, time_index.stat().st_ino) == inodes
+    assert (index.stat().st_mtime_ns, time_index.stat().st_mtime_ns) == changed
 
 
 def test_roll_when_index_full(tmp_path: Path) -> None:

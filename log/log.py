@@ -51,6 +51,7 @@ SWAP_SUFFIX = ".swap"
 # Leftovers of an interrupted delete or compaction, removed when a log is opened; a `.log.swap`
 # (a cleaned segment whose swap had begun) is completed instead (Kafka's recovery rule).
 _LEFTOVER_SUFFIXES = (DELETED_SUFFIX, CLEANED_SUFFIX, SWAP_SUFFIX, ".tmp")
+_SWAP_LOG = LOG_SUFFIX + SWAP_SUFFIX
 _REPLAY_CHUNK = 1 << 16
 
 
@@ -199,7 +200,7 @@ class Log:
     def _complete_swaps(self) -> None:
         """A `<base>.log.swap` replaces the segments it covers: it takes the name `.log`, the
         segments above its base within its offsets go, and its indexes are rebuilt."""
-        for swap in sorted(self.directory.glob(f"*{LOG_SUFFIX}{SWAP_SUFFIX}")):
+        for swap in sorted(self.directory.glob(f"*{_SWAP_LOG}")):
             stem = swap.name.partition(".")[0]
             base = int(stem)
             end = _next_offset_of(swap, base)
@@ -257,22 +258,29 @@ class Log:
         return self._truncations
 
     def _remove_leftovers(self) -> list[int]:
-        """Delete interrupted-operation leftovers and orphan indexes; return segment bases."""
-        self._complete_swaps()
+        """Delete interrupted-operation leftovers and orphan indexes; return segment bases.
+        The directory is listed once (again only after completing a swap); the producer
+        state takes its snapshots from the same listing."""
+        names = os.listdir(self.directory)
+        if any(name.endswith(_SWAP_LOG) for name in names):
+            self._complete_swaps()
+            names = os.listdir(self.directory)
         bases = set()
-        stems_with_log = {p.stem for p in self.directory.glob(f"*{LOG_SUFFIX}")}
-        for path in self.directory.iterdir():
-            name = path.name
+        stems_with_log = {name[: -len(LOG_SUFFIX)] for name in names if name.endswith(LOG_SUFFIX)}
+        kept = []
+        for name in names:
             if name.endswith(_LEFTOVER_SUFFIXES):
-                path.unlink(missing_ok=True)
+                (self.directory / name).unlink(missing_ok=True)
                 continue
+            kept.append(name)
             stem, dot, suffix = name.partition(".")
             if not (dot and stem.isdigit() and len(stem) == 20):
                 continue
             if "." + suffix == LOG_SUFFIX:
                 bases.add(int(stem))
             elif "." + suffix in SEGMENT_SUFFIXES and stem not in stems_with_log:
-                path.unlink(missing_ok=True)
+                (self.directory / name).unlink(missing_ok=True)
+        self.producer_state.found_files(kept)
         return sorted(bases)
 
     def _load(

@@ -8,6 +8,7 @@ import fcntl
 import logging
 import os
 import shutil
+import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from functools import partial
@@ -45,6 +46,8 @@ TopicPartition = tuple[str, int]
 DiskJobs = dict[Path, DiskJob]  # one job per log directory, so a failure names its directory
 
 logger = logging.getLogger(__name__)
+# How often a long load of logs logs its progress.
+_LOAD_REPORT_S = 10.0
 
 _PROCESS_LIMITS = (errno.EMFILE, errno.ENFILE)
 
@@ -124,7 +127,19 @@ class LogManager:
             clean = marker.exists()
             recovery_points = read_checkpoint(log_dir / RECOVERY_POINT_CHECKPOINT)
             start_offsets = read_checkpoint(log_dir / LOG_START_OFFSET_CHECKPOINT)
-            for child in sorted(log_dir.iterdir()):
+            children = sorted(log_dir.iterdir())
+            logger.info(
+                "Loading logs from %s (%d entries, %s)",
+                log_dir,
+                len(children),
+                "after a clean shutdown" if clean else "recovering what was not flushed",
+            )
+            started = report_at = time.monotonic()
+            loaded = 0
+            for child in children:
+                if time.monotonic() >= report_at + _LOAD_REPORT_S:  # a long load shows life
+                    report_at = time.monotonic()
+                    logger.info("Loaded %d logs from %s so far", loaded, log_dir)
                 if not child.is_dir():
                     continue
                 if child.name.endswith(DELETE_DIR_SUFFIX):
@@ -158,7 +173,11 @@ class LogManager:
                         on_io_error=self._log_io_error,
                     ),
                 )
+                loaded += 1
             marker.unlink(missing_ok=True)
+            logger.info(
+                "Loaded %d logs from %s in %.1f s", loaded, log_dir, time.monotonic() - started
+            )
         for tp, log_dir, path in futures:
             self._settle_future(tp, log_dir, path, config_for)
 

@@ -13,6 +13,7 @@ current transaction first offset int64).
 from __future__ import annotations
 
 import bisect
+import os
 import struct
 from collections import deque
 from dataclasses import dataclass, field
@@ -403,13 +404,20 @@ class ProducerStateManager:
 
     def _offsets(self) -> list[int]:
         if self._snapshots is None:
-            offsets = []
-            for path in self.directory.glob(f"*{SNAPSHOT_SUFFIX}"):
-                stem = path.name[: -len(SNAPSHOT_SUFFIX)]
+            self.found_files(os.listdir(self.directory))
+            assert self._snapshots is not None
+        return self._snapshots
+
+    def found_files(self, names: list[str]) -> None:
+        """The names in the log's directory, listed by the log as it loads: the snapshots
+        among them (not listed again)."""
+        offsets = []
+        for name in names:
+            if name.endswith(SNAPSHOT_SUFFIX):
+                stem = name[: -len(SNAPSHOT_SUFFIX)]
                 if stem.isdigit():
                     offsets.append(int(stem))
-            self._snapshots = sorted(offsets)
-        return self._snapshots
+        self._snapshots = sorted(offsets)
 
     def start_empty(self, offset: int) -> None:
         """A directory made just now: no snapshots, the map empty at `offset`."""

@@ -45,7 +45,10 @@ DELIVERY_COUNT_LIMIT = 3
 BROKER_OVERRIDES = {
     "group.share.enable": "true",
     "group.share.min.session.timeout.ms": "1000",
-    "group.share.session.timeout.ms": "6000",
+    # No test waits for a session to expire. With 6 s, a JVM consumer starved of CPU on a
+    # loaded CI machine could miss its heartbeats and be fenced; its pending acknowledgements
+    # then fail and its records come again (suspected in two CI runs' share failures).
+    "group.share.session.timeout.ms": "30000",
     "group.share.min.heartbeat.interval.ms": "100",
     "group.share.heartbeat.interval.ms": "300",
     "group.share.min.record.lock.duration.ms": "1000",
@@ -289,7 +292,10 @@ def test_share_consumers_read_a_topic_as_a_queue(
         for offset in f["offsets"]
     }
     again = [d for d in deliveries if d.delivery_count > 1]
-    assert all((d.partition, d.offset) in excused for d in again), _failures(group)
+    assert all((d.partition, d.offset) in excused for d in again), (
+        f"delivered again: {[(d.partition, d.offset, d.delivery_count) for d in again]}, "
+        f"partitions whose leader moved: {moved}\n{_failures(group)}"
+    )
     once = [d for d in deliveries if (d.partition, d.offset) not in excused]
     twice = {v: n for v, n in values_of(once).items() if n > 1}
     assert twice == {}, f"delivered more than once: {twice}\n{_failures(group)}"
@@ -376,7 +382,9 @@ def test_held_records_are_redelivered_after_the_lock_duration(members: Members) 
 
 def test_a_killed_consumers_records_are_redelivered(members: Members) -> None:
     """A consumer killed (SIGKILL) mid-batch: its acquired records go to another consumer
-    with delivery count 2, every record is delivered, none twice to the survivor."""
+    with delivery count 2 or more (the victim's client keeps fetching in the background
+    while it holds: on a slow machine the lock can expire and the victim acquire them again
+    before the kill), every record is delivered, none twice to the survivor."""
     victim = members.start(hold_after=1)
     produce(members.broker, members.topic, range(20), 1)
     wait_until(lambda: victim.held_at is not None, TIMEOUT, "a held batch")
@@ -386,7 +394,8 @@ def test_a_killed_consumers_records_are_redelivered(members: Members) -> None:
     wait_until(all_received([survivor], range(20)), TIMEOUT, "every record at the survivor")
     survivor.close()
     got = survivor.received()
-    assert {d.delivery_count for d in got if d.value in held} == {2}
+    again = [(d.value, d.delivery_count) for d in got if d.value in held]
+    assert again and all(count >= 2 for _, count in again), again
     assert {d.delivery_count for d in got if d.value not in held} <= {1, 2}
     assert sorted(values_of(got).values()) == [1] * 20
     assert survivor.failures() == [], survivor.diagnosis()

@@ -320,12 +320,9 @@ def test_confluent_per_broker_config_over_default_takes_effect(
         "the static default to be back",
     )
 
-    # One producer for every attempt: a CI run had one of the producers dropped between
-    # attempts raise into the next time.monotonic() call (SystemError) as it was freed.
-    producer = Producer({"bootstrap.servers": broker.bootstrap})
-
     def taken() -> bool:  # the partition's leader may learn of the deletion last (a cluster)
         errors: list[KafkaError | None] = []
+        producer = Producer({"bootstrap.servers": broker.bootstrap})
         producer.produce(
             topic, b"v" * 10_000, partition=0, on_delivery=lambda e, _m: errors.append(e)
         )

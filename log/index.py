@@ -55,7 +55,6 @@ class _Index:
         data = self._data
         if data is None and not self._entries:  # nothing to read (most indexes at load)
             data = self._data = bytearray()
-            self._written = 0
         if data is None:
             try:
                 with open(self.path, "rb") as f:

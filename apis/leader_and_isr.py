@@ -3,6 +3,8 @@ and which it follows, and from which leader."""
 
 from __future__ import annotations
 
+import logging
+import time
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -19,6 +21,8 @@ from gregor.wire.interbroker import (
     LeaderAndIsrTopicError,
 )
 
+logger = logging.getLogger(__name__)
+
 
 def handle(services: Services, ctx: RequestContext, request: Any) -> Any:
     if not cluster_action(services, ctx):
@@ -28,10 +32,13 @@ def handle(services: Services, ctx: RequestContext, request: Any) -> Any:
             ErrorCode.cluster_authorization_failed,
         )
     member = cluster_member(services, "LeaderAndIsr")
-    return later(_apply(services, member, request))
+    return later(_apply(services, member, request, ctx.correlation_id))
 
 
-async def _apply(services: Services, member: Any, request: Any) -> LeaderAndIsrResponse:
+async def _apply(
+    services: Services, member: Any, request: Any, correlation_id: int
+) -> LeaderAndIsrResponse:
+    started = time.monotonic()
     stale = stale_epoch(services, member, request)
     if stale is not None:
         return _response(request, lambda _tp: stale, stale)
@@ -95,6 +102,17 @@ async def _apply(services: Services, member: Any, request: Any) -> LeaderAndIsrR
                     shares.on_become_leader(s.partition)
                 else:
                     shares.on_resign(s.partition)
+    # Kafka's state-change log line for each request (a failover's cost shows here).
+    logger.info(
+        "Finished LeaderAndIsr correlation id %d from controller %d epoch %d for %d "
+        "partition(s) (%d refused) in %.3f s",
+        correlation_id,
+        request.controller_id,
+        request.controller_epoch,
+        len(states),
+        sum(e != ErrorCode.none for e in errors.values()),
+        time.monotonic() - started,
+    )
     return _response(request, lambda tp: errors.get(tp, ErrorCode.none), ErrorCode.none)
 
 

@@ -410,14 +410,23 @@ class Cluster:
 def metadata(port: int, timeout: float = 5.0, security: ClientSecurity = PLAINTEXT) -> BrokerView:
     """Ask one broker for Metadata v12 of every topic, over a new connection made with
     ``security`` (raises OSError, or ClientError if unreachable or refused)."""
-    request = request_type(METADATA, METADATA_VERSION)(
-        topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False
-    )
     connection = Connection("127.0.0.1", port, "cluster-test", timeout, security=security)
     try:
-        response = connection.call(request)
+        response = connection.call(metadata_request())
     finally:
         connection.close()
+    return broker_view(response)
+
+
+def metadata_request() -> Any:
+    """Metadata v12 of every topic, creating none."""
+    return request_type(METADATA, METADATA_VERSION)(
+        topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False
+    )
+
+
+def broker_view(response: Any) -> BrokerView:
+    """A decoded answer to ``metadata_request``."""
     topics: dict[str, dict[int, PartitionView]] = {}
     errors: dict[str, int] = {}
     for t in response.topics:

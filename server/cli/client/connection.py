@@ -181,6 +181,11 @@ class Connection:
 
     def receive(self) -> Any:
         """The decoded answer to the oldest request sent and not yet answered."""
+        return self.decode(*self.receive_frame())
+
+    def receive_frame(self) -> tuple[type, bytes]:
+        """The oldest unanswered request's type and its answer's frame, not yet decoded
+        (``decode`` does that: a caller timing the broker leaves its own decoding out)."""
         correlation, request_type = self._pending.popleft()
         try:
             frame = self._recv(_SIZE.unpack(self._recv(4))[0])
@@ -188,6 +193,11 @@ class Connection:
             raise self._failed(e) from e
         if _SIZE.unpack_from(frame)[0] != correlation:
             raise ClientError(f"{self.address} answered out of order")
+        return request_type, frame
+
+    @staticmethod
+    def decode(request_type: type, frame: bytes) -> Any:
+        """The answer in ``frame`` (from ``receive_frame``) to a request of ``request_type``."""
         api_key, version = request_type.__api_key__, request_type.__version__
         pos = 4
         # ApiVersions answers with header v0 at every version, so any client can parse it.

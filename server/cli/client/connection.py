@@ -183,7 +183,7 @@ class Connection:
         """The decoded answer to the oldest request sent and not yet answered."""
         return self.decode(*self.receive_frame())
 
-    def receive_frame(self) -> tuple[type, bytes]:
+    def receive_frame(self) -> tuple[type[Any], bytes]:
         """The oldest unanswered request's type and its answer's frame, not yet decoded
         (``decode`` does that: a caller timing the broker leaves its own decoding out)."""
         correlation, request_type = self._pending.popleft()
@@ -196,7 +196,7 @@ class Connection:
         return request_type, frame
 
     @staticmethod
-    def decode(request_type: type, frame: bytes) -> Any:
+    def decode(request_type: type[Any], frame: bytes) -> Any:
         """The answer in ``frame`` (from ``receive_frame``) to a request of ``request_type``."""
         api_key, version = request_type.__api_key__, request_type.__version__
         pos = 4

@@ -69,6 +69,7 @@ from gregor.wire.headers import (
     encode_response_header,
     peek_api,
 )
+from gregor.wire.interbroker_decode import DECODERS as INTERBROKER_DECODERS
 from gregor.wire.offset_commit import decode_offset_commit_request
 from gregor.wire.produce import decode_produce_request
 from gregor.wire.schema import SchemaDecodeError, decode, encode, is_flexible, request_type
@@ -158,6 +159,7 @@ FAST_DECODERS: dict[int, Callable[[int, bytes | bytearray, int], Any]] = {
     versions.PRODUCE: decode_produce_request,
     versions.FETCH: decode_fetch_request,
     versions.OFFSET_COMMIT: decode_offset_commit_request,
+    **INTERBROKER_DECODERS,  # LeaderAndIsr and UpdateMetadata: every partition's state
 }
 
 

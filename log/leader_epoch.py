@@ -105,16 +105,34 @@ class LeaderEpochCache:
     def assign(self, epoch: int, start_offset: int) -> None:
         """Record that `epoch` starts at `start_offset`; a newer entry replaces any that
         conflict with it (an equal or higher epoch, or a start at or after it)."""
+        if self._assign(epoch, start_offset):
+            self._changed()
+
+    def assign_at_log_end(self, epoch: int, log_end_offset: int) -> None:
+        """A new leader's epoch, newer than every entry, starting at the log end: no record
+        holds it yet, so its file is written with the next flush, roll, close or other
+        change rather than queued now. Until a record follows, a load drops the entry anyway
+        (truncate_from_end, as Kafka's loader does); once one does, a flush writes the file
+        before the recovery point passes that record, and a crash before it replays the
+        record, which assigns the epoch again. A failover of 50,000 partitions would
+        otherwise replace 50,000 files at once (about 0.3 ms of CPU each)."""
+        if self._epochs and self._epochs[-1] >= epoch:
+            self.assign(epoch, log_end_offset)  # not newer: it may drop entries with records
+        elif self._assign(epoch, log_end_offset):
+            self._unwritten = True
+
+    def _assign(self, epoch: int, start_offset: int) -> bool:
+        """assign, in memory; whether the entries changed."""
         if epoch < 0 or start_offset < 0:
-            return
+            return False
         if self._epochs and epoch == self._epochs[-1] and start_offset >= self._starts[-1]:
-            return
+            return False
         while self._epochs and (self._epochs[-1] >= epoch or self._starts[-1] >= start_offset):
             self._epochs.pop()
             self._starts.pop()
         self._epochs.append(epoch)
         self._starts.append(start_offset)
-        self._changed()
+        return True
 
     def end_offset_for(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
         """(largest epoch <= `epoch`, end offset of that epoch), as OffsetsForLeaderEpoch

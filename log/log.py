@@ -824,10 +824,10 @@ class Log:
         self.pending_deletes = remaining
         return removed
 
-    def assign_epoch_start(self, epoch: int, offset: int) -> None:
+    def assign_epoch_start(self, epoch: int) -> None:
         """A new leader's epoch starts at its log end, before it appends anything, so that
         OffsetsForLeaderEpoch answers the end of the previous epoch right away."""
-        self.leader_epochs.assign(epoch, offset)
+        self.leader_epochs.assign_at_log_end(epoch, self.log_end_offset)
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         """OffsetsForLeaderEpoch: (largest known epoch <= `epoch`, its end offset)."""

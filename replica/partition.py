@@ -105,7 +105,7 @@ class Partition:
         self.pending_isr = None
         if new_epoch:
             end = self.log.log_end_offset
-            self.log.assign_epoch_start(leader_epoch, end)
+            self.log.assign_epoch_start(leader_epoch)
             self.epoch_start_offset = end
             self.followers = {
                 r: FollowerState(last_caught_up_ms=now_ms if r in self.isr else 0)

@@ -105,13 +105,39 @@ def test_log_manager_flusher_writes_lagging_checkpoints(tmp_path: Path) -> None:
     logs = LogManager([tmp_path], {})
     logs.startup(NOW)
     created = [logs.get_or_create("t", i, LogConfig(), now_ms=NOW) for i in range(3)]
-    for epoch in range(5):
+    for epoch in range(1, 4):
         for log in created:
-            log.assign_epoch_start(epoch, 0)  # a leader change with no data in between
+            log.append_as_follower(batch(base_offset=2 * epoch - 2, partition_leader_epoch=epoch))
     assert not any(log.leader_epochs.path.exists() for log in created)
     logs.run_flush(NOW)
     for log in created:
-        assert LeaderEpochCache(log.directory).entries() == [(4, 0)]
+        assert LeaderEpochCache(log.directory).entries() == [(1, 0), (2, 2), (3, 4)]
+
+
+def test_a_leaders_new_epoch_is_written_with_the_next_flush_not_at_once(tmp_path: Path) -> None:
+    """An epoch at the log end holds no record: the flusher does not replace the file for
+    it (a failover changes every partition's epoch at once); the next flush of the log, its
+    close or its next change writes it, and a load drops it while no record follows."""
+    logs = LogManager([tmp_path], {})
+    logs.startup(NOW)
+    empty, written = (logs.get_or_create("t", i, LogConfig(), now_ms=NOW) for i in range(2))
+    written.append_as_leader(batch(), leader_epoch=1, now_ms=NOW)
+    logs.run_flush(NOW)  # an epoch of records: the flusher's next round writes it
+    assert LeaderEpochCache(written.directory).entries() == [(1, 0)]
+    for epoch in (2, 3):
+        empty.assign_epoch_start(epoch)
+        written.assign_epoch_start(epoch)
+    logs.run_flush(NOW)
+    assert not empty.leader_epochs.path.exists()
+    assert LeaderEpochCache(written.directory).entries() == [(1, 0)]
+    assert written.end_offset_for_epoch(1) == (1, 2)  # in memory at once
+    written.append_as_leader(batch(), leader_epoch=3, now_ms=NOW)
+    written.flush()
+    assert LeaderEpochCache(written.directory).entries() == [(1, 0), (3, 2)]
+    empty.close()
+    assert LeaderEpochCache(empty.directory).entries() == [(3, 0)]
+    reopened = Log.open(empty.directory, LogConfig(), clean_shutdown=True, now_ms=NOW)
+    assert reopened.leader_epochs.entries() == []
 
 
 def test_epochs_survive_a_crash_before_the_checkpoint_is_written(tmp_path: Path) -> None:
@@ -119,7 +145,7 @@ def test_epochs_survive_a_crash_before_the_checkpoint_is_written(tmp_path: Path)
     log.append_as_leader(batch(), leader_epoch=1, now_ms=NOW)
     log.flush()  # the checkpoint is written before the recovery point passes its data
     assert LeaderEpochCache(log.directory).entries() == [(1, 0)]
-    log.assign_epoch_start(3, 2)
+    log.assign_epoch_start(3)
     log.append_as_leader(batch(), leader_epoch=3, now_ms=NOW)
     log.append_as_follower(batch(base_offset=4, partition_leader_epoch=4))
     assert LeaderEpochCache(log.directory).entries() == [(1, 0)]  # lagging
@@ -141,7 +167,7 @@ def test_truncation_and_roll_write_the_checkpoint_at_once(tmp_path: Path) -> Non
 
 def test_load_does_not_rewrite_the_checkpoint(tmp_path: Path) -> None:
     log = Log.open(tmp_path / "t-0", LogConfig(), now_ms=NOW)
-    log.assign_epoch_start(7, 0)  # a leader that appended nothing
+    log.assign_epoch_start(7)  # a leader that appended nothing
     log.close()
     before = log.leader_epochs.path.stat().st_ino
     reopened = Log.open(tmp_path / "t-0", LogConfig(), clean_shutdown=True, now_ms=NOW)

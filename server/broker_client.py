@@ -33,6 +33,7 @@ from gregor.server.security.sasl_client import (
     reauthentication_delay_s,
 )
 from gregor.wire.headers import skip_tagged_fields
+from gregor.wire.interbroker_decode import RESPONSE_DECODERS
 from gregor.wire.schema import decode, encode, response_type
 from gregor.wire.versions import API_VERSIONS
 
@@ -273,6 +274,9 @@ class InterBrokerClient:
         # ApiVersions answers with header v0 at every version, so any client can parse it.
         if flexible and api_key != API_VERSIONS:
             pos = skip_tagged_fields(frame, pos)
+        fast = RESPONSE_DECODERS.get((api_key, request.__version__))
+        if fast is not None:
+            return fast(frame, pos)
         return decode(response_type(api_key, request.__version__), memoryview(frame), pos)
 
     async def close(self) -> None:

@@ -14,7 +14,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from gregor.wire import interbroker as ib
-from gregor.wire.interbroker_decode import DECODERS
+from gregor.wire.interbroker_decode import DECODERS, decode_leader_and_isr_response
 from gregor.wire.schema import (
     SchemaDecodeError,
     decode,
@@ -414,3 +414,57 @@ def test_fast_decoders_skip_tags_in_states_and_topics() -> None:
         assert fast(request.__version__, tagged_state, 0) == request
         tagged_topic = raw[:end] + unknown + raw[end + 1 :]
         assert fast(request.__version__, tagged_topic, 0) == request
+
+
+def _leader_and_isr_responses() -> list[ib.LeaderAndIsrResponse]:
+    """Answers in every shape the fast codec distinguishes: no topic, a null topic id, no
+    partition, over 127 topics and partitions (two-byte counts), errors other than none."""
+
+    def topic(t: int, count: int) -> ib.LeaderAndIsrTopicError:
+        return ib.LeaderAndIsrTopicError(
+            topic_id=uuid.UUID(int=t) if t else None,
+            partition_errors=tuple(
+                ib.LeaderAndIsrPartitionError(
+                    partition_index=p,
+                    error_code=ErrorCode.stale_controller_epoch if p % 3 else ErrorCode.none,
+                )
+                for p in range(count)
+            ),
+        )
+
+    return [
+        ib.LeaderAndIsrResponse(error_code=ErrorCode.none, topics=()),
+        ib.LeaderAndIsrResponse(
+            error_code=ErrorCode.none, topics=tuple(topic(t, t % 5) for t in range(130))
+        ),
+        ib.LeaderAndIsrResponse(error_code=ErrorCode.none, topics=(topic(7, 1000),)),
+        ib.LeaderAndIsrResponse(error_code=ErrorCode.cluster_authorization_failed, topics=()),
+    ]
+
+
+@pytest.mark.parametrize("index", range(4))
+def test_leader_and_isr_response_codec_equals_the_schema_walk(index: int) -> None:
+    response = _leader_and_isr_responses()[index]
+    raw = encode(response)
+    assert raw == encode_generic(response)
+    for framed in (b"pre" + raw, bytearray(b"pre" + raw), memoryview(b"pre" + raw)):
+        assert decode_leader_and_isr_response(framed, 3) == response
+
+
+def test_leader_and_isr_response_decoder_refuses_and_accepts_what_the_schema_walk_does() -> None:
+    whole = _leader_and_isr_responses()[1]
+    raw = encode(dataclasses.replace(whole, topics=whole.topics[:4]))  # 0-3 partitions each
+    variants = [raw[:cut] for cut in range(len(raw))]
+    for at in range(len(raw)):
+        for value in (0, 1, 2, 0x7F, 0x80, 0xFF):
+            variants.append(raw[:at] + bytes([value]) + raw[at + 1 :])
+    for variant in variants:
+        try:
+            expected = decode(ib.LeaderAndIsrResponse, variant)
+        except SchemaDecodeError:
+            expected = SchemaDecodeError
+        try:
+            fast = decode_leader_and_isr_response(variant, 0)
+        except SchemaDecodeError:
+            fast = SchemaDecodeError
+        assert fast == expected, variant

@@ -497,22 +497,43 @@ def _with_topic_states(
 
     def encode(request: Any) -> bytes:
         rest = generic(dataclasses.replace(request, topic_states=()))
-        at = _TOPICS_AT[type(request)]
+        at = TOPIC_STATES_AT[type(request)]
         return rest[:at] + _topic_states(request.topic_states, encode_state) + rest[at + 1 :]
 
     return encode
 
 
 # Where topic_states starts: after the fixed-size fields that precede it.
-_TOPICS_AT: dict[type, int] = {
+TOPIC_STATES_AT: dict[type, int] = {
     LeaderAndIsrRequest: 4 + 1 + 4 + 8 + 1,  # controller id, kraft, epoch, broker epoch, type
     UpdateMetadataRequest: 4 + 1 + 4 + 8,  # controller id, kraft, epoch, broker epoch
 }
 
 
+@cache
+def partition_errors_struct(count: int) -> struct.Struct:
+    """`count` LeaderAndIsr partition errors: index, error code, empty tagged fields."""
+    return struct.Struct(">" + "ihB" * count)
+
+
+def _leader_and_isr_response(response: LeaderAndIsrResponse) -> bytes:
+    """The answer to a LeaderAndIsr, one entry per partition of the request."""
+    out = [struct.pack(">h", response.error_code), encode_uvarint(len(response.topics) + 1)]
+    for topic in response.topics:
+        errors = topic.partition_errors
+        out.append(topic.topic_id.bytes if topic.topic_id is not None else _ZERO_UUID)
+        out.append(encode_uvarint(len(errors) + 1))
+        flat = [v for e in errors for v in (e.partition_index, e.error_code, 0)]
+        out.append(partition_errors_struct(len(errors)).pack(*flat))
+        out.append(b"\0")
+    out.append(b"\0")
+    return b"".join(out)
+
+
 def fast_encoders(generic: Callable[[Any], bytes]) -> dict[type, Callable[[Any], bytes]]:
-    """Encoders for the requests that carry many partitions, given the generic writer."""
+    """Encoders for the messages that carry many partitions, given the generic writer."""
     return {
         LeaderAndIsrRequest: _with_topic_states(generic, _leader_and_isr_state),
         UpdateMetadataRequest: _with_topic_states(generic, _update_metadata_state),
+        LeaderAndIsrResponse: _leader_and_isr_response,
     }

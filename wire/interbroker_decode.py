@@ -17,25 +17,28 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
+from kio.schema.errors import ErrorCode
 from kio.serial.errors import SerialError
 
 from gregor.wire.interbroker import (
     LEADER_AND_ISR,
+    TOPIC_STATES_AT,
     UPDATE_METADATA,
+    LeaderAndIsrPartitionError,
     LeaderAndIsrPartitionState,
     LeaderAndIsrRequest,
+    LeaderAndIsrResponse,
+    LeaderAndIsrTopicError,
     LeaderAndIsrTopicState,
     UpdateMetadataPartitionState,
     UpdateMetadataRequest,
     UpdateMetadataTopicState,
+    partition_errors_struct,
 )
 from gregor.wire.reader import Reader
 from gregor.wire.schema import SchemaDecodeError, decode
 from gregor.wire.tagged import decode_tolerant
 
-# The fields before topic_states: controller id, KRaft flag, controller epoch, broker
-# epoch, and (LeaderAndIsr) the request type.
-_TOPICS_AT = {LeaderAndIsrRequest: 4 + 1 + 4 + 8 + 1, UpdateMetadataRequest: 4 + 1 + 4 + 8}
 _EMPTY_ARRAY = b"\x01"  # a compact array of no elements
 
 
@@ -154,7 +157,7 @@ def _decoder(
         data = bytes(buf) if isinstance(buf, bytearray) else buf
         if version != request_type.__version__:
             return decode(request_type, data, offset)
-        at = offset + _TOPICS_AT[request_type]
+        at = offset + TOPIC_STATES_AT[request_type]
         r = Reader(data, at, flexible=True)
         topics = []
         for _ in range(r.count(1 + 16 + 1 + 1)):
@@ -182,4 +185,49 @@ DECODERS: dict[int, Callable[[int, bytes | bytearray, int], Any]] = {
     UPDATE_METADATA: _decoder(
         UpdateMetadataRequest, UpdateMetadataTopicState, _update_metadata_states
     ),
+}
+
+
+_ERROR_CODES: dict[int, ErrorCode] = {int(code.value): code for code in ErrorCode}
+
+
+def decode_leader_and_isr_response(buf: bytes | bytearray | memoryview, pos: int) -> Any:
+    """A LeaderAndIsr answer (v7) at ``pos``: one error per partition of the request, read
+    in one struct call per topic; anything else (tagged fields, an unknown error code) by
+    the schema walk, which also raises what malformed input raises."""
+    data = bytes(buf)
+    r = Reader(data, pos, flexible=True)
+    try:
+        top = _ERROR_CODES[r.int16()]
+        topics = []
+        for _ in range(r.count(16 + 1 + 1)):
+            topic_id = r.uuid()
+            count = r.count(7)
+            codec = partition_errors_struct(count)
+            start = r.pos
+            r.pos += codec.size
+            if r.pos >= len(data):
+                raise KeyError("short")
+            v = codec.unpack_from(data, start)
+            if any(v[2::3]) or data[r.pos]:  # tagged fields: the schema walk reads them
+                raise KeyError("tagged")
+            r.pos += 1
+            errors = tuple(
+                LeaderAndIsrPartitionError(partition_index=index, error_code=_ERROR_CODES[code])
+                for index, code in zip(v[0::3], v[1::3], strict=True)
+            )
+            topics.append(
+                LeaderAndIsrTopicError(
+                    topic_id=topic_id if topic_id.int else None, partition_errors=errors
+                )
+            )
+        if data[r.pos : r.pos + 1] != b"\0":
+            raise KeyError("tagged")
+    except (KeyError, SchemaDecodeError, struct.error):
+        return decode(LeaderAndIsrResponse, data, pos)
+    return LeaderAndIsrResponse(error_code=top, topics=tuple(topics))
+
+
+RESPONSE_DECODERS: dict[tuple[int, int], Callable[[bytes | bytearray | memoryview, int], Any]] = {
+    (LEADER_AND_ISR, LeaderAndIsrResponse.__version__): decode_leader_and_isr_response,
 }

@@ -33,6 +33,7 @@ from gregor.server.security.sasl_client import (
     reauthentication_delay_s,
 )
 from gregor.wire.headers import skip_tagged_fields
+from gregor.wire.interbroker import LeaderAndIsrRequest, StopReplicaRequest, UpdateMetadataRequest
 from gregor.wire.interbroker_decode import RESPONSE_DECODERS
 from gregor.wire.schema import decode, encode, response_type
 from gregor.wire.versions import API_VERSIONS
@@ -42,6 +43,7 @@ log = logging.getLogger(__name__)
 _SIZE = struct.Struct(">i")
 _HEAD = struct.Struct(">ihhih")  # frame size, api key, api version, correlation id, len(client id)
 _JITTER = 0.2
+_CONTROLLER_REQUESTS = (LeaderAndIsrRequest, UpdateMetadataRequest, StopReplicaRequest)
 # The largest response frame taken: socket.request.max.bytes's default, the most a broker
 # takes from a peer. A follower's Fetch answers hold replica.fetch.response.max.bytes (10 MiB).
 MAX_RESPONSE_BYTES = 104_857_600
@@ -239,8 +241,15 @@ class InterBrokerClient:
             await asyncio.wait((connection.reauthenticating,))  # never raises
             connection = await self._connection(node_id)  # a failed one closed it
         # Encoded once connected: a controller retrying a request of 10,000 partitions to a
-        # broker that is restarting would otherwise encode it again every back-off.
-        frame = await self._exchange(connection, request, encode(request))
+        # broker that is restarting would otherwise encode it again every back-off. A
+        # controller's request is encoded on a thread: one of 50,000 partitions holds the
+        # loop for a tenth of a second or more, and the answer to the event that made it
+        # (a ControlledShutdown) would wait behind every broker's.
+        if type(request) in _CONTROLLER_REQUESTS:
+            body = await asyncio.to_thread(encode, request)
+        else:
+            body = encode(request)
+        frame = await self._exchange(connection, request, body)
         return self._decode(request, frame)
 
     async def _exchange(self, connection: _Connection, request: Any, body: bytes) -> bytearray:

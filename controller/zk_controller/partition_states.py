@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from collections.abc import Collection, Mapping
 from typing import Any
 
@@ -118,6 +119,7 @@ class PartitionStateMachine:
         """Move leadership off a stopping (live) broker and shrink it out of the ISRs of the
         partitions it follows; the partitions it still leads."""
         ctx = self.context
+        started = time.monotonic()
         ctx.shutting_down.add(broker_id)
         moved: dict[TP, PartitionState] = {}
         shrunk: dict[TP, PartitionState] = {}
@@ -138,7 +140,9 @@ class PartitionStateMachine:
                     shrunk[tp] = bump(state, ctx.epoch, isr=isr)
                 epoch = shrunk[tp].leader_epoch if tp in shrunk else state.leader_epoch
                 batch.add_stop_replica(broker_id, tp, delete=False, leader_epoch=epoch)
+        decided = time.monotonic()
         await self.commit({**moved, **shrunk}, batch, exclude={tp: broker_id for tp in shrunk})
+        committed = time.monotonic()
         remaining = [
             tp
             for tp in ctx.partitions_on({broker_id})
@@ -147,11 +151,15 @@ class PartitionStateMachine:
             and ctx.states[tp].leader == broker_id
         ]
         logger.info(
-            "Controller %d: controlled shutdown of broker %d moved %d leader(s), %d remain",
+            "Controller %d: controlled shutdown of broker %d moved %d leader(s) and shrank "
+            "%d ISR(s), %d remain (elected in %.3f s, states written in %.3f s)",
             ctx.broker_id,
             broker_id,
             len(moved),
+            len(shrunk),
             len(remaining),
+            decided - started,
+            committed - decided,
         )
         return remaining
 

@@ -68,74 +68,72 @@ def _peek_lengths(buf: bytes, pos: int, arrays: int) -> tuple[int, ...] | None:
     return tuple(lengths)
 
 
-def _leader_and_isr_states(
-    buf: bytes, pos: int, count: int
-) -> tuple[list[LeaderAndIsrPartitionState], int]:
-    states = []
-    for _ in range(count):
-        lengths = _peek_lengths(buf, pos, 4)
-        if lengths is not None:
-            codec = _layout("iiii", lengths, "Bb")
-            end = pos + codec.size
-            if end <= len(buf) and buf[end - 1] == 0 and buf[end - 3] <= 1:  # no tags, a bool
-                v = codec.unpack_from(buf, pos)
-                isr_end = 5 + lengths[0]
-                replicas_end = isr_end + 2 + lengths[1]
-                adding_end = replicas_end + 1 + lengths[2]
-                removing_end = adding_end + 1 + lengths[3]
-                states.append(
-                    LeaderAndIsrPartitionState(
-                        partition_index=v[0],
-                        controller_epoch=v[1],
-                        leader=v[2],
-                        leader_epoch=v[3],
-                        isr=v[5:isr_end],
-                        partition_epoch=v[isr_end],
-                        replicas=v[isr_end + 2 : replicas_end],
-                        adding_replicas=v[replicas_end + 1 : adding_end],
-                        removing_replicas=v[adding_end + 1 : removing_end],
-                        is_new=v[removing_end] == 1,
-                        leader_recovery_state=v[removing_end + 1],
-                    )
-                )
-                pos = end
-                continue
-        state, pos = _generic(LeaderAndIsrPartitionState, buf, pos)
-        states.append(state)
-    return states, pos
+def _leader_and_isr_state(v: tuple[Any, ...], lengths: tuple[int, ...]) -> Any:
+    isr_end = 5 + lengths[0]
+    replicas_end = isr_end + 2 + lengths[1]
+    adding_end = replicas_end + 1 + lengths[2]
+    removing_end = adding_end + 1 + lengths[3]
+    if v[removing_end] > 1:  # is_new: a boolean byte is 0 or 1
+        return None
+    return LeaderAndIsrPartitionState(
+        partition_index=v[0],
+        controller_epoch=v[1],
+        leader=v[2],
+        leader_epoch=v[3],
+        isr=v[5:isr_end],
+        partition_epoch=v[isr_end],
+        replicas=v[isr_end + 2 : replicas_end],
+        adding_replicas=v[replicas_end + 1 : adding_end],
+        removing_replicas=v[adding_end + 1 : removing_end],
+        is_new=v[removing_end] == 1,
+        leader_recovery_state=v[removing_end + 1],
+    )
 
 
-def _update_metadata_states(
-    buf: bytes, pos: int, count: int
-) -> tuple[list[UpdateMetadataPartitionState], int]:
-    states = []
-    for _ in range(count):
-        lengths = _peek_lengths(buf, pos, 3)
-        if lengths is not None:
-            codec = _layout("iiii", lengths, "")
-            end = pos + codec.size
-            if end <= len(buf) and buf[end - 1] == 0:  # no tagged fields
-                v = codec.unpack_from(buf, pos)
-                isr_end = 5 + lengths[0]
-                replicas_end = isr_end + 2 + lengths[1]
-                offline_end = replicas_end + 1 + lengths[2]
-                states.append(
-                    UpdateMetadataPartitionState(
-                        partition_index=v[0],
-                        controller_epoch=v[1],
-                        leader=v[2],
-                        leader_epoch=v[3],
-                        isr=v[5:isr_end],
-                        zk_version=v[isr_end],
-                        replicas=v[isr_end + 2 : replicas_end],
-                        offline_replicas=v[replicas_end + 1 : offline_end],
-                    )
-                )
-                pos = end
-                continue
-        state, pos = _generic(UpdateMetadataPartitionState, buf, pos)
-        states.append(state)
-    return states, pos
+def _update_metadata_state(v: tuple[Any, ...], lengths: tuple[int, ...]) -> Any:
+    isr_end = 5 + lengths[0]
+    replicas_end = isr_end + 2 + lengths[1]
+    offline_end = replicas_end + 1 + lengths[2]
+    return UpdateMetadataPartitionState(
+        partition_index=v[0],
+        controller_epoch=v[1],
+        leader=v[2],
+        leader_epoch=v[3],
+        isr=v[5:isr_end],
+        zk_version=v[isr_end],
+        replicas=v[isr_end + 2 : replicas_end],
+        offline_replicas=v[replicas_end + 1 : offline_end],
+    )
+
+
+def _states_reader(
+    entity_type: type[Any],
+    arrays: int,
+    tail: str,
+    build: Callable[[tuple[Any, ...], tuple[int, ...]], Any],
+) -> Callable[[bytes, int, int], tuple[list[Any], int]]:
+    """A reader of `count` partition states: each whose `arrays` int32 arrays' lengths
+    take a byte, that has no tagged fields and that `build` accepts, in one unpack; any
+    other by the schema walk."""
+
+    def read(buf: bytes, pos: int, count: int) -> tuple[list[Any], int]:
+        states = []
+        for _ in range(count):
+            lengths = _peek_lengths(buf, pos, arrays)
+            if lengths is not None:
+                codec = _layout("iiii", lengths, tail)
+                end = pos + codec.size
+                if end <= len(buf) and buf[end - 1] == 0:  # no tagged fields
+                    state = build(codec.unpack_from(buf, pos), lengths)
+                    if state is not None:
+                        states.append(state)
+                        pos = end
+                        continue
+            state, pos = _generic(entity_type, buf, pos)
+            states.append(state)
+        return states, pos
+
+    return read
 
 
 def _generic(entity_type: type[Any], buf: bytes, pos: int) -> tuple[Any, int]:
@@ -181,9 +179,15 @@ def _decoder(
 
 
 DECODERS: dict[int, Callable[[int, bytes | bytearray, int], Any]] = {
-    LEADER_AND_ISR: _decoder(LeaderAndIsrRequest, LeaderAndIsrTopicState, _leader_and_isr_states),
+    LEADER_AND_ISR: _decoder(
+        LeaderAndIsrRequest,
+        LeaderAndIsrTopicState,
+        _states_reader(LeaderAndIsrPartitionState, 4, "Bb", _leader_and_isr_state),
+    ),
     UPDATE_METADATA: _decoder(
-        UpdateMetadataRequest, UpdateMetadataTopicState, _update_metadata_states
+        UpdateMetadataRequest,
+        UpdateMetadataTopicState,
+        _states_reader(UpdateMetadataPartitionState, 3, "", _update_metadata_state),
     ),
 }
 

@@ -1,4 +1,5 @@
-"""Fast decoding of the controller's big requests, LeaderAndIsr v7 and UpdateMetadata v8.
+"""Fast decoding of the controller's big requests, LeaderAndIsr v7 and UpdateMetadata v8,
+and of LeaderAndIsr's answer (an error per partition).
 
 A new controller tells every broker the state of every partition: 50,000 partition states
 took the schema walk half a second per request on an idle core, and more when a failover
@@ -43,12 +44,13 @@ _EMPTY_ARRAY = b"\x01"  # a compact array of no elements
 
 
 @lru_cache(maxsize=256)
-def _layout(head: str, lengths: tuple[int, ...], tail: str) -> struct.Struct:
-    """A state's struct: ``head`` numbers (the leader's), then per array its one-byte
-    length and elements, an int32 after the first array (the partition epoch), ``tail``
-    and the empty tagged-field count. Cached per lengths: hostile input only evicts."""
+def _layout(lengths: tuple[int, ...], tail: str) -> struct.Struct:
+    """A state's struct: four int32s (index, controller epoch, leader, leader epoch), then
+    per array its one-byte length and elements, an int32 after the first array (the
+    partition epoch), ``tail`` and the empty tagged-field count. Cached per lengths:
+    hostile input only evicts."""
     arrays = "".join(f"B{n}i" + ("i" if i == 0 else "") for i, n in enumerate(lengths))
-    return struct.Struct(f">{head}{arrays}{tail}B")
+    return struct.Struct(f">iiii{arrays}{tail}B")
 
 
 def _peek_lengths(buf: bytes, pos: int, arrays: int) -> tuple[int, ...] | None:
@@ -121,7 +123,7 @@ def _states_reader(
         for _ in range(count):
             lengths = _peek_lengths(buf, pos, arrays)
             if lengths is not None:
-                codec = _layout("iiii", lengths, tail)
+                codec = _layout(lengths, tail)
                 end = pos + codec.size
                 if end <= len(buf) and buf[end - 1] == 0:  # no tagged fields
                     state = build(codec.unpack_from(buf, pos), lengths)

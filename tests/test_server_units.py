@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import time
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from gregor.ratelimit import RateLimitedLog
+from gregor.server.cli.serve import PauseLog
 from gregor.server.config import BrokerConfig, ConfigError, parse_listener, read_properties
 
 
@@ -241,3 +243,29 @@ def test_listener_parsing() -> None:
     assert parse_listener("PLAINTEXT://127.0.0.1:9092") == ("PLAINTEXT", "127.0.0.1", 9092)
     assert parse_listener("external://:19092") == ("EXTERNAL", "", 19092)
     assert parse_listener("PLAINTEXT://[::1]:9092") == ("PLAINTEXT", "::1", 9092)
+
+
+def test_pause_log_names_long_collections_only(caplog: pytest.LogCaptureFixture) -> None:
+    """A collection at or over the threshold is logged with its generation and what it
+    found unreachable; one under it is not."""
+    caplog.set_level(logging.INFO, logger="gregor")
+
+    def collect_cycles(pause_log: PauseLog) -> list[str]:
+        caplog.clear()
+        gc.disable()  # only the collection asked for below
+        gc.callbacks.append(pause_log)
+        try:
+            for _ in range(20_000):
+                cycle: list[object] = []
+                cycle.append(cycle)
+            del cycle
+            gc.collect(2)
+        finally:
+            gc.callbacks.remove(pause_log)
+            gc.enable()
+        return [r.getMessage() for r in caplog.records if "Garbage collection" in r.getMessage()]
+
+    (line,) = collect_cycles(PauseLog(0.0))
+    assert line.startswith("Garbage collection of generation 2 took ")
+    assert int(line.rsplit("(", 1)[1].split()[0]) >= 20_000
+    assert collect_cycles(PauseLog(3600.0)) == []

@@ -8,6 +8,7 @@ import gc
 import logging
 import signal
 import sys
+import time
 from collections.abc import AsyncIterator
 from functools import partial
 
@@ -57,6 +58,29 @@ async def _log_signals_during_shutdown(signals: AsyncIterator[int]) -> None:
         )
 
 
+class PauseLog:
+    """A gc callback logging every collection that held the process for `threshold_s` or
+    more (the JVM's GC log): a full collection walks all of a broker's partition state
+    created since start-up, seconds at 50,000 partitions."""
+
+    def __init__(self, threshold_s: float) -> None:
+        self._threshold_s = threshold_s
+        self._started = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+            return
+        elapsed = time.perf_counter() - self._started
+        if elapsed >= self._threshold_s:
+            logger.info(
+                "Garbage collection of generation %d took %.0f ms (%d unreachable)",
+                info["generation"],
+                elapsed * 1000,
+                info["collected"] + info["uncollectable"],
+            )
+
+
 def run(args: argparse.Namespace) -> int:
     _configure_logging()
     # A broker holds millions of long-lived objects (partition state, indexes, group
@@ -64,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
     # built (below), keeps full collections from scanning them again and again (with
     # 10,000 partitions, collections took most of a failover's time).
     gc.set_threshold(50_000, 20, 50)
+    gc.callbacks.append(PauseLog(0.1))
     try:
         props = read_properties(args.properties) if args.properties else {}
     except OSError as e:

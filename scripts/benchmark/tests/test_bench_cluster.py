@@ -27,10 +27,11 @@ def test_every_part_runs_and_reports(tmp_path: Path) -> None:
     assert all(m["produce_mib_s"] > 0 for m in t["variants"].values())
     assert t["ratio_all_vs_1"] > 0 and t["ratio_all_vs_single"] > 0
     # Each broker's CPU is counted once: the leader's and the followers' make up the whole.
+    # (A follower copying 1 MiB may use less than one clock tick, so it may read 0.)
     for name in ("rf3-acks-all", "rf3-acks-1"):
         (run,) = t["rounds"][name]
         leader, follower = run["leader_cpu_s_per_gib"], run["follower_cpu_s_per_gib"]
-        assert leader > 0 and follower > 0
+        assert leader > 0 and follower >= 0
         assert run["cpu_s_per_gib"] == pytest.approx(leader + 2 * follower)
     assert t["cpu_ratio_all_vs_single"] > 1  # three brokers' work against one's
 

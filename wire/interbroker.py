@@ -19,7 +19,7 @@ import struct
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any, ClassVar
 
 from kio.schema.errors import ErrorCode
@@ -510,9 +510,10 @@ TOPIC_STATES_AT: dict[type, int] = {
 }
 
 
-@cache
+@lru_cache(maxsize=256)
 def partition_errors_struct(count: int) -> struct.Struct:
-    """`count` LeaderAndIsr partition errors: index, error code, empty tagged fields."""
+    """`count` LeaderAndIsr partition errors: index, error code, empty tagged fields.
+    Bounded: a count read from an answer only evicts."""
     return struct.Struct(">" + "ihB" * count)
 
 

@@ -267,5 +267,6 @@ def test_pause_log_names_long_collections_only(caplog: pytest.LogCaptureFixture)
 
     (line,) = collect_cycles(PauseLog(0.0))
     assert line.startswith("Garbage collection of generation 2 took ")
+    assert " ms of CPU (" in line
     assert int(line.rsplit("(", 1)[1].split()[0]) >= 20_000
     assert collect_cycles(PauseLog(3600.0)) == []

@@ -106,7 +106,7 @@ class Scale:
                 connections[broker_id].send(metadata_request())
             frames = {i: c.receive_frame() for i, c in connections.items()}
             arrived = time.monotonic()
-            return {i: broker_view(Connection.decode(*f)) for i, f in frames.items()}, arrived
+            return {i: broker_view(frame) for i, (_, frame) in frames.items()}, arrived
         except (OSError, ValueError, ClientError):
             return None
         finally:

@@ -67,7 +67,7 @@ async def _apply(
         for p in t.partition_states
     ]
     await services.replicas.create_logs(states)  # a slice at a time: others are served
-    errors = services.replicas.become_leader_or_follower(request.controller_epoch, states)
+    errors = await services.replicas.apply_leader_and_isr(request.controller_epoch, states)
     groups = services.groups
     if groups is not None:
         # The group coordinator follows the leadership of __consumer_offsets' partitions.
@@ -105,12 +105,13 @@ async def _apply(
     # Kafka's state-change log line for each request (a failover's cost shows here).
     logger.info(
         "Finished LeaderAndIsr correlation id %d from controller %d epoch %d for %d "
-        "partition(s) (%d refused) in %.3f s",
+        "partition(s) (%d refused, %d of them for a leader epoch not newer) in %.3f s",
         correlation_id,
         request.controller_id,
         request.controller_epoch,
         len(states),
         sum(e != ErrorCode.none for e in errors.values()),
+        sum(e == ErrorCode.stale_controller_epoch for e in errors.values()),
         time.monotonic() - started,
     )
     return _response(request, lambda tp: errors.get(tp, ErrorCode.none), ErrorCode.none)

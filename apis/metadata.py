@@ -207,18 +207,30 @@ def _respond(
 
     encode_partition = entity_encoder(partition_cls)
 
-    def partition_entry(topic: str, p: PartitionInfo) -> bytes:
-        hosted = services.replicas.get(topic, p.index)
-        if hosted is not None and hosted.log.offline:
-            state = _LOG_OFFLINE
-        else:
-            leader = cache.brokers.get(p.leader)
+    # Looked up once per answer, not per partition (an answer may hold 50,000): whether a
+    # log directory failed, and what each leader's liveness makes of a partition.
+    any_log_offline = bool(services.replicas.logs.offline_dirs)
+    leader_states: dict[int, int] = {}
+
+    def leader_state(leader_id: int) -> int:
+        state = leader_states.get(leader_id)
+        if state is None:
+            leader = cache.brokers.get(leader_id)
             if leader is not None and leader.endpoint(ctx.listener) is not None:
                 state = _LED
             elif leader is not None and ctx.api_version >= 6:
                 state = _LISTENER_MISSING
             else:
                 state = _NO_LEADER
+            leader_states[leader_id] = state
+        return state
+
+    def partition_entry(topic: str, p: PartitionInfo) -> bytes:
+        hosted = services.replicas.get(topic, p.index) if any_log_offline else None
+        if hosted is not None and hosted.log.offline:
+            state = _LOG_OFFLINE
+        else:
+            state = leader_state(p.leader)
         key = (partition_cls, state)
         memo = p.encoded
         if memo is not None and memo[0] == key:

@@ -61,6 +61,7 @@ AlterPartition = Callable[[list[IsrProposal]], Awaitable[list["CommittedIsr | Er
 ALTER_RETRY_BACKOFF_MS = 500
 # How long creating new partitions' logs may hold the event loop before it yields.
 LOG_CREATION_SLICE_S = 0.005
+LEADER_AND_ISR_SLICE = 1000  # partitions: 20-40 ms of work on a small machine
 # Resolved LogConfigs kept, one per distinct set of topic overrides (most topics share none).
 _LOG_CONFIGS_KEPT = 1024
 
@@ -208,6 +209,21 @@ class ReplicaManager:
                 await asyncio.sleep(0)
                 started = time.monotonic()
 
+    async def apply_leader_and_isr(
+        self, controller_epoch: int, states: list[LeaderAndIsrState]
+    ) -> dict[TopicPartition, ErrorCode]:
+        """``become_leader_or_follower`` a slice at a time, yielding to the event loop
+        between slices: 50,000 partitions take seconds, and meanwhile nothing else of this
+        broker would run, a controller's own requests to the other brokers (still being
+        written) included. Each partition changes at once, as under Kafka's lock."""
+        errors: dict[TopicPartition, ErrorCode] = {}
+        for start in range(0, len(states), LEADER_AND_ISR_SLICE):
+            if start:
+                await asyncio.sleep(0)
+            applied = states[start : start + LEADER_AND_ISR_SLICE]
+            errors.update(self.become_leader_or_follower(controller_epoch, applied))
+        return errors
+
     def become_leader_or_follower(
         self, controller_epoch: int, states: Iterable[LeaderAndIsrState]
     ) -> dict[TopicPartition, ErrorCode]:
@@ -257,12 +273,6 @@ class ReplicaManager:
         if self.fetchers is not None:
             for leader, partitions in follow.items():
                 self.fetchers.add(leader, partitions)
-        repeated = sum(e == ErrorCode.stale_controller_epoch for e in errors.values())
-        if repeated:
-            logger.info(
-                "Ignored the LeaderAndIsr of %d partition(s): their leader epoch is not newer",
-                repeated,
-            )
         return errors
 
     def _check_leader_and_isr(

@@ -28,7 +28,7 @@ from gregor.apis.dispatch import Dispatcher
 from gregor.controller.metadata.cache import MetadataCache, PartitionInfo, TopicInfo
 from gregor.log import LogManager
 from gregor.replica.fetch_session import FetchSessions
-from gregor.replica.manager import ReplicaManager
+from gregor.replica.manager import LEADER_AND_ISR_SLICE, ReplicaManager
 from gregor.replica.partition import Partition
 from gregor.replica.state import CommittedIsr, IsrProposal, LeaderAndIsrState, StopReplicaState
 from gregor.server.config import BrokerConfig
@@ -833,5 +833,36 @@ def test_a_followers_own_log_start_move_reaches_its_leader(tmp_path: Path) -> No
         follower.partition.log.advance_log_start_offset(20)  # as its retention would
         follower.replicas.on_log_start_moved(follower.partition)
         await until(lambda: seen.log_start_offset == 20, "the leader learns the new start")
+
+    run(tmp_path, scenario, size=2)
+
+
+def test_a_big_leader_and_isr_lets_other_tasks_run_between_slices(tmp_path: Path) -> None:
+    """A LeaderAndIsr of many partitions is applied a slice at a time: the broker's other
+    work (clients, a controller's requests still being written) runs in between."""
+
+    async def scenario(c: Cluster) -> None:
+        count = 2 * LEADER_AND_ISR_SLICE + 1
+        states = [
+            LeaderAndIsrState("big", None, p, 0, 0, [0, 1], 0, [0, 1], configs={})
+            for p in range(count)
+        ]
+        turns = 0
+
+        async def other_work() -> None:
+            nonlocal turns
+            while True:
+                turns += 1
+                await asyncio.sleep(0)
+
+        task = asyncio.create_task(other_work())
+        await asyncio.sleep(0)
+        before = turns
+        errors = await c.nodes[0].replicas.apply_leader_and_isr(1, states)
+        task.cancel()
+        assert turns - before >= 2  # once after each of the first two slices
+        assert errors == {("big", p): ErrorCode.none for p in range(count)}
+        leads = [c.nodes[0].replicas.get("big", p) for p in range(count)]
+        assert all(p is not None and p.is_leader for p in leads)
 
     run(tmp_path, scenario, size=2)

@@ -52,6 +52,7 @@ def fetcher_id(topic: str, partition: int, num_fetchers: int) -> int:
 _Fetched = tuple[int, int, int, int]
 # A session the leader no longer knows, or out of step: a new one is started at once.
 _SESSION_ERRORS = (ErrorCode.fetch_session_id_not_found, ErrorCode.invalid_fetch_session_epoch)
+_LEADERSHIP_MOVING = (ErrorCode.unknown_leader_epoch, ErrorCode.not_leader_or_follower)
 
 
 @dataclass(slots=True)
@@ -283,7 +284,11 @@ class Fetcher:
             if error == ErrorCode.offset_out_of_range:
                 self._out_of_range(partition, fetch_offset, data)
                 return
-            logger.info(
+            # The two answers of a leadership change still spreading (the leader has not
+            # applied it yet, or has moved on) are expected, as Kafka's fetcher treats them:
+            # a failover repeats them for every partition, tens of thousands of lines.
+            logger.log(
+                logging.DEBUG if error in _LEADERSHIP_MOVING else logging.INFO,
                 "Fetch of %s-%d from broker %d failed: %s; retrying after back-off",
                 topic,
                 tp[1],

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from kazoo.client import KazooClient
+from kazoo.protocol.paths import _prefix_root
 
 from gregor.controller.zookeeper.client import (
     AsyncZk,
@@ -653,3 +654,20 @@ def test_requests_outstanding_at_once_stay_within_max_in_flight(connect: str) ->
             await zk.close()
 
     run(body)
+
+
+@pytest.mark.parametrize("connect", ["h:2181", "h:2181/", "h:1/kafka", "h:1/kafka/", "h:1,h:2/a/b"])
+def test_a_chrooted_path_is_the_one_kazoo_would_send(connect: str) -> None:
+    """``AsyncZk.chrooted`` skips kazoo's normalising for normal absolute paths only."""
+    zk = AsyncZk(connect)
+    paths = [
+        "/",
+        "/brokers/topics/t/partitions/0/state",
+        "/a//b",
+        "/a/b/",
+        "a/b",
+        "/x/.y",
+        "/u%2Fx",
+    ]
+    for path in paths:
+        assert zk.chrooted(path) == _prefix_root(zk._client.chroot, path), path

@@ -46,6 +46,7 @@ from kazoo.protocol.serialization import (
     GetChildren,
     GetData,
     MultiHeader,
+    SetData,
     int_struct,
     read_buffer,
     read_string,
@@ -179,7 +180,11 @@ class Transaction:
     def _start(self) -> Any:
         tx = self._zk._client.transaction()
         for op, args in self._ops:
-            getattr(tx, op)(*args)
+            if op == "set_data":  # nearly every op: kazoo's checks spared
+                path, value, version = args
+                tx.operations.append(SetData(self._zk.chrooted(path), value, version))
+            else:
+                getattr(tx, op)(*args)
         return tx.commit_async()
 
     def _add(self, op: str, path: str, value: bytes, args: tuple[Any, ...]) -> None:
@@ -216,6 +221,8 @@ class AsyncZk:
             connection_retry=KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_delay=1.0),
             **self.security.kazoo_options(),
         )
+        root = _prefix_root(self._client.chroot, "/")
+        self._root = "" if root == "/" else root
         self._loop: asyncio.AbstractEventLoop | None = None
         self._listeners: list[StateListener] = []
         # One wrapper per watch function: kazoo keeps a path's watchers in a set, so a watch
@@ -370,6 +377,14 @@ class AsyncZk:
     def transaction(self) -> Transaction:
         return Transaction(self)
 
+    def chrooted(self, path: str) -> str:
+        """The path kazoo sends for ``path`` (its ``_prefix_root``), without normalising
+        again the absolute, normal paths this package builds: writing 50,000 partition
+        states spent a tenth of the controller's CPU there."""
+        if path[:1] == "/" and path[-1] != "/" and "//" not in path and "/." not in path:
+            return self._root + path
+        return _prefix_root(self._client.chroot, path)
+
     async def get_many(self, paths: list[str]) -> list[tuple[bytes, ZnodeStat] | None]:
         """Read many znodes in few round trips (read-only multis); None where absent."""
         return await self._read_many([GetData(p, None) for p in paths])
@@ -379,8 +394,7 @@ class AsyncZk:
         return await self._read_many([GetChildren(p, None) for p in paths])
 
     async def _read_many(self, ops: list[Any]) -> list[Any]:
-        chroot = self._client.chroot
-        ops = [op._replace(path=_prefix_root(chroot, op.path)) for op in ops]
+        ops = [op._replace(path=self.chrooted(op.path)) for op in ops]
         chunks = await asyncio.gather(
             *(
                 self._call(functools.partial(self._start_read, ops[i : i + MAX_READS_PER_MULTI]))

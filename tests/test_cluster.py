@@ -192,6 +192,9 @@ def test_kill_of_the_leader_elects_from_the_isr_and_loses_nothing(cluster: Clust
     before = cluster.wait_for_topic(topic, 1, isr=3)[0]
     first = [b"a%05d" % i for i in range(1000)]
     acknowledged(produce(cluster.bootstrap, topic, first))
+    # Read once while all three brokers live: that also creates __consumer_offsets
+    # (replication factor 3, as Kafka's default), which two brokers could not.
+    assert [m.value() for m in consume_all(cluster.bootstrap, topic, len(first))] == first
 
     cluster.kill(before.leader)
     after = cluster.wait_for_leader(topic, 0, not_in=[before.leader], timeout=FAILOVER_TIMEOUT_S)

@@ -8,11 +8,9 @@ epoch's zk version), then added to the event's RequestBatch for the brokers.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from collections.abc import Collection, Mapping
-from typing import Any
 
 from kio.schema.errors import ErrorCode
 
@@ -313,9 +311,21 @@ def with_leader(state: PartitionState, elected: Elected, controller_epoch: int) 
     )
 
 
-def bump(state: PartitionState, controller_epoch: int, **changes: Any) -> PartitionState:
+def bump(
+    state: PartitionState,
+    controller_epoch: int,
+    *,
+    leader: int | None = None,
+    isr: list[int] | None = None,
+    leader_recovery_state: int | None = None,
+) -> PartitionState:
     """A new leader or ISR decided by the controller: a new leader epoch (Kafka's ZooKeeper
-    controller bumps it for ISR shrinks too)."""
-    return dataclasses.replace(
-        state, leader_epoch=state.leader_epoch + 1, controller_epoch=controller_epoch, **changes
+    controller bumps it for ISR shrinks too). Built directly: a failover makes 50,000."""
+    return PartitionState(
+        state.leader if leader is None else leader,
+        state.leader_epoch + 1,
+        state.isr if isr is None else isr,
+        controller_epoch,
+        state.leader_recovery_state if leader_recovery_state is None else leader_recovery_state,
+        state.partition_epoch,
     )

@@ -229,8 +229,19 @@ class PartitionState:
         leader, leader_epoch, isr, controller_epoch, recovery = _state_fields(data)
         return cls(leader, leader_epoch, list(isr), controller_epoch, recovery, stat.version)
 
+    def written(self, version: int) -> PartitionState:
+        """This state as written, at zk version ``version``."""
+        return PartitionState(
+            self.leader,
+            self.leader_epoch,
+            self.isr,
+            self.controller_epoch,
+            self.leader_recovery_state,
+            version,
+        )
+
     def same_content(self, other: PartitionState) -> bool:
-        return dataclasses.replace(other, partition_epoch=self.partition_epoch) == self
+        return other.written(self.partition_epoch) == self
 
 
 @lru_cache(maxsize=4096)
@@ -700,7 +711,7 @@ class KafkaZk:
             state_op = {tp: i for i, tp in enumerate(op_owner) if tp is not None}
             for tp, i in state_op.items():
                 version = 0 if create else written[i].version
-                results[tp] = dataclasses.replace(pending[tp], partition_epoch=version)
+                results[tp] = pending[tp].written(version)
             return
 
     async def _missing_partition_znodes(

@@ -387,14 +387,14 @@ class AsyncZk:
 
     async def get_many(self, paths: list[str]) -> list[tuple[bytes, ZnodeStat] | None]:
         """Read many znodes in few round trips (read-only multis); None where absent."""
-        return await self._read_many([GetData(p, None) for p in paths])
+        return await self._read_many([GetData(self.chrooted(p), None) for p in paths])
 
     async def get_children_many(self, paths: list[str]) -> list[list[str] | None]:
         """The children of many znodes in few round trips; None where a znode is absent."""
-        return await self._read_many([GetChildren(p, None) for p in paths])
+        return await self._read_many([GetChildren(self.chrooted(p), None) for p in paths])
 
     async def _read_many(self, ops: list[Any]) -> list[Any]:
-        ops = [op._replace(path=self.chrooted(op.path)) for op in ops]
+        """``ops`` (their paths chrooted) in read-only multis of at most 1,000."""
         chunks = await asyncio.gather(
             *(
                 self._call(functools.partial(self._start_read, ops[i : i + MAX_READS_PER_MULTI]))

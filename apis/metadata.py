@@ -8,7 +8,9 @@ TOPIC_AUTHORIZATION_FAILED; authorized operations (KIP-430) per topic and for th
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+import struct
+from collections.abc import Iterable, Sequence
+from functools import lru_cache
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -43,14 +45,51 @@ from gregor.wire.versions import METADATA
 
 logger = logging.getLogger(__name__)
 
-# Metadata looks topics up by id from this version.
+# Metadata looks topics up by id from this version, and is encoded compactly from this one.
 _TOPIC_IDS_FROM = 12
+_FLEXIBLE_FROM = 9
 # What a partition's entry says besides the cache's state of it.
 _LED, _NO_LEADER, _LISTENER_MISSING, _LOG_OFFLINE = range(4)
 
 
 def _index(p: PartitionInfo) -> int:
     return p.index
+
+
+@lru_cache(maxsize=256)
+def _entry_struct(replicas: int, isr: int, offline: int) -> struct.Struct:
+    return struct.Struct(f">hiiiB{replicas}iB{isr}iB{offline}iB")
+
+
+def flexible_partition_entry(
+    code: int,
+    index: int,
+    leader: int,
+    leader_epoch: int,
+    replicas: Sequence[int],
+    isr: Sequence[int],
+    offline: Sequence[int],
+) -> bytes | None:
+    """A partition's entry in a flexible Metadata answer (versions 9 and later), packed in
+    one call: after a leadership change every client asks again and each of 50,000 entries
+    is new, which the schema's writer took half a second or more to encode. None when an
+    array's length takes more than a byte (the schema's writer then does it)."""
+    n_replicas, n_isr, n_offline = len(replicas), len(isr), len(offline)
+    if max(n_replicas, n_isr, n_offline) >= 127:
+        return None
+    return _entry_struct(n_replicas, n_isr, n_offline).pack(
+        code,
+        index,
+        leader,
+        leader_epoch,
+        n_replicas + 1,
+        *replicas,
+        n_isr + 1,
+        *isr,
+        n_offline + 1,
+        *offline,
+        0,
+    )
 
 
 def handle(services: Services, ctx: RequestContext, request: Any) -> Any:
@@ -206,6 +245,7 @@ def _respond(
             )
 
     encode_partition = entity_encoder(partition_cls)
+    flexible = ctx.api_version >= _FLEXIBLE_FROM
 
     # Looked up once per answer, not per partition (an answer may hold 50,000): whether a
     # log directory failed, and what each leader's liveness makes of a partition.
@@ -235,11 +275,32 @@ def _respond(
         memo = p.encoded
         if memo is not None and memo[0] == key:
             return memo[1]
-        encoded = encode_partition(partition_fields(p, state, hosted))
+        code, leader_id, offline = partition_fields(p, state, hosted)
+        encoded = None
+        if flexible:
+            encoded = flexible_partition_entry(
+                code, p.index, leader_id, p.leader_epoch, p.replicas, p.isr, offline
+            )
+        if encoded is None:
+            encoded = encode_partition(
+                build(
+                    partition_cls,
+                    error_code=code,
+                    partition_index=p.index,
+                    leader_id=leader_id,
+                    leader_epoch=p.leader_epoch,
+                    replica_nodes=tuple(p.replicas),
+                    isr_nodes=tuple(p.isr),
+                    offline_replicas=offline,
+                )
+            )
         p.encoded = (key, encoded)
         return encoded
 
-    def partition_fields(p: PartitionInfo, state: int, hosted: Any) -> Any:
+    def partition_fields(
+        p: PartitionInfo, state: int, hosted: Any
+    ) -> tuple[ErrorCode, int, tuple[int, ...]]:
+        """The entry's error code, leader and offline replicas."""
         offline: tuple[int, ...]
         if state == _LOG_OFFLINE:
             # Its log directory failed: no replica can lead (as Kafka's controller decides
@@ -257,16 +318,7 @@ def _respond(
                 else ErrorCode.leader_not_available
             )
             leader_id, offline = -1, tuple(p.offline_replicas)
-        return build(
-            partition_cls,
-            error_code=code,
-            partition_index=p.index,
-            leader_id=leader_id,
-            leader_epoch=p.leader_epoch,
-            replica_nodes=tuple(p.replicas),
-            isr_nodes=tuple(p.isr),
-            offline_replicas=offline,
-        )
+        return code, leader_id, offline
 
     def topic_entry(topic: TopicInfo) -> Any:
         # Each partition is encoded once per state (apis and clients ask for every

@@ -266,7 +266,13 @@ def tls_keys(identity: Identity) -> dict[str, str]:
 
 
 def test_refused_credentials_stop_start_up(zookeeper: ZooKeeperProcess, tmp_path: Path) -> None:
-    overrides = {"zookeeper.connect": f"{zookeeper.connect}/refused", "zookeeper.set.acl": "true"}
+    overrides = {
+        "zookeeper.connect": f"{zookeeper.connect}/refused",
+        "zookeeper.set.acl": "true",
+        # The refusal comes when ZooKeeper gets to the SASL exchange: on a loaded machine
+        # once after more than the tests' 6 s (a CI run), which ended the start-up first.
+        "zookeeper.connection.timeout.ms": "60000",
+    }
     broker = ZkSecureBroker(tmp_path, overrides, jaas_options(tmp_path, password="wrong"))
     with pytest.raises(BrokerProcessError, match="exited") as failure:
         broker.start()

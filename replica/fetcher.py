@@ -28,6 +28,7 @@ from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import i8, i32, i32Timedelta, i64
 
 from gregor.replica.partition import Partition
+from gregor.replica.sampled import sampled
 from gregor.replica.state import ReplicationConfig
 
 if TYPE_CHECKING:
@@ -174,9 +175,14 @@ class Fetcher:
                     await asyncio.sleep(backoff_s)
                 continue
             self._session.answered(response.session_id, fetched, forgotten)
+            failed: dict[ErrorCode, list[TopicPartition]] = {}
             for topic in response.responses:
                 for data in topic.partitions:
-                    self._process(topic.topic, data, loop.time() + backoff_s)
+                    error = self._process(topic.topic, data, loop.time() + backoff_s)
+                    if error is not None:
+                        failed.setdefault(error, []).append((topic.topic, data.partition_index))
+            for error, tps in failed.items():
+                self._log_failed(error, tps)
 
     def _request(
         self, now: float
@@ -252,12 +258,13 @@ class Fetcher:
         )
         return request, fetched, forgotten
 
-    def _process(self, topic: str, data: Any, retry_at: float) -> None:
+    def _process(self, topic: str, data: Any, retry_at: float) -> ErrorCode | None:
+        """Apply one partition's answer; the error it failed with (it backs off), if any."""
         tp = (topic, data.partition_index)
         state = self.partitions.get(tp)
         sent = self._session.partitions.get(tp)
         if state is None or sent is None:
-            return
+            return None
         self._dirty.add(tp)  # its next fetch state, named if it changed
         partition = state.partition
         fetch_offset, epoch = sent[0], sent[1]
@@ -267,8 +274,8 @@ class Fetcher:
             or partition.leader_epoch != epoch
             or partition.log.log_end_offset != fetch_offset
         ):
-            return
-        error = data.error_code
+            return None
+        error: ErrorCode | None = data.error_code
         try:
             if error == ErrorCode.none:
                 diverging = data.diverging_epoch
@@ -280,24 +287,29 @@ class Fetcher:
                     if start > partition.log.log_start_offset:
                         partition.log.advance_log_start_offset(start)
                 self._replicas.on_follower_data(partition)
-                return
+                return None
             if error == ErrorCode.offset_out_of_range:
                 self._out_of_range(partition, fetch_offset, data)
-                return
-            # The two answers of a leadership change still spreading (the leader has not
-            # applied it yet, or has moved on) are expected, as Kafka's fetcher treats them:
-            # a failover repeats them for every partition, tens of thousands of lines.
-            logger.log(
-                logging.DEBUG if error in _LEADERSHIP_MOVING else logging.INFO,
-                "Fetch of %s-%d from broker %d failed: %s; retrying after back-off",
-                topic,
-                tp[1],
-                self.leader,
-                error.name,
-            )
+                return None
         except Exception as e:  # a bad batch or a storage error: this partition backs off
             logger.error("Replicating %s-%d from broker %d failed: %s", *tp, self.leader, e)
+            error = None
         self._delayed[tp] = retry_at
+        return error
+
+    def _log_failed(self, error: ErrorCode, tps: list[TopicPartition]) -> None:
+        """One line per error of an answer: a leadership change fails every partition it
+        moves (tens of thousands in a failover, each retried after its back-off). The two
+        answers of a change still spreading (the leader has not applied it yet, or has
+        moved on) are expected, as Kafka's fetcher treats them: DEBUG."""
+        logger.log(
+            logging.DEBUG if error in _LEADERSHIP_MOVING else logging.INFO,
+            "Fetch of %d partition(s) from broker %d failed: %s (%s); retrying after back-off",
+            len(tps),
+            self.leader,
+            error.name,
+            sampled([f"{topic}-{index}" for topic, index in tps]),
+        )
 
     @staticmethod
     def _out_of_range(partition: Partition, fetch_offset: int, data: Any) -> None:

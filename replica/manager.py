@@ -38,6 +38,7 @@ from gregor.replica.fetcher import FetcherManager, Send
 from gregor.replica.log_mover import move_log
 from gregor.replica.partition import Partition
 from gregor.replica.purgatory import Purgatory
+from gregor.replica.sampled import sampled
 from gregor.replica.state import (
     CommittedIsr,
     IsrProposal,
@@ -471,18 +472,19 @@ class ReplicaManager:
             return
         self._settle_quiet_followers()
         now = self.now_ms()
+        shrinking = []
         for partition in list(self._partitions.values()):
             if partition.is_leader:
                 shrunk = partition.isr_to_shrink(now, self.config.lag_time_max_ms)
                 if shrunk is not None:
-                    logger.info(
-                        "Shrinking the ISR of %s-%d from %s to %s",
-                        partition.topic,
-                        partition.index,
-                        partition.isr,
-                        shrunk,
+                    shrinking.append(
+                        f"{partition.topic}-{partition.index} {partition.isr} to {shrunk}"
                     )
                     self._propose_isr(partition, shrunk)
+        if shrinking:
+            logger.info(
+                "Shrinking the ISR of %d partition(s): %s", len(shrinking), sampled(shrinking)
+            )
 
     async def _expire_isr(self) -> None:
         while True:
@@ -522,19 +524,24 @@ class ReplicaManager:
                 except Exception as e:  # the controller unreachable: proposed again later
                     logger.warning("AlterPartition of %d partition(s) failed: %s", len(batch), e)
                     results = [ErrorCode.request_timed_out] * len(batch)
-                refused = []
+                refused, refusals, changed = [], [], []
                 for (partition, proposal), result in zip(batch, results, strict=True):
+                    name = f"{partition.topic}-{partition.index}"
                     if isinstance(result, ErrorCode):
-                        logger.info(
-                            "AlterPartition of %s-%d to ISR %s refused: %s",
-                            partition.topic,
-                            partition.index,
-                            proposal.new_isr,
-                            result.name,
-                        )
                         refused.append((partition, proposal))
-                    else:
-                        self._isr_answered(partition, proposal, result)
+                        refusals.append(f"{name} to {proposal.new_isr} ({result.name})")
+                    elif self._isr_answered(partition, proposal, result):
+                        changed.append(
+                            f"{name} {partition.isr} (partition epoch {partition.partition_epoch})"
+                        )
+                if changed:
+                    logger.info("ISR of %d partition(s) now: %s", len(changed), sampled(changed))
+                if refusals:
+                    logger.info(
+                        "AlterPartition of %d partition(s) refused: %s",
+                        len(refusals),
+                        sampled(refusals),
+                    )
                 if refused:
                     await asyncio.sleep(ALTER_RETRY_BACKOFF_MS / 1000)
                     for partition, proposal in refused:
@@ -544,16 +551,18 @@ class ReplicaManager:
 
     def _isr_answered(
         self, partition: Partition, proposal: IsrProposal, result: CommittedIsr | None
-    ) -> None:
+    ) -> bool:
         """Apply the controller's answer to a proposal (None: refused; it may be proposed
-        again), unless a LeaderAndIsr or a newer proposal came meanwhile."""
+        again), unless a LeaderAndIsr or a newer proposal came meanwhile; whether the ISR
+        changed."""
         if (
             not self.is_current(partition)
             or partition.leader_epoch != proposal.leader_epoch
             or partition.pending_isr is not proposal.new_isr
         ):
-            return  # a LeaderAndIsr came meanwhile and decided
+            return False  # a LeaderAndIsr came meanwhile and decided
         partition.pending_isr = None
+        changed = False
         if (
             result is not None
             and result.leader_epoch == proposal.leader_epoch
@@ -561,15 +570,10 @@ class ReplicaManager:
         ):
             partition.isr = list(result.isr)
             partition.partition_epoch = result.partition_epoch
-            logger.info(
-                "ISR of %s-%d is now %s (partition epoch %d)",
-                partition.topic,
-                partition.index,
-                partition.isr,
-                partition.partition_epoch,
-            )
+            changed = True
         partition.maybe_advance_high_watermark()
         self._on_data((partition.topic, partition.index))
+        return changed
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(work)

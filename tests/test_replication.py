@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import logging
 import os
+import re
 import struct
 import uuid
 from collections.abc import Callable, Coroutine
@@ -287,7 +289,12 @@ def test_followers_copy_the_leader_and_the_hw_waits_for_them(tmp_path: Path) -> 
     run(tmp_path, scenario)
 
 
-def test_isr_changes_of_many_partitions_go_in_one_alter_partition(tmp_path: Path) -> None:
+def test_isr_changes_of_many_partitions_go_in_one_alter_partition(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """... and are logged in one line each way (a returning broker rejoins tens of
+    thousands of ISRs at once)."""
+
     async def scenario(c: Cluster) -> None:
         count = 50
         states = [
@@ -308,9 +315,20 @@ def test_isr_changes_of_many_partitions_go_in_one_alter_partition(tmp_path: Path
             lambda: all(p.followers[1].last_caught_up_ms == c.clock_ms for p in partitions),
             "broker 1 fetches every partition again",
         )
-        leader.maybe_shrink_isr()
-        await until(lambda: all(p.isr == [0, 1] for p in partitions), "broker 2 leaves every ISR")
+        with caplog.at_level(logging.INFO, logger="gregor.replica.manager"):
+            leader.maybe_shrink_isr()
+            await until(
+                lambda: all(p.isr == [0, 1] for p in partitions), "broker 2 leaves every ISR"
+            )
         assert c.alter_requests == [count]
+        lines = [r.message for r in caplog.records if r.name == "gregor.replica.manager"]
+        assert lines == [
+            f"Shrinking the ISR of {count} partition(s): many-0 [0, 1, 2] to [0, 1], "
+            f"many-1 [0, 1, 2] to [0, 1], many-2 [0, 1, 2] to [0, 1] and {count - 3} more",
+            f"ISR of {count} partition(s) now: many-0 [0, 1] (partition epoch 1), "
+            f"many-1 [0, 1] (partition epoch 1), many-2 [0, 1] (partition epoch 1) "
+            f"and {count - 3} more",
+        ]
 
     run(tmp_path, scenario, **{"replica.lag.time.max.ms": "400"})
 
@@ -702,6 +720,47 @@ def test_one_fetch_per_fetcher_for_all_its_partitions(tmp_path: Path, fetchers: 
         )
 
     run(tmp_path, scenario, size=2, **{"num.replica.fetchers": str(fetchers)})
+
+
+def test_a_fenced_answer_is_one_log_line_not_one_per_partition(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A leader that applied a new epoch before its follower answers the follower's fetch
+    FENCED_LEADER_EPOCH for every partition the change moved (a failover: tens of
+    thousands): the follower logs each answer once, and fetches again once told."""
+
+    async def scenario(c: Cluster) -> None:
+        count = 6
+
+        def states(epoch: int) -> list[LeaderAndIsrState]:
+            return [
+                LeaderAndIsrState("f", None, p, 0, epoch, [0, 1], epoch, [0, 1], configs={})
+                for p in range(count)
+            ]
+
+        leader, follower = c.nodes
+        leader.replicas.become_leader_or_follower(1, states(1))
+        with caplog.at_level(logging.INFO, logger="gregor.replica.fetcher"):
+            follower.replicas.become_leader_or_follower(1, states(0))  # an epoch behind
+            await until(
+                lambda: any("fenced_leader_epoch" in r.message for r in caplog.records),
+                "an answer fenced",
+            )
+        fenced = [r.message for r in caplog.records if "fenced_leader_epoch" in r.message]
+        assert re.fullmatch(
+            rf"Fetch of {count} partition\(s\) from broker 0 failed: fenced_leader_epoch "
+            r"\((f-\d, ){2}f-\d and 3 more\); retrying after back-off",
+            fenced[0],
+        ), fenced
+        follower.replicas.become_leader_or_follower(1, states(1))
+        part = leader.replicas.get("f", 5)
+        assert part is not None
+        leader.replicas.append(part, batch(2, b"f"), 0)
+        copy = follower.replicas.get("f", 5)
+        assert copy is not None
+        await until(lambda: copy.log.log_end_offset == 2, "the follower copies again")
+
+    run(tmp_path, scenario, size=2)
 
 
 def test_follower_behind_the_leaders_log_start_starts_over_there(tmp_path: Path) -> None:

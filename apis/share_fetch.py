@@ -7,6 +7,7 @@ answered are the log's batches holding the acquired records, sent from the segme
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -33,6 +34,8 @@ from gregor.wire.leader_hints import NodeEndpoint
 from gregor.wire.schema import response_type
 from gregor.wire.share_fetch import SharePartitionData, encode_share_fetch_response
 from gregor.wire.versions import SHARE_ACKNOWLEDGE
+
+logger = logging.getLogger(__name__)
 
 ZERO_UUID = uuid.UUID(int=0)
 # (topic id, partition) -> its answer so far
@@ -70,6 +73,7 @@ async def _share_fetch(
             ]
             session.update(named, forgotten)
     if session is None:
+        _refused("ShareFetch", group_id, member_id, epoch, error)
         return _fetch_error(error)
     answers: Answers = {}
     readable = _readable(services, ctx)
@@ -164,6 +168,7 @@ def handle_share_acknowledge(services: Services, ctx: RequestContext, request: A
         return error(ErrorCode.invalid_share_session_epoch)
     session, code = manager.sessions.continued(group_id, request.member_id, epoch)
     if session is None:
+        _refused("ShareAcknowledge", group_id, request.member_id, epoch, code)
         return error(code)
 
     async def acknowledge() -> Any:
@@ -196,6 +201,19 @@ def _admitted(
     return manager
 
 
+def _refused(api: str, group_id: str, member_id: str, epoch: int, error: ErrorCode) -> None:
+    """A member's session refused: its client starts a new one and fails the
+    acknowledgements it had not sent, so a line says why."""
+    logger.info(
+        "%s of member %s in share group %s at session epoch %d refused: %s",
+        api,
+        member_id,
+        group_id,
+        epoch,
+        error.name,
+    )
+
+
 def _connection(ctx: RequestContext) -> str:
     return f"{ctx.listener} {ctx.peer}"
 
@@ -226,6 +244,7 @@ async def _acknowledge(
 ) -> None:
     """Apply each partition's acknowledgements; its result goes to the answer's
     acknowledge_error_code (ShareFetch) or error_code (ShareAcknowledge)."""
+    failed = []
     for key, batches in acks.items():
         code = readable(key[0])
         if code == ErrorCode.none:
@@ -235,6 +254,15 @@ async def _acknowledge(
             answer.acknowledge_error_code = code
         else:
             answer.error_code = code
+        if code != ErrorCode.none:
+            failed.append(f"{key[0]}:{key[1]} ({code.name})")
+    if failed:  # its records go out again once their locks expire
+        logger.info(
+            "Acknowledgements of member %s in share group %s failed for %s",
+            member_id,
+            group_id,
+            ", ".join(failed),
+        )
 
 
 def _readable(services: Services, ctx: RequestContext) -> Any:

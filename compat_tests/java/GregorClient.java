@@ -34,7 +34,8 @@
 //                 last batch stays acquired) and prints {"event": "holding"}. stdout:
 //                 {"event": "record", "partition", "offset", "value", "delivery_count", "ack"}
 //                 per record ("ack": the type given, or "IMPLICIT"), {"event": "ack-failed",
-//                 "partition", "offsets", "error"} from the acknowledgement commit callback,
+//                 "at_ms", "partition", "offsets", "error"} from the acknowledgement commit
+//                 callback (at_ms: the client's clock, to find the broker's log lines),
 //                 {"event": "closed", "received"} at the end. stdin: any line or EOF closes
 //                 the consumer cleanly (a held batch is then acknowledged as its mode says).
 //   share-admin   --group G --action list|describe|alter|delete-offsets|delete-group
@@ -631,7 +632,8 @@ public final class GregorClient {
                 return;
             }
             for (var e : offsets.entrySet()) {
-                System.out.println("{\"event\": \"ack-failed\", \"partition\": "
+                System.out.println("{\"event\": \"ack-failed\", \"at_ms\": "
+                        + System.currentTimeMillis() + ", \"partition\": "
                         + e.getKey().partition() + ", \"offsets\": " + e.getValue()
                         + ", \"error\": " + str(error.getClass().getName() + ": "
                         + error.getMessage()) + "}");

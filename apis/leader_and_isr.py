@@ -23,6 +23,8 @@ from gregor.wire.interbroker import (
 
 logger = logging.getLogger(__name__)
 
+_NONE: dict[str, str] = {}  # a topic's overrides when it has none here (shared, not changed)
+
 
 def handle(services: Services, ctx: RequestContext, request: Any) -> Any:
     if not cluster_action(services, ctx):
@@ -52,18 +54,19 @@ async def _apply(
     configs = await member.topic_configs(sorted(new_topics)) if new_topics else {}
     states = [
         LeaderAndIsrState(
-            topic=t.topic_name,
-            topic_id=t.topic_id,
-            partition=p.partition_index,
-            leader=p.leader,
-            leader_epoch=p.leader_epoch,
-            isr=list(p.isr),
-            partition_epoch=p.partition_epoch,
-            replicas=list(p.replicas),
-            is_new=p.is_new,
-            configs=configs.get(t.topic_name, {}),
+            t.topic_name,
+            t.topic_id,
+            p.partition_index,
+            p.leader,
+            p.leader_epoch,
+            p.isr,
+            p.partition_epoch,
+            p.replicas,
+            p.is_new,
+            topic_configs,
         )
         for t in request.topic_states
+        for topic_configs in (configs.get(t.topic_name, _NONE),)
         for p in t.partition_states
     ]
     await services.replicas.create_logs(states)  # a slice at a time: others are served

@@ -164,12 +164,8 @@ class ReplicaManager:
     ) -> Partition:
         """The hosted partition, created (with its log) if new."""
         tp = (topic, index)
-        config = self.log_config(configs)
-        log = self.logs.get_or_create(topic, index, config)
-        # Opened at start-up, before topic overrides were known? (Mostly the same object:
-        # comparing every field of 50,000 partitions' configs shows in a failover.)
-        if log.config is not config and log.config != config:
-            log.update_config(config)
+        # A log opened at start-up, before its topic's overrides were known, takes them.
+        log = self.logs.get_or_create(topic, index, self.log_config(configs))
         partition = self._partitions.get(tp)
         if partition is None:
             hw = min(self._checkpointed_hw.get(tp, 0), log.log_end_offset)

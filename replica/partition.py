@@ -10,6 +10,7 @@ committed one plus any follower being added.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -92,8 +93,8 @@ class Partition:
     def make_leader(
         self,
         leader_epoch: int,
-        isr: list[int],
-        replicas: list[int],
+        isr: Sequence[int],
+        replicas: Sequence[int],
         partition_epoch: int,
         now_ms: int,
     ) -> bool:
@@ -123,8 +124,8 @@ class Partition:
         self,
         leader: int,
         leader_epoch: int,
-        isr: list[int],
-        replicas: list[int],
+        isr: Sequence[int],
+        replicas: Sequence[int],
         partition_epoch: int,
     ) -> None:
         """Follow ``leader``: its fetcher truncates this log where it diverged."""

@@ -4,11 +4,11 @@ LeaderAndIsr and StopReplica partition states onto these), and the replication s
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: a new controller sends 50,000, each set the slow way
 class LeaderAndIsrState:
     """One partition of a LeaderAndIsr request."""
 
@@ -17,9 +17,9 @@ class LeaderAndIsrState:
     partition: int
     leader: int
     leader_epoch: int
-    isr: list[int]
+    isr: Sequence[int]
     partition_epoch: int
-    replicas: list[int]
+    replicas: Sequence[int]
     is_new: bool = False
     configs: Mapping[str, str] = field(default_factory=dict)  # the topic's config overrides
 

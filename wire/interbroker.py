@@ -11,11 +11,11 @@ The field order, types, defaults and tags are those of the JSON at these version
 ``gregor.wire.schema.encode`` and ``gregor.wire.schema.decode`` produce and read Kafka's bytes. The
 partition states of LeaderAndIsr and UpdateMetadata, of which a controller sends tens of
 thousands, are encoded by the struct-based ENCODERS below (kio's generic writer spent about
-0.1 s on 10,000 of them); the tests hold them byte-equal to the generic writer. Those two
-partition-state classes are not frozen: a frozen dataclass sets each field through
-``object.__setattr__``, and building or decoding 50,000 of them took a third longer (a
-failover's controller builds them and every broker decodes them, on busy cores). Nothing
-changes them once made.
+0.1 s on 10,000 of them); the tests hold them byte-equal to the generic writer. Those
+per-partition classes (and LeaderAndIsr's per-partition error) are not frozen: a frozen
+dataclass sets each field through ``object.__setattr__``, and building or decoding 50,000
+of them took a third longer (a failover's controller builds them and every broker decodes
+them, on busy cores). Nothing changes them once made.
 """
 
 import dataclasses
@@ -128,7 +128,7 @@ class LeaderAndIsrRequest:
     """The current live leaders."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)  # not frozen: see the module's note
 class LeaderAndIsrPartitionError:
     __type__: ClassVar = EntityType.nested
     __version__: ClassVar[i16] = i16(7)

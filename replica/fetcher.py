@@ -18,6 +18,7 @@ import asyncio
 import datetime
 import logging
 import zlib
+from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
@@ -108,6 +109,10 @@ class Fetcher:
         self._dirty: set[TopicPartition] = set()
         self._forget: set[TopicPartition] = set()  # removed or backing off: out of the session
         self._delayed: dict[TopicPartition, float] = {}  # loop time each back-off ends
+        # The back-offs in the order they end (all last replica.fetch.backoff.ms), each
+        # checked against _delayed when due: a failover backs off tens of thousands of
+        # partitions, and a scan of them all per request was most of a fetcher's time.
+        self._backoffs: deque[tuple[float, TopicPartition]] = deque()
         self._wake = asyncio.Event()
         self._failing = False
         self._session = _Session()
@@ -142,7 +147,7 @@ class Fetcher:
             built = self._request(now)
             if built is None:
                 self._wake.clear()
-                until = min(self._delayed.values(), default=None)
+                until = self._next_backoff_end()
                 try:
                     await asyncio.wait_for(
                         self._wake.wait(), None if until is None else until - now
@@ -160,6 +165,7 @@ class Fetcher:
                 self._session = _Session()  # the next request starts a new one
                 until = loop.time() + backoff_s
                 self._delayed = dict.fromkeys(self.partitions, until)
+                self._backoffs = deque((until, tp) for tp in self.partitions)
                 self._dirty.clear()
                 self._forget.clear()
                 continue
@@ -194,8 +200,10 @@ class Fetcher:
         are forgotten."""
         config = self._config
         session = self._session
-        for tp, until in list(self._delayed.items()):
-            if until <= now:
+        backoffs = self._backoffs
+        while backoffs and backoffs[0][0] <= now:
+            until, tp = backoffs.popleft()
+            if self._delayed.get(tp) == until:
                 del self._delayed[tp]
                 self._dirty.add(tp)
         keys: Iterable[TopicPartition] = self._dirty if session.id else self.partitions
@@ -230,8 +238,10 @@ class Fetcher:
         forgotten = []
         if session.id:
             forgotten = [
-                tp for tp in self._forget if tp in session.partitions and tp not in self.partitions
-            ] + [tp for tp in self._delayed if tp in session.partitions]
+                tp
+                for tp in self._forget
+                if tp in session.partitions and (tp not in self.partitions or tp in self._delayed)
+            ]
         if not fetched and (not session.id or len(forgotten) == len(session.partitions)):
             return None  # nothing to fetch (what to forget keeps): a partition or back-off's end
         self._forget = set()
@@ -295,7 +305,20 @@ class Fetcher:
             logger.error("Replicating %s-%d from broker %d failed: %s", *tp, self.leader, e)
             error = None
         self._delayed[tp] = retry_at
+        self._backoffs.append((retry_at, tp))
+        self._forget.add(tp)
         return error
+
+    def _next_backoff_end(self) -> float | None:
+        """When the next back-off ends (entries a later add or back-off replaced are
+        dropped)."""
+        backoffs = self._backoffs
+        while backoffs:
+            until, tp = backoffs[0]
+            if self._delayed.get(tp) == until:
+                return until
+            backoffs.popleft()
+        return None
 
     def _log_failed(self, error: ErrorCode, tps: list[TopicPartition]) -> None:
         """One line per error of an answer: a leadership change fails every partition it

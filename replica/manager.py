@@ -212,18 +212,13 @@ class ReplicaManager:
         """``become_leader_or_follower`` a slice at a time, yielding to the event loop
         between slices: 50,000 partitions take seconds, and meanwhile nothing else of this
         broker would run, a controller's own requests to the other brokers (still being
-        written) included. Each partition changes at once, as under Kafka's lock; the
-        fetchers take the followed partitions once all are applied, as Kafka's do at the
-        end of a request (in between they would fetch from leaders that have not applied
-        their own part yet, hundreds of partitions a round)."""
+        written) included. Each partition changes at once, as under Kafka's lock."""
         errors: dict[TopicPartition, ErrorCode] = {}
-        follow: dict[int, list[Partition]] = {}
         for start in range(0, len(states), LEADER_AND_ISR_SLICE):
             if start:
                 await asyncio.sleep(0)
             applied = states[start : start + LEADER_AND_ISR_SLICE]
-            errors.update(self._become_leader_or_follower(controller_epoch, applied, follow))
-        self._follow(follow)
+            errors.update(self.become_leader_or_follower(controller_epoch, applied))
         return errors
 
     def become_leader_or_follower(
@@ -231,28 +226,7 @@ class ReplicaManager:
     ) -> dict[TopicPartition, ErrorCode]:
         """Apply a LeaderAndIsr request; return each partition's error (Kafka's
         ReplicaManager.becomeLeaderOrFollower)."""
-        follow: dict[int, list[Partition]] = {}
-        errors = self._become_leader_or_follower(controller_epoch, list(states), follow)
-        self._follow(follow)
-        return errors
-
-    def _follow(self, follow: Mapping[int, list[Partition]]) -> None:
-        """Hand each leader's newly followed partitions to its fetchers, unless a later
-        state of the same request moved them on."""
-        if self.fetchers is None:
-            return
-        for leader, partitions in follow.items():
-            current = [p for p in partitions if p.leader == leader and self.is_current(p)]
-            if current:
-                self.fetchers.add(leader, current)
-
-    def _become_leader_or_follower(
-        self,
-        controller_epoch: int,
-        states: list[LeaderAndIsrState],
-        follow: dict[int, list[Partition]],
-    ) -> dict[TopicPartition, ErrorCode]:
-        """Apply ``states``; the partitions to fetch, by leader, go into ``follow``."""
+        states = list(states)
         if controller_epoch < self.controller_epoch:
             logger.warning(
                 "Ignoring LeaderAndIsr from controller epoch %d: the current is %d",
@@ -263,6 +237,7 @@ class ReplicaManager:
         self.controller_epoch = controller_epoch
         errors: dict[TopicPartition, ErrorCode] = {}
         now = self.now_ms()
+        follow: dict[int, list[Partition]] = {}
         for s in states:
             tp = (s.topic, s.partition)
             current = self._partitions.get(tp)
@@ -292,6 +267,9 @@ class ReplicaManager:
                 if s.leader >= 0:
                     follow.setdefault(s.leader, []).append(partition)
             self._on_data(tp)
+        if self.fetchers is not None:
+            for leader, partitions in follow.items():
+                self.fetchers.add(leader, partitions)
         return errors
 
     def _check_leader_and_isr(

@@ -924,23 +924,4 @@ def test_a_big_leader_and_isr_lets_other_tasks_run_between_slices(tmp_path: Path
         leads = [c.nodes[0].replicas.get("big", p) for p in range(count)]
         assert all(p is not None and p.is_leader for p in leads)
 
-        # A follower's fetchers take the partitions once the whole request is applied, as
-        # Kafka's do: not a slice's worth each turn, fetching from leaders not yet told.
-        follower = c.nodes[1].replicas
-        fetchers = follower.fetchers
-        assert fetchers is not None
-        fetched_meanwhile = []
-
-        async def watch_fetchers() -> None:
-            while True:
-                fetched_meanwhile.append(fetchers.count)
-                await asyncio.sleep(0)
-
-        task = asyncio.create_task(watch_fetchers())
-        await asyncio.sleep(0)
-        errors = await follower.apply_leader_and_isr(1, states)
-        task.cancel()
-        assert len(fetched_meanwhile) >= 2 and set(fetched_meanwhile) == {0}  # no fetcher yet
-        assert fetchers.count == 1  # then one, for them all (num.replica.fetchers=1)
-
     run(tmp_path, scenario, size=2)

@@ -331,7 +331,7 @@ class Fetcher:
             len(tps),
             self.leader,
             error.name,
-            sampled([f"{topic}-{index}" for topic, index in tps]),
+            sampled(tps, lambda tp: f"{tp[0]}-{tp[1]}"),
         )
 
     @staticmethod

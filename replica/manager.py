@@ -468,18 +468,18 @@ class ReplicaManager:
             return
         self._settle_quiet_followers()
         now = self.now_ms()
-        shrinking = []
+        shrinking: list[tuple[Partition, list[int], list[int]]] = []
         for partition in list(self._partitions.values()):
             if partition.is_leader:
                 shrunk = partition.isr_to_shrink(now, self.config.lag_time_max_ms)
                 if shrunk is not None:
-                    shrinking.append(
-                        f"{partition.topic}-{partition.index} {partition.isr} to {shrunk}"
-                    )
+                    shrinking.append((partition, partition.isr, shrunk))
                     self._propose_isr(partition, shrunk)
         if shrinking:
             logger.info(
-                "Shrinking the ISR of %d partition(s): %s", len(shrinking), sampled(shrinking)
+                "Shrinking the ISR of %d partition(s): %s",
+                len(shrinking),
+                sampled(shrinking, lambda s: f"{s[0].topic}-{s[0].index} {s[1]} to {s[2]}"),
             )
 
     async def _expire_isr(self) -> None:
@@ -520,27 +520,35 @@ class ReplicaManager:
                 except Exception as e:  # the controller unreachable: proposed again later
                     logger.warning("AlterPartition of %d partition(s) failed: %s", len(batch), e)
                     results = [ErrorCode.request_timed_out] * len(batch)
-                refused, refusals, changed = [], [], []
+                refused: list[tuple[Partition, IsrProposal, ErrorCode]] = []
+                changed: list[Partition] = []
                 for (partition, proposal), result in zip(batch, results, strict=True):
-                    name = f"{partition.topic}-{partition.index}"
                     if isinstance(result, ErrorCode):
-                        refused.append((partition, proposal))
-                        refusals.append(f"{name} to {proposal.new_isr} ({result.name})")
+                        refused.append((partition, proposal, result))
                     elif self._isr_answered(partition, proposal, result):
-                        changed.append(
-                            f"{name} {partition.isr} (partition epoch {partition.partition_epoch})"
-                        )
+                        changed.append(partition)
                 if changed:
-                    logger.info("ISR of %d partition(s) now: %s", len(changed), sampled(changed))
-                if refusals:
                     logger.info(
-                        "AlterPartition of %d partition(s) refused: %s",
-                        len(refusals),
-                        sampled(refusals),
+                        "ISR of %d partition(s) now: %s",
+                        len(changed),
+                        sampled(
+                            changed,
+                            lambda p: (
+                                f"{p.topic}-{p.index} {p.isr} (partition epoch {p.partition_epoch})"
+                            ),
+                        ),
                     )
                 if refused:
+                    logger.info(
+                        "AlterPartition of %d partition(s) refused: %s",
+                        len(refused),
+                        sampled(
+                            refused,
+                            lambda r: f"{r[0].topic}-{r[0].index} to {r[1].new_isr} ({r[2].name})",
+                        ),
+                    )
                     await asyncio.sleep(ALTER_RETRY_BACKOFF_MS / 1000)
-                    for partition, proposal in refused:
+                    for partition, proposal, _ in refused:
                         self._isr_answered(partition, proposal, None)
         finally:
             self._altering = False

@@ -242,6 +242,20 @@ def append(node: Node, n: int, tag: bytes) -> int:
     return node.partition.log.log_end_offset
 
 
+async def append_and_copy(
+    leader: Node, follower: Node, topic: str, index: int, records: bytes, *, end: int
+) -> Partition:
+    """Append ``records`` to the leader's ``topic``-``index`` and wait until the follower's
+    copy ends at ``end``; the leader's partition."""
+    part = leader.replicas.get(topic, index)
+    assert part is not None
+    leader.replicas.append(part, records, 0)
+    copy = follower.replicas.get(topic, index)
+    assert copy is not None
+    await until(lambda: copy.log.log_end_offset == end, f"{topic}-{index} is copied")
+    return part
+
+
 async def in_sync(cluster: Cluster, leader: int, followers: list[int]) -> None:
     """Wait until the followers have the leader's whole log, then compare the bytes."""
     lead = cluster.nodes[leader]
@@ -709,12 +723,7 @@ def test_one_fetch_per_fetcher_for_all_its_partitions(tmp_path: Path, fetchers: 
         assert len(idle) <= 40 * fetchers
         # The leader forgets the sessions (a restart, say): the fetchers start new ones.
         leader.replicas.fetch_sessions = FetchSessions()
-        part = leader.replicas.get("m", 5)
-        assert part is not None
-        leader.replicas.append(part, batch(3, b"n"), 0)
-        copy = follower.replicas.get("m", 5)
-        assert copy is not None
-        await until(lambda: copy.log.log_end_offset == 5, "partition 5 is copied")
+        await append_and_copy(leader, follower, "m", 5, batch(3, b"n"), end=5)
         await until(
             lambda: len(leader.replicas.fetch_sessions) == fetchers, "every fetcher has a session"
         )
@@ -753,12 +762,7 @@ def test_a_fenced_answer_is_one_log_line_not_one_per_partition(
             fenced[0],
         ), fenced
         follower.replicas.become_leader_or_follower(1, states(1))
-        part = leader.replicas.get("f", 5)
-        assert part is not None
-        leader.replicas.append(part, batch(2, b"f"), 0)
-        copy = follower.replicas.get("f", 5)
-        assert copy is not None
-        await until(lambda: copy.log.log_end_offset == 2, "the follower copies again")
+        await append_and_copy(leader, follower, "f", 5, batch(2, b"f"), end=2)
 
     run(tmp_path, scenario, size=2)
 
@@ -857,12 +861,7 @@ def test_an_idle_follower_session_reads_only_what_changed(tmp_path: Path) -> Non
             "every partition is quiet",
         )
         assert not session.dirty
-        part = leader.replicas.get("m", 2)
-        assert part is not None
-        leader.replicas.append(part, batch(3, b"q"), 0)
-        copy = follower.replicas.get("m", 2)
-        assert copy is not None
-        await until(lambda: copy.log.log_end_offset == 3, "partition 2 is copied")
+        part = await append_and_copy(leader, follower, "m", 2, batch(3, b"q"), end=3)
         await until(lambda: part.high_watermark == 3, "the high watermark follows")
         await until(
             lambda: all(cached.quiet for cached in session.partitions.values()),

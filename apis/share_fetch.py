@@ -26,6 +26,7 @@ from gregor.apis.context import (
 )
 from gregor.apis.leader_hints import LEADER_ERRORS, leader_hint
 from gregor.controller.acls.model import AclOperation, ResourceType
+from gregor.ratelimit import RateLimitedLog
 from gregor.replica.delayed_share_fetch import DelayedShareFetch
 from gregor.replica.share_partition import AcknowledgementBatch
 from gregor.replica.share_partition_manager import SharePartitionManager, ShareWindow
@@ -35,7 +36,9 @@ from gregor.wire.schema import response_type
 from gregor.wire.share_fetch import SharePartitionData, encode_share_fetch_response
 from gregor.wire.versions import SHARE_ACKNOWLEDGE
 
-logger = logging.getLogger(__name__)
+# A client that keeps sending a stale session epoch or bad acknowledgements must not fill
+# the log: a line per kind every 10 s, with the count of those left out.
+limited_log = RateLimitedLog(logging.getLogger(__name__))
 
 ZERO_UUID = uuid.UUID(int=0)
 # (topic id, partition) -> its answer so far
@@ -204,7 +207,9 @@ def _admitted(
 def _refused(api: str, group_id: str, member_id: str, epoch: int, error: ErrorCode) -> None:
     """A member's session refused: its client starts a new one and fails the
     acknowledgements it had not sent, so a line says why."""
-    logger.info(
+    limited_log.log(
+        "session-refused",
+        logging.INFO,
         "%s of member %s in share group %s at session epoch %d refused: %s",
         api,
         member_id,
@@ -257,7 +262,9 @@ async def _acknowledge(
         if code != ErrorCode.none:
             failed.append(f"{key[0]}:{key[1]} ({code.name})")
     if failed:  # its records go out again once their locks expire
-        logger.info(
+        limited_log.log(
+            "acknowledgements-failed",
+            logging.INFO,
             "Acknowledgements of member %s in share group %s failed for %s",
             member_id,
             group_id,

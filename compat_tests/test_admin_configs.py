@@ -480,27 +480,26 @@ def test_java_configs_and_authorized_operations(
     assert java_alter(broker, f"group:{group}", set="consumer.heartbeat.interval.ms=6000") == ok
     try:
         assert java_alter(broker, "broker:", set="log.segment.bytes=2000000") == ok
-        # A cluster-wide default reaches the other brokers through ZooKeeper, a moment later.
-        leader_key = (f"broker:{leader}", "log.segment.bytes")
-        wait_for(
-            lambda: (
-                java_describe(broker, leader_key[0], keys=leader_key[1:])[leader_key]["value"]
+        # A cluster-wide default reaches the other brokers through ZooKeeper, a moment later;
+        # the Admin asks any broker for a topic's configs, the leader for its own.
+        keys = (
+            "retention.ms",
+            "segment.bytes",
+            "log.segment.bytes",
+            "consumer.heartbeat.interval.ms",
+        )
+        resources = (f"topic:{topic}", f"broker:{leader}", f"group:{group}")
+        seen: dict = {}
+
+        def default_everywhere() -> bool:
+            seen.update(java_describe(broker, *resources, keys=keys))
+            return (
+                seen[resources[0], "segment.bytes"]["value"]
+                == seen[resources[1], "log.segment.bytes"]["value"]
                 == "2000000"
-            ),
-            "the cluster-wide log.segment.bytes on the partition's leader",
-        )
-        seen = java_describe(
-            broker,
-            f"topic:{topic}",
-            f"broker:{leader}",
-            f"group:{group}",
-            keys=(
-                "retention.ms",
-                "segment.bytes",
-                "log.segment.bytes",
-                "consumer.heartbeat.interval.ms",
-            ),
-        )
+            )
+
+        wait_for(default_everywhere, "the cluster-wide log.segment.bytes on the brokers asked")
     finally:
         assert java_alter(broker, "broker:", delete="log.segment.bytes") == ok
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import base64
+import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -10,6 +12,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+import zipfile
 from pathlib import Path
 
 from compat_tests.broker import REPO_ROOT, BrokerProcess
@@ -60,10 +63,52 @@ def compiled(source: Path, jar_cp: str) -> Path:
     return out
 
 
-def classpath() -> str:
-    """Compile the driver if its source changed; return the runtime classpath."""
+@functools.cache
+def command() -> tuple[str, ...]:
+    """``java`` and its arguments up to the driver's own: the driver compiled once per
+    content, in a jar, with a class-data archive (AppCDS) dumped once beside it, which each
+    JVM maps instead of loading and verifying the JDK's and kafka-clients' classes again:
+    a short command's CPU falls from 1.4 s to 0.55 s."""
     jar_cp = jars_classpath(JAR_DIR, "kafka-clients-")
-    return f"{compiled(SOURCE, jar_cp)}{os.pathsep}{jar_cp}"
+    classes = compiled(SOURCE, jar_cp)
+    jar, archive = classes.with_suffix(".jar"), classes.with_suffix(".jsa")
+    cp = f"{jar}{os.pathsep}{jar_cp}"
+    # The JVM notices a jar changed since its archive was dumped: both are made under one
+    # lock, by the first process (of the suite's workers) to come.
+    with open(classes.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not jar.exists():
+            _jar(classes, jar)
+        if not archive.exists():
+            _dump_archive(cp, archive)
+    # Warnings (an archive refused, say) on stderr: stdout is the driver's answers.
+    logging = ["-Xlog:disable", "-Xlog:all=warning:stderr"]
+    shared = [f"-XX:SharedArchiveFile={archive}"] if archive.exists() else []
+    return ("java", *JVM_FLAGS, *logging, *shared, "-cp", cp, "GregorClient")
+
+
+def _jar(classes: Path, jar: Path) -> None:
+    """A class-data archive maps classes from jars only, not from a directory."""
+    staging = jar.with_suffix(".jar-tmp")
+    with zipfile.ZipFile(staging, "w") as out:
+        for path in sorted(classes.rglob("*.class")):
+            out.write(path, path.relative_to(classes).as_posix())
+    staging.rename(jar)
+
+
+def _dump_archive(cp: str, archive: Path) -> None:
+    """The classes of building and closing each kind of client (the driver's ``warm``); without
+    the archive (if the dump fails) JVMs only start slower."""
+    staging = archive.with_suffix(".jsa-tmp")
+    staging.unlink(missing_ok=True)
+    subprocess.run(
+        ["java", *JVM_FLAGS, f"-XX:ArchiveClassesAtExit={staging}", "-cp", cp]
+        + ["GregorClient", "warm"],
+        capture_output=True,
+        timeout=120,
+    )
+    if staging.exists():
+        staging.rename(archive)
 
 
 def _args(
@@ -95,7 +140,7 @@ def _command(
 ) -> list[str]:
     """The command line of a driver process of its own (one a test kills or streams from)."""
     args = _args(command, bootstrap, topic, options, configs, topic_configs)
-    return ["java", *JVM_FLAGS, "-cp", classpath(), "GregorClient", *args]
+    return [*command(), *args]
 
 
 class _Driver:
@@ -104,7 +149,7 @@ class _Driver:
 
     def __init__(self) -> None:
         self.proc = subprocess.Popen(
-            ["java", *JVM_FLAGS, "-cp", classpath(), "GregorClient", "serve"],
+            [*command(), "serve"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,

@@ -50,11 +50,7 @@ class JavaProducer:
         configs = [arg for k, v in properties.items() for arg in ("--config", f"{k}={v}")]
         self._proc = subprocess.Popen(
             [
-                "java",
-                *java_client.JVM_FLAGS,
-                "-cp",
-                java_client.classpath(),
-                "GregorClient",
+                *java_client.command(),
                 "produce",
                 "--bootstrap",
                 client.bootstrap,

@@ -214,6 +214,10 @@ public final class GregorClient {
             serve();
             System.exit(0);
         }
+        if (args.length == 1 && args[0].equals("warm")) {
+            warm();
+            System.exit(0);
+        }
         int code = execute(args);
         System.out.flush();
         System.exit(code);
@@ -253,6 +257,43 @@ public final class GregorClient {
                     + ", \"stdout\": " + str(out.toString(StandardCharsets.UTF_8))
                     + ", \"stderr\": " + str(err.toString(StandardCharsets.UTF_8)) + "}");
         }
+    }
+
+    /** warm: load every class of kafka-clients, and build and close each kind of client
+     * without a broker, for the class-data archive that later JVMs map (java_client.py). */
+    private static void warm() throws IOException {
+        Path jar = Path.of(KafkaProducer.class.getProtectionDomain().getCodeSource().getLocation()
+                .getPath());
+        try (java.util.jar.JarFile classes = new java.util.jar.JarFile(jar.toFile())) {
+            for (var entries = classes.entries(); entries.hasMoreElements(); ) {
+                String name = entries.nextElement().getName();
+                if (name.endsWith(".class") && !name.contains("-")) {
+                    try {
+                        Class.forName(name.substring(0, name.length() - 6).replace('/', '.'),
+                                false, GregorClient.class.getClassLoader());
+                    } catch (ClassNotFoundException | LinkageError e) {
+                        // an optional dependency missing: that class stays out of the archive
+                    }
+                }
+            }
+        }
+        Properties p = new Properties();
+        p.put("bootstrap.servers", "127.0.0.1:9");
+        p.put("max.block.ms", "1");
+        p.put("key.serializer", ByteArraySerializer.class.getName());
+        p.put("value.serializer", ByteArraySerializer.class.getName());
+        p.put("key.deserializer", ByteArrayDeserializer.class.getName());
+        p.put("value.deserializer", ByteArrayDeserializer.class.getName());
+        p.put("group.id", "warm");
+        try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(p)) {
+            producer.send(new ProducerRecord<>("warm", new byte[1]));
+        }
+        try (KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(p)) {
+            consumer.subscribe(List.of("warm"));
+            consumer.poll(Duration.ZERO);
+        }
+        Admin.create(p).close(Duration.ZERO);
+        new Json("{\"warm\": [1, true, null, \"x\"]}").value();
     }
 
     /** Run one command; its exit code (a failure prints {"error": "..."} and is 1). */

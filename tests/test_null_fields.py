@@ -10,6 +10,7 @@ well-behaved client keeps being answered.
 from __future__ import annotations
 
 import asyncio
+import functools
 import struct
 import time
 from collections.abc import Iterator
@@ -72,7 +73,10 @@ def null_mutations() -> Iterator[tuple[int, int, bytes, bool]]:
                         yield api, version, body, forbidden_null(native)
 
 
-MUTATIONS = list(null_mutations())
+@functools.cache
+def mutations() -> list[tuple[int, int, bytes, bool]]:
+    """Computed when a test first asks, not at collection (seconds, in every worker)."""
+    return list(null_mutations())
 
 
 def our_decode(api: int, version: int, body: bytes) -> Any:
@@ -83,7 +87,7 @@ def our_decode(api: int, version: int, body: bytes) -> Any:
 
 
 def test_every_forbidden_null_is_refused_at_decode_time() -> None:
-    offending = [m for m in MUTATIONS if m[3]]
+    offending = [m for m in mutations() if m[3]]
     # Every API with a non-nullable array or string has some; the seeds reach them all.
     assert {m[0] for m in offending} >= {
         v.FIND_COORDINATOR,
@@ -105,7 +109,7 @@ def test_every_forbidden_null_is_refused_at_decode_time() -> None:
     for api, version, body, _ in offending:
         with pytest.raises(SchemaDecodeError):
             our_decode(api, version, body)
-    for api, version, body, _ in MUTATIONS:
+    for api, version, body, _ in mutations():
         try:
             entity = our_decode(api, version, body)
         except SchemaDecodeError:
@@ -146,7 +150,7 @@ def _metadata_round_trip(client: WireClient) -> float:
 
 
 def test_broker_refuses_null_mutations_without_a_traceback(broker: BrokerProcess) -> None:
-    sent = [m for i, m in enumerate(MUTATIONS) if m[3] or i % SAMPLE_EVERY == 0]
+    sent = [m for i, m in enumerate(mutations()) if m[3] or i % SAMPLE_EVERY == 0]
     frames = [
         request_frame(api, version, n, body) for n, (api, version, body, _) in enumerate(sent)
     ]

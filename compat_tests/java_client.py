@@ -64,7 +64,7 @@ def compiled(source: Path, jar_cp: str) -> Path:
 
 
 @functools.cache
-def command() -> tuple[str, ...]:
+def driver_command() -> tuple[str, ...]:
     """``java`` and its arguments up to the driver's own: the driver compiled once per
     content, in a jar, with a class-data archive (AppCDS) dumped once beside it, which each
     JVM maps instead of loading and verifying the JDK's and kafka-clients' classes again:
@@ -140,7 +140,7 @@ def _command(
 ) -> list[str]:
     """The command line of a driver process of its own (one a test kills or streams from)."""
     args = _args(command, bootstrap, topic, options, configs, topic_configs)
-    return [*command(), *args]
+    return [*driver_command(), *args]
 
 
 class _Driver:
@@ -149,7 +149,7 @@ class _Driver:
 
     def __init__(self) -> None:
         self.proc = subprocess.Popen(
-            [*command(), "serve"],
+            [*driver_command(), "serve"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,

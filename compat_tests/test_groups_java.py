@@ -57,7 +57,7 @@ class JavaMember:
         for key, value in configs.items():
             args += ["--config", f"{key}={value}"]
         self.proc = subprocess.Popen(
-            [*java.command(), *args],
+            [*java.driver_command(), *args],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,

@@ -43,7 +43,7 @@ class JavaShareClient:
 
     def command(self, bootstrap: str, topic: str, group: str, options: list[str]) -> list[str]:
         args = ["share-consume", "--bootstrap", bootstrap, "--topic", topic, "--group", group]
-        return ["java", *java.JVM_FLAGS, "-cp", java.classpath(), "GregorClient", *args, *options]
+        return [*java.driver_command(), *args, *options]
 
     def earliest(self, broker: BrokerProcess, group: str) -> None:
         """share.auto.offset.reset=earliest through Admin.incrementalAlterConfigs (GROUP)."""

@@ -50,7 +50,7 @@ class JavaProducer:
         configs = [arg for k, v in properties.items() for arg in ("--config", f"{k}={v}")]
         self._proc = subprocess.Popen(
             [
-                *java_client.command(),
+                *java_client.driver_command(),
                 "produce",
                 "--bootstrap",
                 client.bootstrap,

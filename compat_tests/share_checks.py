@@ -455,8 +455,22 @@ def test_acknowledgements_survive_kill9_of_the_share_coordinator_and_the_leader(
     finally:
         cluster.restore()
     produce(members.broker, members.topic, range(20, 40), 1)
+    epoch = cluster.wait_for_leader(members.topic, 0).leader_epoch
     second = members.start()
     wait_until(all_received([second], range(20, 40)), TIMEOUT, "the later records")
     second.close()
     assert sorted(values_of(second.received())) == sorted(str(i) for i in range(20, 40))
-    assert second.failures() == [], second.diagnosis()
+    # A new controller checks the preferred leaders 5 s after its election and may move the
+    # partition's leader while the second member reads: its client then fails the
+    # acknowledgements sent to the old leader, as against Kafka. Only those are excused.
+    moved = cluster.wait_for_leader(members.topic, 0).leader_epoch != epoch
+    unexcused = [
+        f
+        for f in second.failures()
+        if not (
+            moved
+            and f.get("event") == "ack-failed"
+            and any(name in f["error"] for name in LEADERSHIP_ERRORS)
+        )
+    ]
+    assert unexcused == [], second.diagnosis()

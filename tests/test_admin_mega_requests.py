@@ -238,7 +238,10 @@ def test_kill_9_during_a_big_create_leaves_it_whole_or_absent(tmp_path: Path) ->
 
 
 CYCLES = 6
-RSS_SLACK_MB = 20
+# Twelve cycles on the slower 2-core machine: 97, 108, 111, 120, 124, 130, then 129-132 MB;
+# the working size can take five cycles to reach, 21 MB above the first half's peak in one
+# CI run. The leak this guards against added 47 MB a cycle.
+RSS_SLACK_MB = 30
 
 
 @pytest.mark.timeout(1200)  # 10,000-partition work on a shared 2-core machine

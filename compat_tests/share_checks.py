@@ -63,6 +63,13 @@ SMALL_POLLS = {"max.poll.records": "10"}
 LEADERSHIP_ERRORS = ("NotLeaderOrFollower", "NOT_LEADER")
 
 
+def failed_for_leadership(failure: dict) -> bool:
+    """A member's event: acknowledgements its client failed because the leader moved."""
+    return failure.get("event") == "ack-failed" and any(
+        name in failure["error"] for name in LEADERSHIP_ERRORS
+    )
+
+
 class ShareClient(Protocol):
     """How one client's share consumer process is started, and its group made to start
     from the earliest offset."""
@@ -286,9 +293,7 @@ def test_share_consumers_read_a_topic_as_a_queue(
         (f["partition"], offset)
         for m in group
         for f in m.failures()
-        if f.get("event") == "ack-failed"
-        and f["partition"] in moved
-        and any(name in f["error"] for name in LEADERSHIP_ERRORS)
+        if f.get("partition") in moved and failed_for_leadership(f)
         for offset in f["offsets"]
     }
     again = [d for d in deliveries if d.delivery_count > 1]
@@ -464,13 +469,5 @@ def test_acknowledgements_survive_kill9_of_the_share_coordinator_and_the_leader(
     # partition's leader while the second member reads: its client then fails the
     # acknowledgements sent to the old leader, as against Kafka. Only those are excused.
     moved = cluster.wait_for_leader(members.topic, 0).leader_epoch != epoch
-    unexcused = [
-        f
-        for f in second.failures()
-        if not (
-            moved
-            and f.get("event") == "ack-failed"
-            and any(name in f["error"] for name in LEADERSHIP_ERRORS)
-        )
-    ]
+    unexcused = [f for f in second.failures() if not (moved and failed_for_leadership(f))]
     assert unexcused == [], second.diagnosis()
